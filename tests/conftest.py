@@ -1,0 +1,42 @@
+"""Shared test helpers: running zlbench as users do, in real subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def zlbench(*args, env=None, cwd=None, timeout=120, check=False):
+    """Run ``python -m zlbench ARGS`` and return the CompletedProcess (text)."""
+    full_env = dict(os.environ)
+    full_env.pop("ZL_BACKEND", None)
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-m", "zlbench", *map(str, args)], cwd=cwd,
+                          env=full_env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"zlbench {' '.join(map(str, args))} -> {proc.returncode}\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

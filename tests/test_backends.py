@@ -1,0 +1,91 @@
+import os
+import stat
+
+import pytest
+
+from zlbench import backends
+from zlbench.backends import base
+
+
+@pytest.mark.parametrize("alias,name", [
+    ("nvidia", "cuda"), ("gpu", "cuda"), ("CUDA", "cuda"), ("mthreads", "musa"), ("moore", "musa"),
+    ("amd", "rocm"), ("hip", "rocm"), ("npu", "ascend"), ("huawei", "ascend"), ("cpu", "cpu"),
+])
+def test_aliases(alias, name):
+    assert backends.canonical_name(alias) == name
+
+
+def test_unknown_backend_lists_accepted_names():
+    with pytest.raises(backends.UnknownBackend, match="mthreads"):
+        backends.canonical_name("tpu")
+
+
+@pytest.mark.parametrize("name,key", [
+    ("cuda", "CUDA_VISIBLE_DEVICES"), ("musa", "MUSA_VISIBLE_DEVICES"),
+    ("rocm", "HIP_VISIBLE_DEVICES"), ("ascend", "ASCEND_RT_VISIBLE_DEVICES"), ("cpu", None),
+])
+def test_visibility_key(name, key):
+    b = backends.get_backend(name)
+    assert b.visible_key == key
+    dev = b.devices({}, ["3"])[0]
+    env = backends.visibility_env(b, dev)
+    assert env == ({} if key is None else {key: "3", "ZL_VISIBLE_KEY": key})
+
+
+def test_plugin_plan_compat_first_and_capture_only_where_possible():
+    cuda = backends.plugin_plan(backends.get_backend("cuda"))
+    assert "zlbench.plugins.graph_timer" in cuda and "zlbench.plugins.direct_timer" not in cuda
+    assert "zlbench.plugins.direct_timer" in backends.plugin_plan(backends.get_backend("cuda"), False)
+    for name in ("cpu", "musa", "rocm", "ascend"):
+        plan = backends.plugin_plan(backends.get_backend(name))
+        assert "zlbench.plugins.graph_timer" not in plan and "zlbench.plugins.direct_timer" in plan
+    musa = backends.plugin_plan(backends.get_backend("musa"))
+    assert musa[0] == "zlbench.plugins.compat_musa"
+    for name in ("cuda", "cpu", "rocm", "ascend"):
+        assert "zlbench.plugins.compat_musa" not in backends.plugin_plan(backends.get_backend(name))
+
+
+def test_caller_selection_is_never_replaced_by_a_bare_index():
+    cuda = backends.get_backend("cuda")
+    devs = cuda.devices({"CUDA_VISIBLE_DEVICES": "6,7"}, ["0", "1"])
+    assert [(d.index, d.visible) for d in devs] == [("0", "6"), ("1", "7")]
+    with pytest.raises(backends.DeviceError, match="CUDA_VISIBLE_DEVICES=6,7"):
+        cuda.devices({"CUDA_VISIBLE_DEVICES": "6,7"}, ["6"])
+
+
+def test_cpu_slots():
+    cpu = backends.get_backend("cpu")
+    assert [d.index for d in cpu.devices({})] == ["0"]
+    assert [d.index for d in cpu.devices({}, ["0", "1"])] == ["0", "1"]
+
+
+def _fake_tool(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_enumeration_through_the_vendor_tool(tmp_path, monkeypatch):
+    _fake_tool(tmp_path, "nvidia-smi", 'printf "0, NVIDIA H200\\n1, NVIDIA H200\\n"\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    cuda = backends.get_backend("cuda")
+    assert cuda.present()
+    assert [(d.index, d.model) for d in cuda.devices({})] == [("0", "NVIDIA H200"), ("1", "NVIDIA H200")]
+    assert backends.detect_backend().name == "cuda"
+
+
+def test_a_hung_vendor_tool_times_out(tmp_path, monkeypatch):
+    _fake_tool(tmp_path, "nvidia-smi", "sleep 30\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(base, "TOOL_TIMEOUT_S", 0.5)
+    assert backends.get_backend("cuda").probe_devices() == []
+
+
+def test_vendor_tool_parsers():
+    from zlbench.backends import ascend, musa
+
+    assert musa.parse_mthreads_gmi("GPU 0: MTT S5000 (UUID: x)\nGPU 1: MTT S5000 (UUID: y)") == [
+        ("0", "MTT S5000"), ("1", "MTT S5000")]
+    assert ascend.parse_npu_smi("NPU ID : 0\n Product Name : Ascend910B\nNPU ID : 1\n") == [
+        ("0", "Ascend910B"), ("1", "Ascend")]

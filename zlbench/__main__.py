@@ -1,0 +1,3 @@
+from zlbench.cli import main
+
+main()

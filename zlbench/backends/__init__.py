@@ -1,0 +1,72 @@
+"""The backend registry: one module per vendor, like pre-commit's languages/.
+
+A new vendor is a module here that defines ``BACKEND`` and one line in ``_MODULES``.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional
+
+from . import ascend, cpu, cuda, musa, rocm
+from .base import Backend, Device, DeviceError
+
+_MODULES = (cuda, musa, rocm, ascend, cpu)
+BACKENDS: Dict[str, Backend] = {m.BACKEND.name: m.BACKEND for m in _MODULES}
+# Detection order: hardware vendors first, cpu last.
+DETECT_ORDER = ("cuda", "musa", "rocm", "ascend")
+
+__all__ = ["Backend", "Device", "DeviceError", "BACKENDS", "get_backend", "detect_backend",
+           "plugin_plan", "canonical_name"]
+
+
+class UnknownBackend(ValueError):
+    pass
+
+
+def canonical_name(name: str) -> str:
+    """``nvidia`` -> ``cuda``; raises UnknownBackend listing what is accepted."""
+    key = name.strip().lower()
+    for backend in BACKENDS.values():
+        if key == backend.name or key in backend.aliases:
+            return backend.name
+    accepted = ", ".join(f"{b.name} ({'/'.join(b.aliases)})" for b in BACKENDS.values())
+    raise UnknownBackend(f"unknown backend {name!r}; accepted: {accepted}")
+
+
+def get_backend(name: str) -> Backend:
+    return BACKENDS[canonical_name(name)]
+
+
+def detect_backend() -> Backend:
+    """The first vendor whose tool or torch extension is present, else cpu."""
+    for name in DETECT_ORDER:
+        if BACKENDS[name].present():
+            return BACKENDS[name]
+    return BACKENDS["cpu"]
+
+
+def choose_timer(backend: Backend, enable_cudagraph: bool = True) -> str:
+    return "graph" if backend.can_graph_capture and enable_cudagraph else "direct"
+
+
+def plugin_plan(backend: Backend, enable_cudagraph: bool = True) -> List[str]:
+    """The pytest -p list for a benchmark process on this backend.
+
+    Compat plugins come first: they rewrite collection-time markers that every later
+    plugin reads. No graph-capture plugin where the backend cannot capture.
+    """
+    timer = choose_timer(backend, enable_cudagraph)
+    return [
+        *backend.compat_plugins,
+        "zlbench.plugins.device_setup",
+        "zlbench.plugins.graph_timer" if timer == "graph" else "zlbench.plugins.direct_timer",
+        "zlbench.plugins.autotune",
+        "zlbench.plugins.report",
+    ]
+
+
+def visibility_env(backend: Backend, device: Device) -> Dict[str, str]:
+    """Variables that make a child see exactly ``device``."""
+    if backend.visible_key is None or device.visible is None:
+        return {}
+    return {backend.visible_key: device.visible, "ZL_VISIBLE_KEY": backend.visible_key}

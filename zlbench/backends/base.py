@@ -1,0 +1,136 @@
+"""What a backend is: one vendor's devices, visibility variable and capabilities.
+
+A backend module builds one ``Backend``; the registry (``__init__``) collects them.
+Nothing outside backends/ names a vendor.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
+
+# A vendor tool that hangs must not hang zlbench (FlagGems' own probe has no timeout).
+TOOL_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device as the caller addresses it.
+
+    ``index`` is the id the user types (--device / --devices), in the caller's own
+    numbering; ``visible`` is the value to put in the backend's visibility variable so
+    that a child process sees exactly this device.
+    """
+
+    index: str
+    visible: Optional[str]
+    model: str = "unknown"
+
+
+class DeviceError(Exception):
+    """A device selection that cannot be satisfied; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    aliases: Tuple[str, ...]
+    visible_key: Optional[str]
+    gems_vendor: Optional[str]
+    can_graph_capture: bool
+    compat_plugins: Tuple[str, ...] = ()
+    # Command that lists devices, one per line as "<index>, <model>".
+    list_tool: Optional[Tuple[str, ...]] = None
+    parse_tool_output: Optional[Callable[[str], List[Tuple[str, str]]]] = None
+    # Python distributions whose presence (found without importing) marks this vendor.
+    torch_extensions: Tuple[str, ...] = ()
+    description: str = ""
+    # Backends whose devices are worker slots rather than hardware (cpu).
+    slots_only: bool = field(default=False)
+
+    @property
+    def default_timer(self) -> str:
+        return "graph" if self.can_graph_capture else "direct"
+
+    # -- detection ---------------------------------------------------------
+    def tool_available(self) -> bool:
+        return bool(self.list_tool) and shutil.which(self.list_tool[0]) is not None
+
+    def extension_installed(self) -> bool:
+        return any(importlib.util.find_spec(name) is not None for name in self.torch_extensions)
+
+    def present(self) -> bool:
+        return self.tool_available() or self.extension_installed()
+
+    # -- enumeration -------------------------------------------------------
+    def probe_devices(self) -> List[Tuple[str, str]]:
+        """(physical index, model) from the vendor tool; [] when it is missing or fails."""
+        if not self.tool_available() or self.parse_tool_output is None:
+            return []
+        try:
+            out = subprocess.run(
+                list(self.list_tool), capture_output=True, text=True, timeout=TOOL_TIMEOUT_S
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+        if out.returncode != 0:
+            return []
+        return self.parse_tool_output(out.stdout)
+
+    def devices(self, environ: Mapping[str, str], selection: Optional[Sequence[str]] = None
+                ) -> List[Device]:
+        """The devices a run or batch may use, in the caller's numbering.
+
+        With a visibility variable already set, index i means its i-th entry (as the
+        vendor runtime numbers them), so a caller who chose 6,7 is never moved to 0,1.
+        """
+        if self.slots_only:
+            return _slots(selection)
+        caller = _split(environ.get(self.visible_key, "")) if self.visible_key else []
+        probed = self.probe_devices()
+        models = dict(probed)
+        if caller:
+            universe = [(str(i), v) for i, v in enumerate(caller)]
+        elif probed:
+            universe = [(idx, idx) for idx, _ in probed]
+        elif selection:
+            # No tool and no caller selection: trust the explicit list as physical ids.
+            universe = [(s, s) for s in selection]
+        else:
+            universe = []
+        if selection is None:
+            chosen = universe
+        else:
+            known = dict(universe)
+            missing = [s for s in selection if s not in known]
+            if missing:
+                where = f"{self.visible_key}={','.join(caller)}" if caller else "the devices found"
+                raise DeviceError(
+                    f"device {', '.join(missing)} is not among {where} "
+                    f"(indices: {', '.join(known) or 'none'}); pick from those with --device/--devices"
+                )
+            chosen = [(s, known[s]) for s in selection]
+        return [Device(idx, vis, models.get(vis, "unknown")) for idx, vis in chosen]
+
+
+def _split(text: str) -> List[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _slots(selection: Optional[Sequence[str]]) -> List[Device]:
+    ids = list(selection) if selection else ["0"]
+    return [Device(i, None, "cpu") for i in ids]
+
+
+def parse_csv_index_name(text: str) -> List[Tuple[str, str]]:
+    """Parse ``0, NVIDIA H200`` lines (nvidia-smi --query-gpu=index,name --format=csv,noheader)."""
+    rows = []
+    for line in text.splitlines():
+        if "," in line:
+            idx, name = line.split(",", 1)
+            if idx.strip().isdigit():
+                rows.append((idx.strip(), name.strip()))
+    return rows

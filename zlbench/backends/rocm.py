@@ -1,0 +1,33 @@
+"""AMD GPUs through ROCm/HIP. Direct timer until graph capture is proven there."""
+
+import re
+from typing import List, Tuple
+
+from .base import Backend
+
+
+def parse_rocm_smi(text: str) -> List[Tuple[str, str]]:
+    """rocm-smi --showproductname --csv: ``card0,...,<Card series>,...``."""
+    rows = []
+    lines = text.splitlines()
+    header = lines[0].split(",") if lines else []
+    col = next((i for i, h in enumerate(header) if "Card series" in h or "Card Series" in h), None)
+    for line in lines[1:]:
+        m = re.match(r"card(\d+),", line)
+        if m:
+            parts = line.split(",")
+            model = parts[col].strip() if col is not None and col < len(parts) else "unknown"
+            rows.append((m.group(1), model))
+    return rows
+
+
+BACKEND = Backend(
+    name="rocm",
+    aliases=("amd", "hip"),
+    visible_key="HIP_VISIBLE_DEVICES",
+    gems_vendor="amd",
+    can_graph_capture=False,
+    list_tool=("rocm-smi", "--showproductname", "--csv"),
+    parse_tool_output=parse_rocm_smi,
+    description="AMD GPUs (ROCm/HIP); direct timer",
+)

@@ -1,0 +1,136 @@
+"""The ``zlbench`` command: each subcommand parses, calls one function, prints.
+
+Subcommands live beside the code they drive and are imported only when invoked, so
+``zlbench --help`` and every command stay quick to start.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+
+# name -> "module:attribute" of a click command, in the order --help lists them.
+SUBCOMMANDS = {
+    "run": "zlbench.cli:run_command",
+    "batch": "zlbench.batch.command:batch_command",
+    "summary": "zlbench.summary.command:summary_command",
+    "ab": "zlbench.ab:ab_command",
+    "ops": "zlbench.ops.command:ops_group",
+    "backends": "zlbench.cli:backends_command",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use (click's documented pattern)."""
+
+    def list_commands(self, ctx):
+        return [name for name, ref in SUBCOMMANDS.items() if _importable(ref)]
+
+    def get_command(self, ctx, name):
+        ref = SUBCOMMANDS.get(name)
+        if ref is None or not _importable(ref):
+            return None
+        module, attr = ref.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx, formatter):
+        # Short help from each command's docstring without importing heavy modules twice.
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=80)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _importable(ref: str) -> bool:
+    module = ref.split(":")[0]
+    if module == __name__:
+        return True
+    return importlib.util.find_spec(module) is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"],
+                                               "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="zlbench")
+def main():
+    """Run an operator benchmark corpus (FlagGems' benchmark/, or the bundled sample)
+    across accelerators, and turn its logs into tables you can trust.
+
+    \b
+    Quick start (no GPU, no FlagGems needed):
+      zlbench batch                      # the bundled sample corpus, on this machine
+      zlbench summary runs/batch-*       # its tables as summary.csv
+      zlbench run --flaggems-dir ~/FlagGems --op abs --backend cuda
+    Every setting is a flag and an environment variable; flags win.
+    """
+
+
+# -- run ---------------------------------------------------------------------
+from . import knobs  # noqa: E402  (after the group: keeps the import order readable)
+
+
+@click.command("run", context_settings={"show_default": False})
+@knobs.knob_options([k.name for k in knobs.KNOBS])
+@click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Measure into exactly this dir (the batch uses <batch>/<op>) "
+                                 "instead of a fresh <out>/<timestamp>_<op>.")
+def run_command(run_dir, **flags):
+    """Measure one operator: preflight, a private run dir, pytest with zlbench's plugins.
+
+    \b
+    Exit codes: 0 all measured, 1 a benchmark failed, 3 preflight failed (a broken
+    environment, not a broken operator); pytest's own 2/4/5 pass through.
+    The last line printed is the run dir.
+    """
+    from .run import execute_run
+    from .run.preflight import EXIT_PREFLIGHT, PreflightFailed
+
+    try:
+        settings = knobs.resolve(flags)
+    except knobs.KnobError as e:
+        failure = PreflightFailed(e.knob.env, e.format_message())
+        click.echo(failure.marker())
+        click.echo(f"zlbench run: {e.format_message()}", err=True)
+        sys.exit(EXIT_PREFLIGHT)
+    sys.exit(execute_run(settings, run_dir=run_dir))
+
+
+# -- backends ------------------------------------------------------------------
+@click.command("backends")
+def backends_command():
+    """List backends, their aliases and capabilities, and the devices found."""
+    import os
+
+    from . import backends
+
+    detected = backends.detect_backend().name
+    for backend in backends.BACKENDS.values():
+        mark = "*" if backend.name == detected else " "
+        click.echo(f"{mark} {backend.name:<7} aliases: {', '.join(backend.aliases) or '-'}")
+        click.echo(f"    {backend.description}")
+        click.echo(f"    visibility: {backend.visible_key or '-'}   graph capture: "
+                   f"{'yes' if backend.can_graph_capture else 'no'}   timer: {backend.default_timer}   "
+                   f"compat plugins: {', '.join(backend.compat_plugins) or '-'}")
+        if backend.slots_only:
+            click.echo("    devices: worker slots (--devices 0,1 gives two)")
+        elif backend.present():
+            found = backend.devices(os.environ)
+            listed = ", ".join(f"{d.index}={d.model}" for d in found) or "none"
+            click.echo(f"    devices: {listed}")
+        else:
+            tool = backend.list_tool[0] if backend.list_tool else "-"
+            click.echo(f"    devices: not present ({tool} not found)")
+    click.echo(f"* detected: {detected}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""Every setting of a run, in one table.
+
+A knob has a CLI flag and an environment variable (the names users already export in
+their scripts), a default, a parser that rejects bad values before any pytest starts,
+and a ``caliber`` flag: caliber knobs change what a number means, so they are printed
+in the run header, recorded in run_identity.json, and compared by ``summary --ab``.
+
+Precedence: flag, then environment, then default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+
+import click
+
+BENCH_LEVELS = ("core", "comprehensive")
+SHAPE_MODES = ("file", "upstream")
+PROVIDERS = ("sample", "flaggems")
+# FlagGems' --dtypes choices (benchmark/conftest.py).
+KNOWN_DTYPES = ("float16", "float32", "bfloat16", "int16", "int32", "bool", "cfloat")
+
+
+class KnobError(click.UsageError):
+    """A knob value that cannot be used; the message names flag, variable and fix."""
+
+    def __init__(self, knob: "Knob", value: object, why: str):
+        self.knob = knob
+        self.value = value
+        super().__init__(
+            f"{knob.flag} / {knob.env}={value!r}: {why}", ctx=None
+        )
+
+
+def _text(knob: "Knob", raw: str) -> Optional[str]:
+    return raw.strip() or None
+
+
+def _bool(knob: "Knob", raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise KnobError(knob, raw, "expected 0 or 1 (also true/false, yes/no)")
+
+
+def _nonneg_int(knob: "Knob", raw: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise KnobError(knob, raw, "expected a whole number") from None
+    if value < 0:
+        raise KnobError(knob, raw, "must not be negative")
+    return value
+
+
+def _positive_int(knob: "Knob", raw: str) -> int:
+    value = _nonneg_int(knob, raw)
+    if value < 1:
+        raise KnobError(knob, raw, "must be at least 1")
+    return value
+
+
+def _choice(choices: Tuple[str, ...]) -> Callable[["Knob", str], str]:
+    def parse(knob: "Knob", raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in choices:
+            raise KnobError(knob, raw, f"choose one of: {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _dtypes(knob: "Knob", raw: str) -> Optional[Tuple[str, ...]]:
+    names = tuple(d.strip().replace("torch.", "") for d in raw.replace(" ", ",").split(",") if d.strip())
+    bad = [d for d in names if d not in KNOWN_DTYPES]
+    if bad:
+        raise KnobError(
+            knob, raw, f"unknown dtype {', '.join(bad)}; FlagGems accepts {', '.join(KNOWN_DTYPES)}"
+        )
+    return names or None
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    env: str
+    flag: str
+    default: Any
+    parse: Callable[["Knob", str], Any]
+    caliber: bool
+    help: str
+
+    def parse_value(self, raw: Any) -> Any:
+        if raw is None:
+            return self.default
+        if not isinstance(raw, str):
+            raw = str(raw)
+        return self.parse(self, raw)
+
+
+KNOBS: List[Knob] = [
+    Knob("provider", "ZL_PROVIDER", "--provider", None, _choice(PROVIDERS), False,
+         "Where benchmarks come from: the bundled 'sample' corpus or a 'flaggems' checkout "
+         "(default: flaggems when a FlagGems dir is given, else sample)."),
+    Knob("flaggems_dir", "FLAGGEMS_DIR", "--flaggems-dir", None, _text, False,
+         "FlagGems checkout (the parent of benchmark/); implies --provider flaggems."),
+    Knob("op", "OP", "--op", None, _text, False, "Operator to measure (its pytest mark)."),
+    Knob("op_file", "OP_FILE", "--op-file", None, _text, False,
+         "Benchmark file holding the operator, when its name does not say (test_<op>.py)."),
+    Knob("test_node", "TEST_NODE", "--test-node", None, _text, False,
+         "A pytest node to run as is (benchmark/test_abs.py::test_abs); overrides --op."),
+    Knob("backend", "ZL_BACKEND", "--backend", None, _text, True,
+         "cuda, musa, rocm, ascend or cpu, or an alias (nvidia, gpu, mthreads, amd, npu, ...); "
+         "default: detected."),
+    Knob("device", "ZL_DEVICE", "--device", None, _text, True,
+         "Device index within the visible devices (default: the first)."),
+    Knob("level", "BENCH_LEVEL", "--level", "core", _choice(BENCH_LEVELS), True,
+         "FlagGems bench level: core or comprehensive (adds set_more_shapes)."),
+    Knob("dtypes", "DTYPES", "--dtypes", None, _dtypes, True,
+         "Comma-separated dtypes (float16,bfloat16); default: each operator's own."),
+    Knob("shape_file", "SHAPE_FILE", "--shape-file", None, _text, True,
+         "Shape file (core_shapes.yaml format) to measure with."),
+    Knob("shape_mode", "SHAPE_MODE", "--shape-mode", None, _choice(SHAPE_MODES), True,
+         "file: use --shape-file; upstream: the corpus' own core_shapes.yaml "
+         "(default: file when a shape file is given, else upstream)."),
+    Knob("replay_from", "REPLAY_FROM", "--replay-from", None, _text, True,
+         "autotune_records/ dir (or a run dir holding one) whose configs to replay."),
+    Knob("use_flagtune", "USE_FLAGTUNE", "--use-flagtune", False, _bool, True,
+         "1: FlagGems' FlagTune autotuning; 0 (default): plain autotune."),
+    Knob("isolate_tuner_cache", "ZL_ISOLATE_TUNER_CACHE", "--isolate-tuner-cache", False, _bool, True,
+         "1: give the run its own FLAGGEMS_CACHE_DIR and TRITON_CACHE_DIR (default 0)."),
+    Knob("direct_repeat", "ZL_DIRECT_REPEAT", "--direct-repeat", 1, _positive_int, True,
+         "Direct timer: repeat each timed call N times and take the median (default 1)."),
+    Knob("enable_cudagraph", "ZL_ENABLE_CUDAGRAPH", "--enable-cudagraph", True, _bool, True,
+         "0 forces the direct timer on backends that can graph-capture (default 1)."),
+    Knob("parallel_warmup_gpus", "PARALLEL_WARMUP_GPUS", "--parallel-warmup-gpus", 0, _nonneg_int, False,
+         "Shard the autotune sweep over N devices before measuring on one (default 0: off)."),
+    Knob("out", "ZL_OUT", "--out", "runs", _text, False, "Root under which run dirs are created."),
+]
+
+BY_NAME: Dict[str, Knob] = {k.name: k for k in KNOBS}
+BY_ENV: Dict[str, Knob] = {k.env: k for k in KNOBS}
+
+
+@dataclass
+class Settings:
+    """Resolved knob values, and where each came from (flag, env or default)."""
+
+    values: Dict[str, Any]
+    sources: Dict[str, str]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def caliber(self) -> Dict[str, Any]:
+        """The caliber knobs by env name, as recorded in run_identity.json."""
+        out = {}
+        for knob in KNOBS:
+            if knob.caliber:
+                value = self.values[knob.name]
+                out[knob.env] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def replace(self, **changes: Any) -> "Settings":
+        values = dict(self.values)
+        sources = dict(self.sources)
+        for name, value in changes.items():
+            values[name] = value
+            sources[name] = "derived"
+        return Settings(values, sources)
+
+
+def resolve(flags: Mapping[str, Any], environ: Optional[Mapping[str, str]] = None,
+            names: Optional[Iterable[str]] = None) -> Settings:
+    """Flag beats environment beats default; every value goes through its parser."""
+    environ = os.environ if environ is None else environ
+    values: Dict[str, Any] = {}
+    sources: Dict[str, str] = {}
+    for knob in KNOBS if names is None else [BY_NAME[n] for n in names]:
+        flag_value = flags.get(knob.name)
+        if flag_value is not None:
+            values[knob.name], sources[knob.name] = knob.parse_value(flag_value), "flag"
+        elif environ.get(knob.env) not in (None, ""):
+            values[knob.name], sources[knob.name] = knob.parse_value(environ[knob.env]), "env"
+        else:
+            values[knob.name], sources[knob.name] = knob.default, "default"
+    if values.get("shape_mode") is None and "shape_mode" in values:
+        values["shape_mode"] = "file" if values.get("shape_file") else "upstream"
+        sources["shape_mode"] = "derived"
+    if values.get("provider") is None and "provider" in values:
+        values["provider"] = "flaggems" if values.get("flaggems_dir") else "sample"
+        sources["provider"] = "derived"
+    return Settings(values, sources)
+
+
+def knob_options(names: Iterable[str]):
+    """Click decorator adding the flags of these knobs; values stay raw strings (or
+    None when not given) so that resolve() can apply precedence and validation."""
+    knobs = [BY_NAME[n] for n in names]
+
+    def decorate(fn):
+        for knob in reversed(knobs):
+            default_text = "" if knob.default in (None,) else f" [default: {_show(knob.default)}]"
+            fn = click.option(
+                knob.flag,
+                knob.name,
+                default=None,
+                metavar=knob.env,
+                help=f"{knob.help} Env: {knob.env}.{default_text}",
+            )(fn)
+        return fn
+
+    return decorate
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+# The knobs `zlbench run` and `zlbench batch` share: what to measure and how.
+MEASURE_KNOBS = [k.name for k in KNOBS if k.name not in ("op", "op_file", "test_node", "device", "out")]

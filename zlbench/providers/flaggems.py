@@ -1,0 +1,66 @@
+"""A FlagGems checkout (FLAGGEMS_DIR), or the installed ``flaggems_benchmark`` package.
+
+FlagGems' pytest.ini has ``pythonpath = src``, so a checkout runs its own
+``src/flag_gems``; we also put src/ on PYTHONPATH so that plugins loaded before the
+ini is read import the same flag_gems.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+from pathlib import Path
+from typing import List, Optional
+
+from .base import ResolveError, Target, list_ops, resolve_node
+
+
+def installed_benchmark_root() -> Optional[Path]:
+    """Root of an installed flaggems_benchmark package, found without importing it."""
+    spec = importlib.util.find_spec("flaggems_benchmark")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]).parent
+
+
+class FlagGemsProvider:
+    name = "flaggems"
+
+    def __init__(self, flaggems_dir: Optional[str]):
+        if flaggems_dir:
+            self.root = Path(flaggems_dir).expanduser().resolve()
+            if not self.root.is_dir():
+                raise ResolveError("flaggems_dir", self.root,
+                                   f"FLAGGEMS_DIR {flaggems_dir} is not a directory")
+            if not (self.root / "benchmark").is_dir():
+                raise ResolveError("flaggems_dir", self.root / "benchmark",
+                                   f"{self.root} has no benchmark/: FLAGGEMS_DIR must be the checkout root")
+        else:
+            root = installed_benchmark_root()
+            if root is None:
+                raise ResolveError("flaggems_dir", Path("."),
+                                   "no FlagGems: give --flaggems-dir (FLAGGEMS_DIR) or install flaggems_benchmark")
+            self.root = root
+
+    def resolve(self, op, op_file=None, test_node=None) -> Target:
+        target = resolve_node(self.root, op, op_file, test_node)
+        src = self.root / "src"
+        if src.is_dir():
+            old = os.environ.get("PYTHONPATH", "")
+            target.env["PYTHONPATH"] = str(src) + (os.pathsep + old if old else "")
+        return target
+
+    def operators(self) -> List[str]:
+        return list_ops(self.root)
+
+    def versions(self) -> dict:
+        out = {}
+        try:
+            rev = subprocess.run(["git", "-C", str(self.root), "rev-parse", "HEAD"],
+                                 capture_output=True, text=True, timeout=5)
+            if rev.returncode == 0:
+                out["flaggems_commit"] = rev.stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        return out

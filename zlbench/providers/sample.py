@@ -1,0 +1,26 @@
+"""The bundled sample corpus: FlagGems' benchmark format, torch operators, runs on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+from .base import Target, list_ops, resolve_node
+
+CORPUS_ROOT = Path(__file__).resolve().parent.parent / "corpus"
+
+
+class SampleProvider:
+    name = "sample"
+
+    def __init__(self, root: Path = CORPUS_ROOT):
+        self.root = root
+
+    def resolve(self, op, op_file=None, test_node=None) -> Target:
+        return resolve_node(self.root, op, op_file, test_node)
+
+    def operators(self) -> List[str]:
+        return list_ops(self.root)
+
+    def versions(self) -> dict:
+        return {"corpus": "zlbench-sample"}

@@ -1,0 +1,294 @@
+"""One operator, measured: preflight, claim the dir, plan plugins, launch, record.
+
+``execute_run`` is what ``zlbench run`` calls; the batch calls ``zlbench run`` in a
+subprocess, so everything a run needs to be trusted happens here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, TextIO
+
+from .. import backends, knobs, providers, tuner_cache
+from ..backends import Backend, Device, DeviceError
+from ..providers import ResolveError, Target
+from . import identity as ident
+from .outdir import claim_run_dir, use_run_dir
+from .preflight import (EXIT_PREFLIGHT, PreflightFailed, check_replay_from, check_plugins_importable,
+                        check_shape_file, check_torch_importable)
+from .tee import pump
+
+EXIT_OK = 0
+EXIT_BENCH_FAILED = 1
+# How long a child gets to exit after SIGINT/SIGTERM before it is killed.
+CHILD_GRACE_S = 10.0
+
+
+@dataclass
+class RunPlan:
+    settings: knobs.Settings
+    backend: Backend
+    device: Device
+    target: Target
+    timer: str
+    plugins: List[str]
+    shape_file: Path
+    replay_from: Optional[Path]
+
+
+def plan_run(settings: knobs.Settings, environ=os.environ) -> RunPlan:
+    """Everything decided before the run dir exists; raises PreflightFailed."""
+    try:
+        backend = backends.get_backend(settings.backend) if settings.backend else backends.detect_backend()
+    except backends.UnknownBackend as e:
+        raise PreflightFailed("ZL_BACKEND", str(e)) from None
+    selection = [settings.device] if settings.device is not None else None
+    try:
+        found = backend.devices(environ, selection)
+    except DeviceError as e:
+        raise PreflightFailed("device", str(e)) from None
+    if not found:
+        raise PreflightFailed(
+            "device", f"no {backend.name} device found ({backend.visible_key or 'none'} unset and "
+                      f"{' '.join(backend.list_tool or ()) or 'no tool'} lists none); pass --device or --backend")
+    try:
+        provider = providers.make_provider(settings)
+        target = provider.resolve(settings.op, settings.op_file, settings.test_node)
+    except ResolveError as e:
+        raise PreflightFailed(e.check, str(e), e.path) from None
+    check_torch_importable()
+    shape_file = check_shape_file(settings.shape_mode, settings.shape_file) or target.upstream_shape_file
+    replay_from = check_replay_from(settings.replay_from)
+    timer = backends.choose_timer(backend, settings.enable_cudagraph)
+    plugins = backends.plugin_plan(backend, settings.enable_cudagraph)
+    check_plugins_importable(plugins)
+    return RunPlan(settings, backend, found[0], target, timer, plugins, shape_file, replay_from)
+
+
+def pytest_command(plan: RunPlan, color: bool) -> List[str]:
+    s = plan.settings
+    cmd = [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider"]
+    if plan.target.layout == "v5.0.2":
+        # v5.0.2's conftest logs through a handler that pytest >= 9.1 replaces.
+        cmd += ["-p", "no:logging"]
+    for plugin in plan.plugins:
+        cmd += ["-p", plugin]
+    cmd += plan.target.pytest_args
+    cmd += ["--level", s.level, "--mode", "kernel"]
+    for dtype in s.dtypes or ():
+        cmd += ["--dtypes", dtype]
+    if s.shape_mode == "file":
+        cmd += ["--shape_file", str(plan.shape_file)]
+    cmd.append("--color=yes" if color else "--color=no")
+    return cmd
+
+
+def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, str]:
+    s = plan.settings
+    env = dict(os.environ)
+    env.update(plan.target.env)
+    env.update(backends.visibility_env(plan.backend, plan.device))
+    env.update(extra)
+    env.update({
+        "PYTHONUNBUFFERED": "1",
+        "ZL_RUN_DIR": str(run_dir),
+        "ZL_BACKEND": plan.backend.name,
+        "ZL_TIMER": plan.timer,
+        "ZL_DIRECT_REPEAT": str(s.direct_repeat),
+        "ZL_AUTOTUNE_MODE": "replay" if plan.replay_from else "record",
+        "USE_FLAGTUNE": "1" if s.use_flagtune else "0",
+        "ZL_ISOLATE_TUNER_CACHE": "1" if s.isolate_tuner_cache else "0",
+        "PARALLEL_WARMUP_GPUS": str(s.parallel_warmup_gpus),
+        "ZL_DEVICES": os.environ.get("ZL_DEVICES", plan.device.index),
+    })
+    if plan.replay_from:
+        env["REPLAY_FROM"] = str(plan.replay_from)
+    else:
+        env.pop("REPLAY_FROM", None)
+    return env
+
+
+def archive_shapes(plan: RunPlan, run_dir: Path) -> None:
+    """shapes.yaml: the shape file actually used, with the level it was used at."""
+    header = (f"# zlbench: level={plan.settings.level} shape_mode={plan.settings.shape_mode} "
+              f"source={plan.shape_file}\n")
+    body = plan.shape_file.read_text() if plan.shape_file.is_file() else "# (no shape file found)\n"
+    (run_dir / "shapes.yaml").write_text(header + body)
+
+
+def build_identity(plan: RunPlan, run_dir: Path, cache_description: str,
+                   provider_versions: dict) -> dict:
+    s = plan.settings
+    return {
+        "zlbench_version": _own_version(),
+        "status": "running",
+        "started": ident.now_iso(),
+        "command": ident.command_line(),
+        "run_dir": str(run_dir),
+        "op": s.op,
+        "provider": s.provider,
+        "corpus_root": str(plan.target.root),
+        "layout": plan.target.layout,
+        "test_node": plan.target.test_node,
+        "backend": plan.backend.name,
+        "device": {"index": plan.device.index, "visible": plan.device.visible,
+                   "model": plan.device.model},
+        "timer": plan.timer,
+        "autotune_mode": "replay" if plan.replay_from else "record",
+        "replay_from": str(plan.replay_from) if plan.replay_from else None,
+        "use_flagtune": s.use_flagtune,
+        "tuner_cache": cache_description,
+        "level": s.level,
+        "dtypes": list(s.dtypes) if s.dtypes else "default",
+        "repeat": s.direct_repeat,
+        "shape_source": {"mode": s.shape_mode, "file": str(plan.shape_file)},
+        "plugins_planned": plan.plugins,
+        "knobs": s.caliber(),
+        "knob_sources": {k: v for k, v in s.sources.items()},
+        "versions": {**ident.package_versions(), **provider_versions},
+    }
+
+
+def _own_version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _print(line: str, out: TextIO, log) -> None:
+    out.write(line + "\n")
+    out.flush()
+    log.write((line + "\n").encode())
+    log.flush()
+
+
+def header_lines(plan: RunPlan, run_dir: Path, ident_data: dict, cmd: List[str]) -> List[str]:
+    s = plan.settings
+    caliber = " ".join(f"{k}={_show(v)}" for k, v in ident_data["knobs"].items())
+    return [
+        f"=== zlbench run: {s.op or plan.target.test_node} ({s.provider}) started {ident_data['started']} ===",
+        f"run dir      {run_dir}",
+        f"backend      {plan.backend.name}  device {plan.device.index} ({plan.device.model})  "
+        f"timer {plan.timer}  autotune {ident_data['autotune_mode']}  tuner_cache {ident_data['tuner_cache']}",
+        f"caliber      {caliber}",
+        f"node         {plan.target.test_node}",
+        f"shapes       {plan.shape_file} (level {s.level})",
+        f"plugins      {' '.join(plan.plugins)}",
+        f"command      {' '.join(cmd)}",
+    ]
+
+
+def _show(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _launch(cmd, cwd, env, log, out: TextIO) -> int:
+    """Run the benchmark process, teeing its output; never leave it running."""
+    read_fd, write_fd = os.pipe()
+    try:
+        child = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                 stdout=write_fd, stderr=write_fd)
+    finally:
+        os.close(write_fd)
+    pumper = threading.Thread(target=pump, args=(read_fd, log, out), daemon=True)
+    pumper.start()
+
+    def forward(signum, _frame):
+        # The batch stops us with SIGTERM; pass it on, then let wait() below finish.
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        rc = child.wait()
+    except KeyboardInterrupt:
+        # Ctrl-C reached the child too (same process group); give it time to report.
+        try:
+            rc = child.wait(timeout=CHILD_GRACE_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            rc = child.wait()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        pumper.join(timeout=5)
+        os.close(read_fd)
+    return rc
+
+
+def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
+                out: TextIO = sys.stdout, extra_env: Optional[Dict[str, str]] = None) -> int:
+    """Measure one operator. Returns the exit code of ``zlbench run``."""
+    started = time.monotonic()
+    try:
+        plan = plan_run(settings)
+    except PreflightFailed as e:
+        out.write(e.marker() + "\n")
+        out.write(f"zlbench run: preflight failed ({e.check}): {e}\n")
+        return EXIT_PREFLIGHT
+
+    run_dir = use_run_dir(run_dir) if run_dir else claim_run_dir(Path(settings.out), settings.op)
+    cache = tuner_cache.plan_tuner_cache(run_dir, settings.isolate_tuner_cache, os.environ)
+    provider_versions = providers.make_provider(settings).versions()
+    archive_shapes(plan, run_dir)
+    ident_data = build_identity(plan, run_dir, cache.description, provider_versions)
+    ident.write_json_atomic(run_dir / "run_identity.json", ident_data)
+
+    color = out.isatty() if hasattr(out, "isatty") else False
+    cmd = pytest_command(plan, color)
+    env = child_env(plan, run_dir, {**cache.env, **(extra_env or {})})
+    rc: Optional[int] = None
+    with open(run_dir / "run.log", "wb") as log:
+        for line in header_lines(plan, run_dir, ident_data, cmd):
+            _print(line, out, log)
+        try:
+            rc = _launch(cmd, str(plan.target.root), env, log, out)
+        finally:
+            cache.cleanup()
+            elapsed = time.monotonic() - started
+            code = _exit_code(rc)
+            ident_data.update({
+                "status": "ok" if code == EXIT_OK else ("interrupted" if rc is None else "failed"),
+                "finished": ident.now_iso(),
+                "duration_s": round(elapsed, 3),
+                "exit_code": code,
+                "plugins": ident.collect_plugin_reports(run_dir),
+            })
+            ident.write_json_atomic(run_dir / "run_identity.json", ident_data)
+            _print(f"=== zlbench run: {settings.op or plan.target.test_node} finished: exit {code} "
+                   f"({ident_data['status']}) in {elapsed:.1f} s ===", out, log)
+    if code == EXIT_OK:
+        _mark_complete(run_dir)
+    out.write(f"{run_dir}\n")
+    out.flush()
+    return code
+
+
+def _exit_code(rc: Optional[int]) -> int:
+    if rc is None:
+        return 130
+    if rc < 0:  # killed by a signal: the shell's convention
+        return 128 - rc
+    return rc
+
+
+def _mark_complete(run_dir: Path) -> None:
+    tmp = run_dir / ".complete.tmp"
+    tmp.write_text(ident.now_iso() + "\n")
+    os.replace(tmp, run_dir / ".complete")

@@ -1,0 +1,73 @@
+"""Checks that must pass before any pytest starts.
+
+A failure here is a broken environment, not a broken operator: it prints
+``PREFLIGHT_FAILED check=<name> path=<path> ...`` and ``zlbench run`` exits 3, which
+the batch layer reads as "do not retry, do not blame the operator".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from ..markers import PREFLIGHT_FAILED, format_marker
+
+EXIT_PREFLIGHT = 3
+
+
+class PreflightFailed(Exception):
+    def __init__(self, check: str, message: str, path: Optional[Path] = None):
+        super().__init__(message)
+        self.check = check
+        self.path = path
+
+    def marker(self) -> str:
+        return format_marker(PREFLIGHT_FAILED, check=self.check,
+                             path=str(self.path) if self.path else None, reason=str(self))
+
+
+def check_shape_file(shape_mode: str, shape_file: Optional[str]) -> Optional[Path]:
+    if shape_mode == "file":
+        if not shape_file:
+            raise PreflightFailed("SHAPE_FILE", "SHAPE_MODE=file needs a shape file: give --shape-file")
+        path = Path(shape_file).expanduser().resolve()
+        if not path.is_file():
+            raise PreflightFailed("SHAPE_FILE", f"shape file {shape_file} does not exist", path)
+        return path
+    return None
+
+
+def check_replay_from(replay_from: Optional[str]) -> Optional[Path]:
+    """The autotune_records/ dir to replay: given directly, or a run dir holding one."""
+    if not replay_from:
+        return None
+    path = Path(replay_from).expanduser().resolve()
+    if not path.is_dir():
+        raise PreflightFailed("REPLAY_FROM", f"REPLAY_FROM {replay_from} is not a directory", path)
+    if (path / "autotune_records").is_dir():
+        path = path / "autotune_records"
+    if not any(path.glob("*.json")):
+        raise PreflightFailed("REPLAY_FROM", f"REPLAY_FROM {path} holds no autotune records (*.json)", path)
+    return path
+
+
+def check_torch_importable() -> None:
+    """The benchmark process needs torch; say so before pytest fails obscurely.
+    (find_spec locates it without importing it into the orchestrator.)"""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("torch") is None:
+        raise PreflightFailed(
+            "torch", f"torch is not importable by {sys.executable}: install your backend's torch "
+                     "build (on a CPU machine: pip install torch==2.13.0)")
+
+
+def check_plugins_importable(plugins) -> None:
+    """Every planned -p plugin must be findable, or pytest dies before collecting."""
+    import importlib.util
+
+    missing = [name for name in plugins if importlib.util.find_spec(name) is None]
+    if missing:
+        raise PreflightFailed("plugins", f"plugin module(s) not importable: {', '.join(missing)}; "
+                                         "reinstall zlbench (pip install -e .)")
