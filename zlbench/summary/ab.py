@@ -1,0 +1,150 @@
+"""Pair two runs row by row and give B's gain over A from gems latency.
+
+gain = A_ms / B_ms - 1, the convention of compiler PRs: positive means B is faster.
+Only rows measured on both sides count; everything else is counted and listed, so an
+incomplete pairing never reads as a complete range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from zlbench.summary.caliber import CaliberReport, compare_run_pairs
+from zlbench.summary.parse import Row
+from zlbench.summary.rows import Summary, summarize
+from zlbench.summary.sources import RunLog
+from zlbench.summary.stats import geomean, quantile
+
+Key = Tuple[str, str, str]
+
+
+@dataclass
+class PairedRow:
+    a: Row
+    b: Row
+    gain: float
+    # Either side was timed by the direct timer after a failed capture.
+    fallback: bool
+
+    @property
+    def key(self) -> Key:
+        return self.a.key
+
+
+@dataclass
+class NotComparable:
+    a: Row
+    b: Row
+    reason: str
+
+
+@dataclass
+class GainRange:
+    name: str
+    count: int
+    min: Optional[float]
+    median: Optional[float]
+    max: Optional[float]
+    geomean: Optional[float]
+    fallback_rows: int
+
+
+@dataclass
+class ABResult:
+    a: Summary
+    b: Summary
+    caliber: CaliberReport = field(default_factory=CaliberReport)
+    pairs: List[PairedRow] = field(default_factory=list)
+    only_a: List[Row] = field(default_factory=list)
+    only_b: List[Row] = field(default_factory=list)
+    not_comparable: List[NotComparable] = field(default_factory=list)
+    # Keys printed more than once on a side; paired in the order they were printed.
+    duplicate_keys: int = 0
+    by_op: List[GainRange] = field(default_factory=list)
+    overall: Optional[GainRange] = None
+    # |gain| median and p95: the noise floor an A/A pair shows.
+    noise_median: Optional[float] = None
+    noise_p95: Optional[float] = None
+
+
+def gain_range(name: str, pairs: Sequence[PairedRow]) -> GainRange:
+    gains = [p.gain for p in pairs]
+    # The geometric mean is taken over the latency ratios A/B, then shown as a gain.
+    ratio_mean = geomean([p.gain + 1.0 for p in pairs])
+    return GainRange(
+        name=name,
+        count=len(pairs),
+        min=min(gains) if gains else None,
+        median=quantile(gains, 0.5),
+        max=max(gains) if gains else None,
+        geomean=None if ratio_mean is None else ratio_mean - 1.0,
+        fallback_rows=sum(1 for p in pairs if p.fallback),
+    )
+
+
+def _occurrences(rows: Sequence[Row]) -> Tuple[Dict[Tuple[Key, int], Row], int]:
+    """Rows by (key, nth time printed); and how many keys were printed more than once."""
+    seen: Dict[Key, int] = {}
+    out: Dict[Tuple[Key, int], Row] = {}
+    for row in rows:
+        n = seen.get(row.key, 0)
+        seen[row.key] = n + 1
+        out[(row.key, n)] = row
+    return out, sum(1 for n in seen.values() if n > 1)
+
+
+def _why_not_comparable(a: Row, b: Row) -> Optional[str]:
+    for side, row in (("A", a), ("B", b)):
+        if row.status != "SUCCESS":
+            return f"{side} status {row.status}"
+        if row.gems_ms is None or not math.isfinite(row.gems_ms) or row.gems_ms <= 0:
+            return f"{side} gems latency {row.gems_ms if row.gems_ms is not None else 'N/A'}"
+    return None
+
+
+def _run_pairs(result: ABResult) -> List[Tuple[RunLog, RunLog]]:
+    """The runs whose rows meet in this A/B: their calibers are what must agree."""
+    runs_a = {str(r.run_dir): r for r in result.a.runs}
+    runs_b = {str(r.run_dir): r for r in result.b.runs}
+    met = {(p.a.run_dir, p.b.run_dir) for p in result.pairs}
+    met |= {(n.a.run_dir, n.b.run_dir) for n in result.not_comparable}
+    return [(runs_a[ra], runs_b[rb]) for ra, rb in sorted(met)]
+
+
+def pair_summaries(a: Summary, b: Summary) -> ABResult:
+    """Pair two summaries by (op, dtype, shape) and compute gains, ranges and noise."""
+    result = ABResult(a, b)
+    rows_a, dup_a = _occurrences(a.rows)
+    rows_b, dup_b = _occurrences(b.rows)
+    result.duplicate_keys = dup_a + dup_b
+    for k, row_a in rows_a.items():
+        row_b = rows_b.get(k)
+        if row_b is None:
+            result.only_a.append(row_a)
+            continue
+        reason = _why_not_comparable(row_a, row_b)
+        if reason:
+            result.not_comparable.append(NotComparable(row_a, row_b, reason))
+            continue
+        result.pairs.append(PairedRow(
+            row_a, row_b, row_a.gems_ms / row_b.gems_ms - 1.0,
+            row_a.fallback or row_b.fallback))
+    result.only_b = [row for k, row in rows_b.items() if k not in rows_a]
+    result.caliber = compare_run_pairs(_run_pairs(result), a.rows, b.rows)
+
+    by_op: Dict[str, List[PairedRow]] = {}
+    for pair in result.pairs:
+        by_op.setdefault(pair.a.op, []).append(pair)
+    result.by_op = [gain_range(op, by_op[op]) for op in sorted(by_op)]
+    result.overall = gain_range("all", result.pairs)
+    noise = [abs(p.gain) for p in result.pairs]
+    result.noise_median = quantile(noise, 0.5)
+    result.noise_p95 = quantile(noise, 0.95)
+    return result
+
+
+def pair_runs(a_path, b_path) -> ABResult:
+    """A/B of two inputs (each a log file, run dir or batch dir)."""
+    return pair_summaries(summarize(a_path), summarize(b_path))

@@ -1,0 +1,97 @@
+"""`zlbench summary`: tables from run logs, and `--ab A B` between two runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Tuple
+
+import click
+
+from zlbench.summary.ab import pair_summaries
+from zlbench.summary.plot import PlotUnavailable, plot_gains, pyplot
+from zlbench.summary.render import FORMATS, render_csv, render_summary
+from zlbench.summary.render_ab import caliber_lines, render_ab, render_ab_csv
+from zlbench.summary.rows import Summary, summarize
+from zlbench.summary.sources import SummaryInputError
+
+SUMMARY_CSV = "summary.csv"
+
+
+def _write(path: Path, text: str, flag_hint: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise click.ClickException(f"cannot write {path}: {e.strerror}; {flag_hint}") from None
+
+
+def _summarize(path: str) -> Summary:
+    try:
+        return summarize(path)
+    except SummaryInputError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
+    summary = _summarize(path)
+    target = Path(out) if out else summary.root / SUMMARY_CSV
+    _write(target, render_csv(summary), "choose another file with --out FILE")
+    click.echo(render_summary(summary, fmt_name), nl=False)
+    click.echo(f"wrote {target} ({len(summary.rows)} rows, {len(summary.issues)} issues)",
+               err=True)
+
+
+def run_ab(a: str, b: str, fmt_name: str, out: Optional[str], plot: Optional[str],
+           allow_mismatch: bool) -> None:
+    if plot:
+        # Fail before the work when the picture cannot be drawn.
+        try:
+            pyplot()
+        except PlotUnavailable as e:
+            raise click.ClickException(str(e)) from None
+    result = pair_summaries(_summarize(a), _summarize(b))
+    warning = caliber_lines(result.caliber)
+    if result.caliber.mismatch and not allow_mismatch:
+        raise click.ClickException(
+            "\n".join(warning) + "\nRefusing to compare: the gains would mix the build "
+            "with the measurement. Re-run one side with the other's settings, or pass "
+            "--allow-caliber-mismatch to compare anyway.")
+    if warning and fmt_name in ("csv", "json"):
+        # table and markdown open with these lines; machine formats keep stdout clean.
+        click.echo("\n".join(warning), err=True)
+    click.echo(render_ab(result, fmt_name), nl=False)
+    if out:
+        _write(Path(out), render_ab_csv(result), "choose another file with --out FILE")
+        click.echo(f"wrote {out}", err=True)
+    if plot:
+        plot_gains(result, Path(plot))
+        click.echo(f"wrote {plot}", err=True)
+
+
+@click.command("summary")
+@click.argument("path", required=False, type=click.Path())
+@click.option("--ab", nargs=2, type=click.Path(), default=None, metavar="A B",
+              help="Compare two runs (log, run dir or batch dir): B's gain over A.")
+@click.option("--format", "fmt_name", type=click.Choice(FORMATS), default="table",
+              show_default=True, help="What to print on stdout.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the CSV (default: summary.csv in the input dir; "
+                   "with --ab: no file unless given).")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="With --ab: draw each operator's gain distribution to this PNG "
+                   "(needs matplotlib: pip install 'zlbench[plot]').")
+@click.option("--allow-caliber-mismatch", is_flag=True,
+              help="With --ab: compare even when the two runs were measured differently.")
+def summary_command(path: Optional[str], ab: Optional[Tuple[str, str]], fmt_name: str,
+                    out: Optional[str], plot: Optional[str],
+                    allow_caliber_mismatch: bool) -> None:
+    """Tables from run logs: PATH is a run.log, a run dir or a batch dir."""
+    if ab and path:
+        raise click.UsageError("give either PATH or --ab A B, not both")
+    if not ab:
+        if path is None:
+            raise click.UsageError("give a PATH (run.log, run dir or batch dir) or --ab A B")
+        if plot or allow_caliber_mismatch:
+            raise click.UsageError("--plot and --allow-caliber-mismatch need --ab A B")
+        run_summary(path, fmt_name, out)
+        return
+    run_ab(ab[0], ab[1], fmt_name, out, plot, allow_caliber_mismatch)

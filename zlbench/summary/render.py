@@ -1,0 +1,96 @@
+"""Write a Summary as summary.csv, JSON, markdown or an aligned text table."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Dict, List
+
+from zlbench.summary.aggregate import Aggregate, aggregate
+from zlbench.summary.parse import Issue, Row
+from zlbench.summary.rows import Summary
+from zlbench.summary.tables import fmt, heading, marker_text, table
+
+CSV_COLUMNS = (
+    "op", "dtype", "mode", "level", "shape", "torch_ms", "gems_ms", "speedup", "tflops",
+    "torch_gbps", "gems_gbps", "status", "timer", "markers", "run_dir",
+)
+FORMATS = ("table", "csv", "json", "markdown")
+
+
+def row_record(row: Row) -> Dict[str, object]:
+    return {name: marker_text(row.markers) if name == "markers" else getattr(row, name)
+            for name in CSV_COLUMNS}
+
+
+def render_csv(summary: Summary) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    # csv writes None as an empty field.
+    writer.writerows(row_record(row).values() for row in summary.rows)
+    return buf.getvalue()
+
+
+def issue_record(issue: Issue) -> Dict[str, object]:
+    return {k: v for k, v in vars(issue).items() if v is not None}
+
+
+def render_json(summary: Summary) -> str:
+    doc = {
+        "input": str(summary.input),
+        "runs": [{"run_dir": str(r.run_dir), "has_identity": r.identity is not None,
+                  "complete": r.complete} for r in summary.runs],
+        "rows": [row_record(r) for r in summary.rows],
+        "by_dtype": [vars(a) for a in aggregate(summary.rows, "dtype")],
+        "by_op": [vars(a) for a in aggregate(summary.rows, "op")],
+        "issues": [issue_record(i) for i in summary.issues],
+    }
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def _aggregate_table(style: str, title: str, aggs: List[Aggregate]) -> str:
+    headers = (title, "rows", "excluded", "geomean speedup", "min", "max", "direct fallback")
+    rows = [(a.group, str(a.count), str(a.excluded), fmt(a.geomean, 3), fmt(a.min, 3),
+             fmt(a.max, 3), str(a.direct_fallback or "")) for a in aggs]
+    return table(style, headers, rows, (False,) + (True,) * 6)
+
+
+def render_issues(style: str, issues: List[Issue], title: str = "Issues") -> str:
+    if not issues:
+        return ""
+    rows = [(i.kind, i.op or "", i.dtype or "", i.message, i.where()) for i in issues]
+    return "\n\n" + heading(style, f"{title} ({len(issues)})") + "\n" + table(
+        style, ("kind", "op", "dtype", "what", "where"), rows, (False,) * 5)
+
+
+def render_text(summary: Summary, style: str) -> str:
+    """``style``: "table" or "markdown"."""
+    headers = ("op", "dtype", "shape", "torch ms", "gems ms", "speedup", "timer", "status",
+               "markers")
+    rows = [(r.op, r.dtype, r.shape, fmt(r.torch_ms), fmt(r.gems_ms), fmt(r.speedup, 3),
+             r.timer, r.status, marker_text(r.markers)) for r in summary.rows]
+    right = (False, False, False, True, True, True, False, False, False)
+    if not rows:
+        return (f"No table rows in {summary.input} ({len(summary.runs)} logs)."
+                + render_issues(style, summary.issues) + "\n")
+    parts = [
+        heading(style, f"Rows ({len(summary.rows)} from {len(summary.runs)} logs)"),
+        table(style, headers, rows, right),
+        "",
+        heading(style, "By dtype (speedup = torch / gems; > 1: gems faster)"),
+        _aggregate_table(style, "dtype", aggregate(summary.rows, "dtype")),
+        "",
+        heading(style, "By operator"),
+        _aggregate_table(style, "op", aggregate(summary.rows, "op")),
+    ]
+    return "\n".join(parts) + render_issues(style, summary.issues) + "\n"
+
+
+def render_summary(summary: Summary, fmt_name: str) -> str:
+    if fmt_name == "csv":
+        return render_csv(summary)
+    if fmt_name == "json":
+        return render_json(summary)
+    return render_text(summary, fmt_name)

@@ -1,0 +1,130 @@
+"""Write an A/B result: caliber warnings first, ranges, rows, what did not pair, noise."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import List
+
+from zlbench.summary.ab import ABResult, GainRange
+from zlbench.summary.caliber import CaliberReport
+from zlbench.summary.render import issue_record, render_issues
+from zlbench.summary.tables import fmt, fmt_pct, heading, table
+
+GAIN_NOTE = "gain = A gems ms / B gems ms - 1 (positive: B faster)"
+
+
+def caliber_lines(report: CaliberReport) -> List[str]:
+    """The caliber differences, loudest first; empty when the calibers match."""
+    lines = []
+    if report.mismatch:
+        lines.append("CALIBER MISMATCH: A and B were not measured the same way.")
+        lines += [f"  {d}" for d in report.common]
+        for rel, diffs in sorted(report.per_run.items()):
+            lines += [f"  [{rel}] {d}" for d in diffs]
+    lines += [f"Caliber note: {n}" for n in report.notes]
+    return lines
+
+
+def _noise_line(result: ABResult) -> str:
+    median = fmt_pct(result.noise_median, sign=False) or "n/a"
+    p95 = fmt_pct(result.noise_p95, sign=False) or "n/a"
+    return (f"Noise: median |gain| {median}, p95 |gain| {p95} over {len(result.pairs)} "
+            "rows. When A and B are the same build, these ranges are the noise floor.")
+
+
+def _counts_line(result: ABResult) -> str:
+    return (f"Paired {len(result.pairs)} rows (A has {len(result.a.rows)}, B has "
+            f"{len(result.b.rows)}); only in A: {len(result.only_a)}; only in B: "
+            f"{len(result.only_b)}; not comparable (failed or no latency): "
+            f"{len(result.not_comparable)}"
+            + (f"; keys printed more than once (A and B): {result.duplicate_keys}"
+               if result.duplicate_keys else ""))
+
+
+def _range_row(r: GainRange) -> tuple:
+    note = (f"{r.fallback_rows} rows direct-timer fallback (different regime)"
+            if r.fallback_rows else "")
+    return (r.name, str(r.count), fmt_pct(r.min), fmt_pct(r.median), fmt_pct(r.max),
+            fmt_pct(r.geomean), note)
+
+
+def render_ab_text(result: ABResult, style: str) -> str:
+    """``style``: "table" or "markdown" (pasteable into a pull request)."""
+    out = caliber_lines(result.caliber)
+    if out:
+        out.append("")
+    out += [heading(style, "A/B: " + GAIN_NOTE),
+            f"A: {result.a.input}", f"B: {result.b.input}", _counts_line(result), ""]
+    ranges = result.by_op + ([result.overall] if result.overall else [])
+    out += [heading(style, "Ranges per operator"),
+            table(style, ("operator", "rows", "min", "median", "max", "geomean", "note"),
+                  [_range_row(r) for r in ranges], (False,) + (True,) * 5 + (False,)), ""]
+    rows = [(p.a.op, p.a.dtype, p.a.shape, fmt(p.a.gems_ms), fmt(p.b.gems_ms),
+             fmt_pct(p.gain), "direct fallback" if p.fallback else "")
+            for p in result.pairs]
+    out += [heading(style, "Rows"),
+            table(style, ("operator", "dtype", "shape", "A ms", "B ms", "gain", "note"),
+                  rows, (False, False, False, True, True, True, False))]
+    unpaired = ([("only in A", r.op, r.dtype, r.shape) for r in result.only_a]
+                + [("only in B", r.op, r.dtype, r.shape) for r in result.only_b]
+                + [(f"not comparable: {n.reason}", n.a.op, n.a.dtype, n.a.shape)
+                   for n in result.not_comparable])
+    if unpaired:
+        out += ["", heading(style, f"Not in the ranges ({len(unpaired)} rows)"),
+                table(style, ("why", "operator", "dtype", "shape"), unpaired, (False,) * 4)]
+    text = "\n".join(out)
+    text += render_issues(style, result.a.issues, "Issues in A")
+    text += render_issues(style, result.b.issues, "Issues in B")
+    return text + "\n\n" + _noise_line(result) + "\n"
+
+
+def render_ab_csv(result: ABResult) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(("pairing", "op", "dtype", "shape", "a_gems_ms", "b_gems_ms", "gain",
+                     "a_timer", "b_timer", "fallback", "reason"))
+    for p in result.pairs:
+        writer.writerow(("paired", p.a.op, p.a.dtype, p.a.shape, p.a.gems_ms, p.b.gems_ms,
+                         f"{p.gain:.6f}", p.a.timer, p.b.timer, int(p.fallback), ""))
+    for n in result.not_comparable:
+        writer.writerow(("not_comparable", n.a.op, n.a.dtype, n.a.shape, n.a.gems_ms,
+                         n.b.gems_ms, "", n.a.timer, n.b.timer, "", n.reason))
+    for side, rows in (("only_a", result.only_a), ("only_b", result.only_b)):
+        for r in rows:
+            a_ms, b_ms = (r.gems_ms, "") if side == "only_a" else ("", r.gems_ms)
+            writer.writerow((side, r.op, r.dtype, r.shape, a_ms, b_ms, "", "", "", "", ""))
+    return buf.getvalue()
+
+
+def render_ab_json(result: ABResult) -> str:
+    c = result.caliber
+    doc = {
+        "a": str(result.a.input), "b": str(result.b.input), "gain": GAIN_NOTE,
+        "caliber": {"mismatch": c.mismatch, "common": [vars(d) for d in c.common],
+                    "per_run": {k: [vars(d) for d in v] for k, v in c.per_run.items()},
+                    "notes": c.notes},
+        "overall": vars(result.overall) if result.overall else None,
+        "by_op": [vars(r) for r in result.by_op],
+        "pairs": [{"op": p.a.op, "dtype": p.a.dtype, "shape": p.a.shape,
+                   "a_ms": p.a.gems_ms, "b_ms": p.b.gems_ms, "gain": p.gain,
+                   "fallback": p.fallback} for p in result.pairs],
+        "only_a": [list(r.key) for r in result.only_a],
+        "only_b": [list(r.key) for r in result.only_b],
+        "not_comparable": [{"key": list(n.a.key), "reason": n.reason}
+                           for n in result.not_comparable],
+        "duplicate_keys": result.duplicate_keys,
+        "noise": {"median_abs_gain": result.noise_median, "p95_abs_gain": result.noise_p95},
+        "issues_a": [issue_record(i) for i in result.a.issues],
+        "issues_b": [issue_record(i) for i in result.b.issues],
+    }
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def render_ab(result: ABResult, fmt_name: str) -> str:
+    if fmt_name == "csv":
+        return render_ab_csv(result)
+    if fmt_name == "json":
+        return render_ab_json(result)
+    return render_ab_text(result, fmt_name)

@@ -1,0 +1,90 @@
+"""Rows of a whole input: parse every log, attach markers, set each row's timer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, Marker
+from zlbench.summary.parse import Issue, ParsedLog, Row, parse_log
+from zlbench.summary.sources import RunLog, find_runs
+
+ROW_FIELDS = ("op", "dtype", "shape")
+
+
+@dataclass
+class Summary:
+    # What the user named (a log, run dir or batch dir); root is its dir.
+    input: Path
+    root: Path
+    runs: List[RunLog]
+    rows: List[Row] = field(default_factory=list)
+    issues: List[Issue] = field(default_factory=list)
+
+
+def _rows_for(marker: Marker, rows: Sequence[Row], index: Dict[Tuple, List[Row]]
+              ) -> List[Row]:
+    """The rows a marker names: by op/dtype/shape, by op/dtype, by op, or all rows."""
+    named = tuple(marker.get(f) for f in ROW_FIELDS)
+    if all(v is None for v in named):
+        return list(rows)
+    op, dtype, shape = named
+    if op is not None and (dtype is not None or shape is None):
+        return index.get(named, [])
+    # Unusual: a dtype or shape without its op. Match on what the marker gives.
+    return [r for r in rows
+            if all(v is None or getattr(r, f) == v for f, v in zip(ROW_FIELDS, named))]
+
+
+def _index(rows: Sequence[Row]) -> Dict[Tuple, List[Row]]:
+    index: Dict[Tuple, List[Row]] = {}
+    for r in rows:
+        for key in ((r.op, r.dtype, r.shape), (r.op, r.dtype, None), (r.op, None, None)):
+            index.setdefault(key, []).append(r)
+    return index
+
+
+def attach_markers(parsed: ParsedLog, source: str) -> None:
+    """Give each row the markers that name it; report markers that name no row."""
+    if not parsed.markers:
+        return
+    index = _index(parsed.rows)
+    for lineno, marker in parsed.markers:
+        hit = _rows_for(marker, parsed.rows, index)
+        for row in hit:
+            row.markers.append(marker)
+        if not hit:
+            fields = " ".join(f"{k}={v}" for k, v in marker.fields.items())
+            what = ("names no printed row" if any(marker.get(f) for f in ROW_FIELDS)
+                    else "is about the whole run, which printed no rows")
+            parsed.issues.append(Issue("unattached_marker", f"{marker.name} {what}: {fields}",
+                                       marker.get("op"), marker.get("dtype"), lineno, source))
+
+
+def rows_of_run(run: RunLog) -> Tuple[List[Row], List[Issue]]:
+    with open(run.log, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    parsed = parse_log(text, str(run.log))
+    attach_markers(parsed, str(run.log))
+    timer = str((run.identity or {}).get("timer") or "unknown")
+    run_dir = str(run.run_dir)
+    for row in parsed.rows:
+        row.run_dir = run_dir
+        row.fallback = any(m.name == BENCHMARK_DIRECT_NO_CUDAGRAPH for m in row.markers)
+        row.timer = "direct" if row.fallback else timer
+    return parsed.rows, parsed.issues
+
+
+def summarize(path) -> Summary:
+    """Every row and issue of a log file, a run dir or a batch dir (searched recursively).
+
+    Raises SummaryInputError when the path is missing or holds no run.log.
+    """
+    root, runs, issues = find_runs(Path(path))
+    summary = Summary(Path(path), root, runs, issues=issues)
+    for run in runs:
+        rows, run_issues = rows_of_run(run)
+        summary.rows.extend(rows)
+        summary.issues.extend(run_issues)
+    return summary

@@ -1,0 +1,127 @@
+"""Find the logs behind a summary input: a log file, a run dir, or a batch dir.
+
+A run dir holds run.log, run_identity.json and (when the run succeeded) .complete; a
+batch dir holds run dirs below it (searched recursively) and ops_status.csv.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from zlbench.summary.parse import Issue
+
+RUN_LOG = "run.log"
+IDENTITY = "run_identity.json"
+COMPLETE = ".complete"
+# The batch dir's own names (zlbench/batch/state.py: STATUS_FILE, RESERVED, COLUMNS),
+# repeated here so that summary does not import the batch driver.
+OPS_STATUS = "ops_status.csv"
+# Earlier attempts and raw attempt logs: their rows are not the batch's result.
+NOT_RUN_DIRS = {"set-aside", "logs"}
+OK_STATUS = "ok"
+
+
+class SummaryInputError(Exception):
+    """The input holds nothing to summarise; the message names the path and the fix."""
+
+
+@dataclass
+class RunLog:
+    log: Path
+    run_dir: Path
+    # Path of run_dir below the summary root ("." for the root itself): pairs A with B.
+    rel: str
+    identity: Optional[dict]
+    # False for a zlbench run dir without .complete; None where no identity says it is one.
+    complete: Optional[bool]
+
+
+def _walk_logs(root: Path) -> List[Path]:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in NOT_RUN_DIRS)
+        if RUN_LOG in filenames:
+            found.append(Path(dirpath) / RUN_LOG)
+    return found
+
+
+def _read_identity(run_dir: Path, issues: List[Issue]) -> Optional[dict]:
+    path = run_dir / IDENTITY
+    if not path.is_file():
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            identity = json.load(f)
+    except (OSError, ValueError) as e:
+        issues.append(Issue("bad_identity", f"cannot read {IDENTITY}: {e}", source=str(path)))
+        return None
+    if not isinstance(identity, dict):
+        issues.append(Issue("bad_identity", f"{IDENTITY} is not a JSON object",
+                            source=str(path)))
+        return None
+    return identity
+
+
+def find_runs(path: Path) -> Tuple[Path, List[RunLog], List[Issue]]:
+    """(root, runs, issues) for a log file, a run dir or a batch dir.
+
+    The root is where summary.csv goes by default: the dir given, or a file's dir.
+    """
+    path = Path(path)
+    issues: List[Issue] = []
+    if path.is_file():
+        root, logs = path.parent, [path]
+    elif path.is_dir():
+        root, logs = path, _walk_logs(path)
+        if not logs:
+            raise SummaryInputError(
+                f"no {RUN_LOG} under {path}: pass a run.log file, a run dir (from "
+                f"`zlbench run`) or a batch dir (from `zlbench batch`)")
+    else:
+        raise SummaryInputError(
+            f"{path} does not exist: pass a run.log file, a run dir or a batch dir")
+    runs = []
+    for log in logs:
+        run_dir = log.parent
+        identity = _read_identity(run_dir, issues)
+        complete = None if identity is None else (run_dir / COMPLETE).exists()
+        if complete is False:
+            issues.append(Issue("incomplete_run",
+                                f"{run_dir} has no {COMPLETE}: the run did not finish "
+                                "successfully", source=str(run_dir)))
+        rel = os.path.relpath(run_dir, root)
+        runs.append(RunLog(log, run_dir, rel, identity, complete))
+    issues.extend(read_ops_status(root))
+    return root, runs, issues
+
+
+def read_ops_status(root: Path) -> List[Issue]:
+    """Operators the batch did not measure, from ops_status.csv (none if it is absent)."""
+    path = root / OPS_STATUS
+    if not path.is_file():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        fields = reader.fieldnames or []
+        op_column = next((c for c in ("operator", "op") if c in fields), None)
+        if op_column is None or "status" not in fields:
+            return [Issue("bad_ops_status",
+                          f"{OPS_STATUS} has no 'operator' and 'status' columns (found: "
+                          f"{', '.join(fields) or 'none'}); operator outcomes not checked",
+                          source=str(path))]
+        issues = []
+        for lineno, rec in enumerate(reader, 2):
+            status = (rec.get("status") or "").strip() or "(empty)"
+            if status == OK_STATUS:
+                continue
+            why = "; ".join(t for t in ((rec.get("reason") or "").strip(),
+                                        (rec.get("notes") or "").strip()) if t)
+            issues.append(Issue(f"op_{status}", f"batch status {status}"
+                                + (f": {why}" if why else ""),
+                                op=rec.get(op_column), line=lineno, source=str(path)))
+        return issues
