@@ -1,0 +1,135 @@
+"""Sharding, op lists, dismiss lists and the failure classification: pure functions."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from zlbench.batch import classify
+from zlbench.batch.execute import dtype_ladder, knob_args
+from zlbench.batch.oplist import load_dismiss, parse_op_timeouts, parse_ops_flag, read_op_list
+from zlbench.batch.plan import device_order, make_plan, shard
+from zlbench.batch.state import BatchError
+from zlbench import knobs
+
+OPS = [f"op_{i}" for i in range(200)]
+DISMISS_YAML = """dismissed:
+  - operator: abs
+    reason: upstream bug 123
+    verified: {date: 2026-08-01, backend: cpu, seen: wrong result}
+"""
+
+
+def test_shard_is_independent_of_hash_seed_and_order():
+    code = ("import json; from zlbench.batch.plan import shard; "
+            f"print(json.dumps(shard({OPS!r}, ['0', '1', '2'])))")
+    outputs = set()
+    for seed in ("1", "2", "random"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        outputs.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                   text=True, check=True).stdout)
+    assert len(outputs) == 1
+    assert shard(list(reversed(OPS)), ["2", "0", "1"]) == shard(OPS, ["0", "1", "2"])
+    # A new operator does not move the others.
+    assert {k: v for k, v in shard(OPS + ["new_op"], ["0", "1"]).items() if k != "new_op"} == \
+        shard(OPS, ["0", "1"])
+
+
+def test_shard_uses_every_device_and_numeric_order():
+    where = shard(OPS, ["10", "9", "2"])
+    assert set(where.values()) == {"2", "9", "10"}
+    assert device_order(["10", "9", "2", "9"]) == ["2", "9", "10"]
+
+
+def test_plan_leaves_out_dismissed_and_applies_timeouts(tmp_path):
+    plan = make_plan(["a", "b", "c"], ["0", "1"], {"b": "wrong results", "zz": "not in list"},
+                     60.0, {"c": 5.0})
+    assert [p.op for p in plan.ops] == ["a", "c"]
+    assert plan.dismissed == {"b": "wrong results"}
+    assert plan.by_op()["a"].timeout_s == 60.0 and plan.by_op()["c"].timeout_s == 5.0
+    assert sorted(p.op for q in plan.queues().values() for p in q) == ["a", "c"]
+
+
+def test_replay_per_op(tmp_path):
+    (tmp_path / "a" / "autotune_records").mkdir(parents=True)
+    (tmp_path / "a" / "autotune_records" / "k.json").write_text("{}")
+    (tmp_path / "b" / "autotune_records").mkdir(parents=True)  # empty: no records
+    plan = make_plan(["a", "b", "c"], ["0"], {}, None, {}, tmp_path, {"c": tmp_path / "own"})
+    by = plan.by_op()
+    assert by["a"].replay_from == str((tmp_path / "a" / "autotune_records").resolve())
+    assert by["a"].replay_note is None
+    assert by["b"].replay_from is None
+    assert by["b"].replay_note == "AUTOTUNE_REPLAY_NONE op=b reason=no_records"
+    assert by["c"].replay_from == str((tmp_path / "own").resolve())
+
+
+def test_op_list_file_and_flags(tmp_path):
+    path = tmp_path / "ops.txt"
+    path.write_text("# nightly\nabs\nmm  1800  # slow\n\nsoftmax\n")
+    assert read_op_list(path) == (["abs", "mm", "softmax"], {"mm": 1800.0})
+    path.write_text("abs 10 extra\n")
+    with pytest.raises(BatchError, match=r"ops.txt:1"):
+        read_op_list(path)
+    assert parse_ops_flag("a,b c") == ["a", "b", "c"]
+    with pytest.raises(BatchError, match="--ops"):
+        parse_ops_flag("../etc")
+    assert parse_op_timeouts(["mm=1800", "abs=0"]) == {"mm": 1800.0, "abs": 0.0}
+    with pytest.raises(BatchError, match="OP=SECONDS"):
+        parse_op_timeouts(["mm"])
+
+
+def test_dismiss_list(tmp_path):
+    path = tmp_path / "dismiss.yaml"
+    path.write_text(DISMISS_YAML)
+    entries = load_dismiss(path)
+    assert entries["abs"].reason == "upstream bug 123"
+    path.write_text("dismissed:\n  - operator: abs\n")
+    with pytest.raises(BatchError, match=r"(?s)--dismiss .*reason"):
+        load_dismiss(path)
+
+
+def test_dtype_ladder_skips_repeats():
+    assert dtype_ladder(None, [("float32",), ("float16",)]) == [
+        (0, None), (1, ("float32",)), (2, ("float16",))]
+    assert dtype_ladder(("float32",), [("float32",), ("float16",)]) == [
+        (0, ("float32",)), (2, ("float16",))]
+    assert dtype_ladder(None, []) == [(0, None)]
+
+
+def test_knob_args_spell_out_every_value():
+    settings = knobs.resolve({"level": "comprehensive", "dtypes": "float16,bfloat16"}, {},
+                             names=knobs.MEASURE_KNOBS)
+    args = knob_args(settings, skip=("backend",))
+    assert args[args.index("--level") + 1] == "comprehensive"
+    assert args[args.index("--dtypes") + 1] == "float16,bfloat16"
+    assert args[args.index("--use-flagtune") + 1] == "0"
+    assert "--backend" not in args and "--replay-from" not in args
+
+
+@pytest.mark.parametrize("rc,timed_out,tail,status,transient", [
+    (0, False, [], "ok", False),
+    (1, False, ["E   ValueError: bad shape", "=== 1 failed in 0.3s ==="], "failed", False),
+    (1, False, ["E   RuntimeError: CUDA error: unspecified launch failure"], "failed", True),
+    (139, False, ["Fatal Python error: Segmentation fault"], "crashed", True),
+    (-9, False, [], "crashed", True),
+    (None, True, ["hanging"], "timeout", True),
+    (3, False, ["PREFLIGHT_FAILED check=torch reason=missing"], "failed", False),
+    (5, False, ["no tests ran"], "skipped", False),
+    (0, False, ["==== 2 skipped, 1 deselected in 0.12s ===="], "skipped", False),
+    (0, False, ["==== 1 passed, 1 skipped in 0.12s ===="], "ok", False),
+])
+def test_classify(rc, timed_out, tail, status, transient):
+    outcome = classify.classify(rc, timed_out, tail)
+    assert outcome.status == status
+    assert outcome.looks_transient == transient
+
+
+def test_signature_ignores_volatile_parts():
+    a = classify.classify(1, False, ["E   RuntimeError: CUDA error at 0x7f00aa after 1.25s"])
+    b = classify.classify(1, False, ["E   RuntimeError: CUDA error at 0x7f11bb after 2.5s"])
+    c = classify.classify(1, False, ["E   RuntimeError: CUDA error: out of memory"])
+    assert a.signature == b.signature != c.signature
+    preflight = classify.classify(3, False, ['PREFLIGHT_FAILED check=torch reason="torch is not importable"'])
+    assert preflight.reason == "preflight failed (torch): torch is not importable"
+    assert "SIGSEGV" in classify.classify(-11, False, []).reason

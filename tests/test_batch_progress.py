@@ -1,0 +1,61 @@
+"""Progress: the ETA, plain lines for logs, the live table, the final report."""
+
+import io
+from pathlib import Path
+
+from zlbench.batch.progress import Progress, ProgressState, fmt_duration
+from zlbench.batch.report import render_report
+
+
+def test_eta_is_the_slowest_device_at_the_mean_operator_time():
+    state = ProgressState({"0": 3, "1": 1})
+    assert state.eta(now=0.0) is None
+    state.devices["0"].done = 1
+    state.durations.append(10.0)
+    # device 0: two operators waiting at 10 s each; device 1: one waiting.
+    assert state.eta(now=0.0) == 20.0
+    state.devices["0"].current, state.devices["0"].started = "x", 0.0
+    assert state.eta(now=4.0) == 10.0 + 6.0
+
+
+def test_plain_lines_name_device_operator_status_and_counts():
+    out = io.StringIO()
+    with Progress({"0": 1, "1": 1}, mode="plain", out=out, heartbeat_s=0) as progress:
+        progress.started("1", "mm")
+        progress.attempt("1", "mm", 2, 1)
+        progress.finished("1", "mm", {"status": "failed", "total_s": 75, "attempts": 2,
+                                      "dtype_level": 1, "reason": "exit 1: ValueError: bad"})
+    text = out.getvalue()
+    assert "[1] mm started (1/1 on this device)" in text
+    assert "[1] mm attempt 2 (dtype level 1)" in text
+    assert "[1] mm failed in 1:15 (attempts 2, dtype level 1) - exit 1: ValueError: bad" in text
+    assert "1/2 done, 1 failed" in text
+
+
+def test_live_table_shows_current_operator_per_device():
+    from rich.console import Console
+
+    progress = Progress({"0": 2, "1": 1}, mode="off")
+    progress.started("0", "softmax")
+    console = Console(file=io.StringIO(), width=120)
+    console.print(progress.table())
+    text = console.file.getvalue()
+    assert "softmax" in text and "0/2" in text and "0/3 done" in text
+
+
+def test_report_counts_slowest_and_failures(tmp_path):
+    rows = {
+        "abs": {"status": "ok", "total_s": "3.0", "device": "0", "attempts": "1", "dtype_level": "0"},
+        "mm": {"status": "timeout", "total_s": "600", "device": "1", "attempts": "2",
+               "dtype_level": "0", "reason": "timed out"},
+        "sum": {"status": "ok", "total_s": "5.0", "device": "1", "attempts": "2", "dtype_level": "1"},
+        "gelu": {"status": "dismissed", "reason": "known bug"},
+    }
+    text = render_report(Path("/b"), rows, ["abs", "gelu", "mm", "sum", "silu"], 700.0, False,
+                         devices=["0", "1"])
+    assert "5 operators in 11:40 on 2 device(s) (0,1): ok 2, timeout 1, dismissed 1, not run 1" in text
+    assert text.index("  mm ") < text.index("  sum ") < text.index("  abs ")
+    assert "Failures (1):" in text and "timed out" in text
+    assert "sum (level 1)" in text
+    assert "--resume --out /b" in text   # silu never ran
+    assert fmt_duration(3725) == "1:02:05"

@@ -1,0 +1,145 @@
+"""What an attempt's exit means: its status, its last error line, whether to retry.
+
+Pure functions over (exit code, timed out, log tail), so the retry and fallback rules
+are testable without running anything.
+
+Exit codes of ``zlbench run`` (docs/design.md): 0 measured, 1 a benchmark failed,
+3 preflight failed, pytest's 2/4/5 pass through. A process killed by signal N shows as
+-N (the run itself was killed) or 128+N (the run saw its pytest killed).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+from typing import Iterable, Optional, Tuple
+
+from ..markers import PREFLIGHT_FAILED, parse_marker
+
+EXIT_OK = 0
+EXIT_BENCH_FAILED = 1
+EXIT_PREFLIGHT = 3
+EXIT_NO_TESTS = 5
+
+OK, FAILED, TIMEOUT, CRASHED, SKIPPED, DISMISSED = (
+    "ok", "failed", "timeout", "crashed", "skipped", "dismissed")
+STATUSES = (OK, FAILED, TIMEOUT, CRASHED, SKIPPED, DISMISSED)
+
+# Error text that usually means the device or driver hiccuped, not the operator.
+TRANSIENT_TEXT = re.compile(
+    r"launch failure|unspecified launch|CUDA error|HIP error|MUSA error|"
+    r"CUBLAS_STATUS|cudaErrorLaunch|device-side assert|illegal memory access|"
+    r"ECC error|NCCL error|driver shutting down|device not ready",
+    re.IGNORECASE,
+)
+
+# Lines that carry an error, best first within one log tail.
+_PREFLIGHT = re.compile(r"^PREFLIGHT_FAILED\b")
+_PYTEST_E = re.compile(r"^E\s+(\S.*)$")
+_PYTEST_FAILED = re.compile(r"^(FAILED|ERROR) \S+ - (.+)$")
+_EXCEPTION = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Failure))\b(:.*)?$")
+_FATAL = re.compile(r"Fatal Python error|Segmentation fault|Aborted|core dumped", re.IGNORECASE)
+_SESSION_END = re.compile(r"^=+ (.+ in [0-9.]+s\b.*?) =+$")
+# Parts of an error line that change between identical failures.
+_VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b\d+(\.\d+)?\s*(s|ms|sec|seconds)\b|\bpid[ =]\d+", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One attempt, classified."""
+
+    status: str                 # ok / failed / timeout / crashed / skipped
+    exit_code: Optional[int]    # as the batch saw it; None when timed out
+    signal: Optional[int]       # the signal that killed it, if any
+    error_line: str             # the last error line of its output ("" when none)
+    preflight: bool = False     # exit 3: a broken environment, not a broken operator
+    limit_s: Optional[float] = None  # the timeout that expired
+
+    @property
+    def signature(self) -> Tuple[str, Optional[int], str]:
+        """Same signature twice in a row means the failure is deterministic."""
+        return (self.status, self.exit_code, _VOLATILE.sub("#", self.error_line))
+
+    @property
+    def looks_transient(self) -> bool:
+        if self.status in (TIMEOUT, CRASHED):
+            return True
+        return self.status == FAILED and not self.preflight and bool(TRANSIENT_TEXT.search(self.error_line))
+
+    @property
+    def reason(self) -> str:
+        if self.status == TIMEOUT:
+            head = f"timed out after {self.limit_s:g} s" if self.limit_s else "timed out"
+        elif self.signal is not None:
+            head = f"killed by {signal_name(self.signal)}"
+        elif self.preflight:
+            marker = parse_marker(self.error_line)
+            if marker is not None and marker.name == PREFLIGHT_FAILED:
+                return f"preflight failed ({marker.get('check', '?')}): {marker.get('reason', '')}".rstrip(": ")
+            head = "preflight failed"
+        elif self.status == SKIPPED:
+            head = "no tests collected" if self.exit_code == EXIT_NO_TESTS else "every test skipped"
+        elif self.status == OK:
+            return ""
+        else:
+            head = f"exit {self.exit_code}"
+        return f"{head}: {self.error_line}" if self.error_line else head
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def killing_signal(exit_code: int) -> Optional[int]:
+    if exit_code < 0:
+        return -exit_code
+    if 128 < exit_code < 128 + 65 and exit_code != 130:
+        return exit_code - 128
+    return None
+
+
+def classify(exit_code: Optional[int], timed_out: bool, log_tail: Iterable[str],
+             limit_s: Optional[float] = None) -> Outcome:
+    error = last_error_line(log_tail)
+    if timed_out:
+        return Outcome(TIMEOUT, None, None, error, limit_s=limit_s)
+    assert exit_code is not None
+    if exit_code == EXIT_OK:
+        session = session_summary(log_tail)
+        if session and "skipped" in session and "passed" not in session and "failed" not in session:
+            # pytest exits 0 when every test skipped (a skipif on the device): nothing measured.
+            return Outcome(SKIPPED, exit_code, None, session)
+        return Outcome(OK, exit_code, None, "")
+    if exit_code == EXIT_NO_TESTS:
+        return Outcome(SKIPPED, exit_code, None, error)
+    sig = killing_signal(exit_code)
+    if sig is not None:
+        return Outcome(CRASHED, exit_code, sig, error)
+    return Outcome(FAILED, exit_code, None, error, preflight=exit_code == EXIT_PREFLIGHT)
+
+
+def session_summary(lines: Iterable[str]) -> str:
+    """pytest's closing line, e.g. ``2 skipped, 1 deselected in 0.12s``; "" when absent."""
+    for line in reversed(list(lines)):
+        m = _SESSION_END.match(line.strip())
+        if m:
+            return m.group(1)
+    return ""
+
+
+def last_error_line(lines: Iterable[str], limit: int = 300) -> str:
+    """The most telling error line of a log tail: a preflight marker, else pytest's
+    last ``E ...`` line or FAILED summary, else the last exception-looking line."""
+    lines = [ln.rstrip() for ln in lines]
+    for pattern, group in ((_PREFLIGHT, 0), (_PYTEST_E, 1), (_PYTEST_FAILED, 2),
+                           (_EXCEPTION, 0), (_FATAL, 0)):
+        for line in reversed(lines):
+            m = pattern.search(line)
+            if m:
+                text = m.group(group) if group else line   # group 0: the whole line
+                return text.strip()[:limit]
+    return ""

@@ -1,0 +1,187 @@
+"""``zlbench batch``: the click front of ``run_batch``."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import click
+from click.core import ParameterSource
+
+from .. import knobs
+from .config import (DEFAULT_FALLBACK_DTYPES, DEFAULT_KILL_GRACE_S, DEFAULT_RETRIES,
+                     DEFAULT_TIMEOUT_S, BatchConfig)
+from .driver import load_plan, run_batch
+from .oplist import default_dismiss_path, parse_op_timeouts, parse_ops_flag
+from .report import render_report
+from .state import BatchError
+
+
+def parse_fallback_dtypes(values: Sequence[str]) -> Tuple[Tuple[str, ...], ...]:
+    """``--fallback-dtypes float32 --fallback-dtypes float16,bfloat16``; ``none`` disables."""
+    if any(v.strip().lower() == "none" for v in values):
+        return ()
+    levels = []
+    for value in values:
+        names = tuple(d.strip().replace("torch.", "") for d in value.split(",") if d.strip())
+        bad = [d for d in names if d not in knobs.KNOWN_DTYPES]
+        if bad or not names:
+            raise click.BadParameter(
+                f"{value!r}: unknown dtype {', '.join(bad) or '(empty)'}; use a comma list of "
+                f"{', '.join(knobs.KNOWN_DTYPES)}, or 'none'", param_hint="--fallback-dtypes")
+        levels.append(names)
+    return tuple(levels)
+
+
+def _flag_text(value) -> Optional[str]:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+
+
+@click.command("batch")
+@knobs.knob_options(knobs.MEASURE_KNOBS)
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Batch dir: <out>/<op>/ per operator, ops_status.csv, plan.json. "
+                   "[default: $ZL_OUT/batch-<timestamp>, ZL_OUT defaulting to ./runs]")
+@click.option("--resume", is_flag=True,
+              help="Continue the batch in --out: complete operators are kept, partial run dirs "
+                   "set aside, the rest run. Settings come from its plan.json.")
+@click.option("--devices", "--gpus", "devices", default=None, metavar="0,1,...",
+              help="Devices in your numbering (within any visibility variable already set); "
+                   "operators are sharded over them by a stable hash of their name. cpu: worker "
+                   "slots. [default: every device the backend finds; cpu: one slot]")
+@click.option("--ops", "ops", default=None, metavar="a,b,c", help="Only these operators.")
+@click.option("--op-list", "op_list", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="File of operators, one a line, optionally with a timeout in seconds "
+                   "('mm 1800'); '#' starts a comment.")
+@click.option("--dismiss", "dismiss", default=None, metavar="FILE",
+              help="Dismiss list (YAML list of {operator, reason, verified}); listed operators are "
+                   "not run and show as 'dismissed' with their reason. 'none': no list. "
+                   "[default: ops/dismiss.yaml when it exists]")
+@click.option("--timeout", "timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help=f"Per operator and attempt; the whole process group is stopped (SIGTERM, then "
+                   f"SIGKILL). 0: no limit. [default: {DEFAULT_TIMEOUT_S:g}]")
+@click.option("--op-timeout", "op_timeout", multiple=True, metavar="OP=SECONDS",
+              help="Timeout for one operator (repeatable): --op-timeout mm=3600.")
+@click.option("--retries", "retries", type=click.IntRange(min=0), default=None,
+              help="Extra attempts for failures that look transient (timeout, signal, CUDA launch "
+                   "failure); a failure that repeats identically stops retrying. "
+                   f"[default: {DEFAULT_RETRIES}]")
+@click.option("--fallback-dtypes", "fallback_dtypes", multiple=True, metavar="DTYPES",
+              help="Dtype lists tried, in order, after a deterministic failure with the default "
+                   "dtypes (repeatable; 'none' disables). [default: float32, then float16]")
+@click.option("--kill-grace", "kill_grace", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help=f"Between SIGTERM and SIGKILL when a group is stopped. [default: {DEFAULT_KILL_GRACE_S:g}]")
+@click.option("--progress", "progress", type=click.Choice(["auto", "live", "plain", "off"]),
+              default="auto", show_default=True,
+              help="Live table on a terminal, plain lines otherwise.")
+@click.pass_context
+def batch_command(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_timeout, retries,
+                  fallback_dtypes, kill_grace, progress, **flags):
+    """Measure many operators across devices: every operator of the corpus (or --ops /
+    --op-list), one `zlbench run` each, sharded over --devices, surviving hangs, crashes
+    and restarts.
+
+    --replay-from DIR names an earlier batch dir here: each operator replays
+    DIR/<op>/autotune_records, and one without records runs without replay and says so
+    (AUTOTUNE_REPLAY_NONE).
+
+    \b
+    Writes <out>/ops_status.csv (status ok/failed/timeout/crashed/skipped/dismissed,
+    attempts, dtype level, ...), <out>/plan.json and <out>/<op>/ run dirs.
+    Exit codes: 0 every operator ok, skipped or dismissed; 1 some failed, timed out
+    or crashed; 2 the batch could not start; 130 interrupted (continue with --resume).
+    """
+    try:
+        config = build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_timeout,
+                              retries, fallback_dtypes, kill_grace, progress, flags)
+        result = run_batch(config)
+    except BatchError as e:
+        raise BatchStartError(str(e)) from None
+    except KeyboardInterrupt:
+        # Before the operators started (or after they stopped): nothing half-written.
+        click.echo(f"zlbench batch: interrupted; continue with --resume --out {out or '<batch dir>'}",
+                   err=True)
+        sys.exit(130)
+    click.echo(render_report(result.out, result.rows, result.planned, result.wall_s,
+                             result.interrupted, devices=result.devices))
+    sys.exit(result.exit_code)
+
+
+class BatchStartError(click.ClickException):
+    """A batch that cannot start: exit 2, like click's usage errors (1 means failures)."""
+
+    exit_code = 2
+
+
+def _dismiss_path(flag: Optional[str], saved: Optional[dict]) -> Optional[Path]:
+    """--dismiss FILE / none; on resume the plan's list; else ops/dismiss.yaml if present."""
+    if flag is None:
+        if saved is not None:
+            return Path(saved["dismiss_file"]) if saved.get("dismiss_file") else None
+        return default_dismiss_path()
+    if flag.strip().lower() in ("none", ""):
+        return None
+    if not Path(flag).is_file():
+        raise BatchError(f"--dismiss {flag}: no such file; give a dismiss YAML or 'none'")
+    return Path(flag)
+
+
+def build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_timeout, retries,
+                 fallback_dtypes, kill_grace, progress, flags) -> BatchConfig:
+    saved = None
+    if resume:
+        if out is None:
+            raise BatchError("--resume needs --out DIR: the batch to continue")
+        saved = load_plan(out)
+    environ = None
+    if saved:
+        # The plan's settings, unless a flag is given now (a mismatch is refused later).
+        for name, value in saved.get("settings", {}).items():
+            if name in flags and not _given(ctx, name):
+                flags[name] = _flag_text(value)
+        environ = {}
+    settings = knobs.resolve(flags, environ, names=knobs.MEASURE_KNOBS)
+    plan_ops = [p["op"] for p in (saved or {}).get("ops", [])] + list((saved or {}).get("dismissed", {}))
+
+    if out is None:
+        root = os.environ.get(knobs.BY_NAME["out"].env) or knobs.BY_NAME["out"].default
+        out = Path(root) / time.strftime("batch-%Y%m%d-%H%M%S")
+    op_names: Optional[List[str]] = parse_ops_flag(ops) if ops else None
+    if op_names is None and op_list is None and saved:
+        op_names = plan_ops
+    if devices is None and saved:
+        device_list = saved.get("devices")
+    else:
+        device_list = [d for d in (devices or "").replace(" ", ",").split(",") if d] or None
+    dismiss_path = _dismiss_path(dismiss, saved)
+    op_timeouts: Dict[str, float] = dict((saved or {}).get("op_timeouts", {}))
+    op_timeouts.update(parse_op_timeouts(op_timeout))
+    if timeout is None:
+        timeout = (saved.get("timeout_s") or 0) if saved else DEFAULT_TIMEOUT_S
+    if fallback_dtypes:
+        fallback = parse_fallback_dtypes(fallback_dtypes)
+    elif saved:
+        fallback = tuple(tuple(f) for f in saved.get("fallback_dtypes", []))
+    else:
+        fallback = DEFAULT_FALLBACK_DTYPES
+    return BatchConfig(
+        out=Path(out), settings=settings, ops=op_names, op_list=op_list, devices=device_list,
+        dismiss=dismiss_path, timeout_s=timeout or None, op_timeouts=op_timeouts,
+        retries=retries if retries is not None else (saved or {}).get("retries", DEFAULT_RETRIES),
+        fallback_dtypes=fallback, resume=resume,
+        extra_env=dict((saved or {}).get("extra_env", {})),
+        kill_grace_s=kill_grace if kill_grace is not None else DEFAULT_KILL_GRACE_S,
+        progress=progress)

@@ -1,0 +1,397 @@
+"""``run_batch``: plan, resume, run every device's queue in parallel, record.
+
+One thread per device runs its operators one after another, each in its own
+``zlbench run`` subprocess and process group; the main thread only waits, so Ctrl-C
+(or SIGTERM) lands there, stops every running group and leaves a resumable dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from .. import backends, knobs, providers
+from ..backends import DeviceError
+from . import procs
+from .config import BatchConfig, BatchResult
+from .execute import BATCH_TAG, ExecContext, Stopper, child_environ, dtype_ladder, run_operator
+from .oplist import DismissEntry, check_op_name, dedupe, load_dismiss, read_op_list
+from .plan import OpPlan, Plan, make_plan
+from .progress import Progress
+from .state import (BATCH_LOG, PLAN_FILE, BatchError, DriverLock, Journal, StatusFile,
+                    is_complete, last_attempts, read_identity, read_journal, set_aside,
+                    write_atomic)
+
+PLAN_FORMAT = 1
+# Plan keys that define what a number means: a resumed batch must not change them.
+_SAME_ON_RESUME = ("settings", "backend", "extra_env")
+
+
+class _Log:
+    """batch.log: the driver's event lines; the notable ones also go to the screen."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.lock = threading.Lock()
+        self.screen = None
+
+    def __call__(self, line: str, show: bool = False) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        with self.lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(f"{stamp} {line}\n")
+        if show and self.screen is not None:
+            self.screen(line)
+
+
+def run_batch(config: BatchConfig) -> BatchResult:
+    """Run (or, with ``config.resume``, continue) one batch. Raises BatchError when
+    it cannot start; returns once every operator has a row or the batch was stopped."""
+    started = time.monotonic()
+    environ = dict(os.environ if config.environ is None else config.environ)
+    batch_dir = Path(config.out).expanduser().resolve()
+    _check_batch_dir(batch_dir, config.resume)
+    batch_dir.mkdir(parents=True, exist_ok=True)
+    lock = DriverLock(batch_dir)
+    lock.acquire()
+    try:
+        return _run_locked(config, batch_dir, environ, started)
+    finally:
+        lock.release()
+
+
+def _check_batch_dir(batch_dir: Path, resume: bool) -> None:
+    if batch_dir.exists() and not batch_dir.is_dir():
+        raise BatchError(f"--out {batch_dir} is a file; give a directory")
+    if not resume and batch_dir.is_dir() and any(batch_dir.iterdir()):
+        what = "a batch (plan.json)" if (batch_dir / PLAN_FILE).exists() else "files"
+        raise BatchError(f"--out {batch_dir} already holds {what}; continue it with --resume, "
+                         "or choose a new --out")
+
+
+def _absolute(settings):
+    """Paths the children and a later --resume must find from any cwd."""
+    changes = {}
+    for name in ("shape_file", "flaggems_dir", "replay_from"):
+        value = settings.values.get(name)
+        if value and not os.path.isabs(value):
+            changes[name] = str(Path(value).expanduser().resolve())
+    return settings.replace(**changes) if changes else settings
+
+
+def _backend(settings):
+    try:
+        return backends.get_backend(settings.backend) if settings.backend else backends.detect_backend()
+    except backends.UnknownBackend as e:
+        raise BatchError(f"--backend: {e}") from None
+
+
+def _operators(config: BatchConfig, settings, log) -> tuple:
+    """(ops, per-op timeouts from the op list file, provider's own list)."""
+    try:
+        provider = providers.make_provider(settings)
+        corpus = provider.operators()
+    except providers.ResolveError as e:
+        raise BatchError(str(e)) from None
+    explicit = [check_op_name(op, "--ops") for op in (config.ops or [])]
+    file_timeouts: Dict[str, float] = {}
+    if config.op_list:
+        listed, file_timeouts = read_op_list(Path(config.op_list))
+        explicit += listed
+    if explicit or config.ops is not None or config.op_list:
+        ops = dedupe(explicit)
+        unknown = [op for op in ops if corpus and op not in corpus]
+        if unknown:
+            log(f"not in the corpus' operator list (they will fail preflight): {', '.join(unknown)}",
+                show=True)
+    else:
+        ops = list(corpus)
+        if not ops:
+            raise BatchError(f"the {settings.provider} provider lists no operators under "
+                             f"{getattr(provider, 'root', '?')}; give --ops or --op-list")
+    if not ops:
+        raise BatchError("no operators to run: --ops / --op-list are empty")
+    return ops, file_timeouts
+
+
+def _check_extra_env(extra_env: Mapping[str, str]) -> None:
+    """A knob's variable in extra_env would lose to the flag the batch passes: refuse it."""
+    clash = sorted(k for k in extra_env if k in knobs.BY_ENV)
+    if clash:
+        flags = ", ".join(f"{k} ({knobs.BY_ENV[k].flag})" for k in clash)
+        raise BatchError(f"extra_env sets {flags}: these are knobs; set them in the batch's "
+                         "settings instead, or every run would silently measure without them")
+
+
+def _replay_root(settings) -> Optional[Path]:
+    value = settings.values.get("replay_from")
+    if not value:
+        return None
+    root = Path(value)
+    if not root.is_dir():
+        raise BatchError(f"--replay-from {value}: not a directory; give an earlier batch dir "
+                         "(each operator replays <dir>/<op>/autotune_records)")
+    return root
+
+
+def _dismissed(config: BatchConfig) -> Dict[str, DismissEntry]:
+    return load_dismiss(Path(config.dismiss)) if config.dismiss else {}
+
+
+def _settings_doc(settings) -> Dict[str, object]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in sorted(settings.values.items())}
+
+
+def plan_document(config: BatchConfig, plan: Plan, settings, backend_name: str, timer: str,
+                  dismissed: Mapping[str, DismissEntry], op_timeouts: Mapping[str, float]) -> dict:
+    return {
+        "format": PLAN_FORMAT,
+        "backend": backend_name,
+        "timer": timer,
+        "devices": plan.devices,
+        "settings": _settings_doc(settings),
+        "extra_env": dict(sorted(config.extra_env.items())),
+        "timeout_s": config.timeout_s or None,
+        "op_timeouts": dict(sorted(op_timeouts.items())),
+        "retries": config.retries,
+        "fallback_dtypes": [list(f) for f in config.fallback_dtypes],
+        "dismiss_file": str(Path(config.dismiss).resolve()) if config.dismiss else None,
+        "run_command": list(config.run_command),
+        "ops": [{"op": p.op, "device": p.device, "timeout_s": p.timeout_s,
+                 "replay_from": p.replay_from} for p in plan.ops],
+        "dismissed": {op: dismissed[op].reason for op in plan.dismissed},
+    }
+
+
+def load_plan(batch_dir: Path) -> Optional[dict]:
+    try:
+        return json.loads((Path(batch_dir) / PLAN_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        raise BatchError(f"{Path(batch_dir) / PLAN_FILE} is not valid JSON ({e}); "
+                         "restore it or start a new --out") from None
+
+
+def _check_resume(saved: dict, doc: dict, batch_dir: Path) -> List[str]:
+    """Refuse a resume that would measure differently; return warnings."""
+    diffs = []
+    for key in _SAME_ON_RESUME:
+        old, new = saved.get(key), doc.get(key)
+        if key == "settings":
+            for name in sorted(set(old or {}) | set(new or {})):
+                if (old or {}).get(name) != (new or {}).get(name):
+                    diffs.append(f"{name}: {(old or {}).get(name)!r} -> {(new or {}).get(name)!r}")
+        elif old != new:
+            diffs.append(f"{key}: {old!r} -> {new!r}")
+    if diffs:
+        raise BatchError(f"--resume {batch_dir}: the batch was started with other settings "
+                         f"({'; '.join(diffs)}); resume with the same flags and environment, "
+                         "or start a new --out")
+    if saved.get("devices") != doc.get("devices"):
+        return [f"devices changed from {','.join(saved.get('devices') or [])} to "
+                f"{','.join(doc['devices'])}: operators not yet run may land on other cards"]
+    return []
+
+
+def _reconstructed_row(op: str, item: OpPlan, batch_dir: Path, attempts: List[dict],
+                       backend: str, timer: str) -> Dict[str, object]:
+    """An op whose run completed after its driver was killed: the row it never wrote."""
+    identity = read_identity(batch_dir / op)
+    last = attempts[-1] if attempts else {}
+    dtypes = last.get("dtypes")
+    return {
+        "operator": op, "status": "ok", "attempts": len(attempts) or 1,
+        "dtype_level": last.get("level", 0), "dtypes": ",".join(dtypes) if dtypes else "default",
+        "backend": identity.get("backend", backend), "device": last.get("device", item.device),
+        "timer": identity.get("timer", timer), "duration_s": identity.get("duration_s", ""),
+        "total_s": identity.get("duration_s", ""), "exit_code": 0, "reason": "",
+        "notes": "completed after an earlier driver stopped", "run_dir": op,
+    }
+
+
+def _prepare_resume(plan: Plan, batch_dir: Path, status: StatusFile, session: str,
+                    grace_s: float, backend: str, timer: str, log) -> List[OpPlan]:
+    """Stop what a killed driver left running, keep complete runs, set partial ones aside."""
+    left = procs.kill_tagged(BATCH_TAG, str(batch_dir), grace_s)
+    if left:
+        log(f"stopped {len(left)} process(es) an earlier driver left running "
+            f"(pids {', '.join(map(str, left))})", show=True)
+    rows = status.read()
+    attempts = last_attempts(read_journal(batch_dir / "attempts.jsonl"))
+    todo, restored = [], []
+    for item in plan.ops:
+        run_dir = batch_dir / item.op
+        if is_complete(run_dir):
+            if rows.get(item.op, {}).get("status") != "ok":
+                restored.append(_reconstructed_row(item.op, item, batch_dir,
+                                                   attempts.get(item.op, []), backend, timer))
+            continue
+        if run_dir.exists():
+            prior = rows.get(item.op, {}).get("status") or "partial"
+            moved = set_aside(batch_dir, item.op, f"resume-{session}-{prior}")
+            log(f"{item.op}: earlier {prior} run dir set aside in {moved.relative_to(batch_dir)}")
+        todo.append(item)
+    status.update(restored)
+    done = len(plan.ops) - len(todo)
+    log(f"resume: {done} operator(s) complete and kept, {len(todo)} to run", show=True)
+    return todo
+
+
+class _Interrupt:
+    """SIGTERM/SIGHUP stop the batch like Ctrl-C (only the main thread may set handlers)."""
+
+    def __init__(self, stopper: Stopper):
+        self.stopper = stopper
+        self.previous: Dict[int, object] = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                self.previous[sig] = signal.signal(sig, lambda *_: self.stopper.stop())
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass
+class _Prepared:
+    settings: knobs.Settings
+    backend_name: str
+    timer: str
+    ops: List[str]
+    plan: Plan
+    doc: dict
+
+
+def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], log) -> _Prepared:
+    """Everything decided before any operator runs; raises BatchError."""
+    settings = _absolute(config.settings)
+    backend = _backend(settings)
+    try:
+        found = backend.devices(environ, list(config.devices) if config.devices else None)
+    except DeviceError as e:
+        raise BatchError(f"--devices: {e}") from None
+    if not found:
+        raise BatchError(f"no {backend.name} device found; pass --devices, or --backend cpu "
+                         "to run on this machine's CPU")
+    _check_extra_env(config.extra_env)
+    ops, file_timeouts = _operators(config, settings, log)
+    dismissed = _dismissed(config)
+    timer = backends.choose_timer(backend, settings.values.get("enable_cudagraph", True))
+    replay_root = _replay_root(settings)
+    op_timeouts = {**file_timeouts, **config.op_timeouts}
+    plan = make_plan(ops, [d.index for d in found], {op: e.reason for op, e in dismissed.items()},
+                     config.timeout_s, op_timeouts, replay_root,
+                     {op: Path(p) for op, p in config.replay_dirs.items()})
+    if replay_root and plan.ops and all(p.replay_note for p in plan.ops):
+        log(f"--replay-from {replay_root} has no <op>/autotune_records for any operator; is it "
+            "an earlier batch dir? Every operator runs without replay.", show=True)
+    doc = plan_document(config, plan, settings, backend.name, timer, dismissed, op_timeouts)
+    return _Prepared(settings, backend.name, timer, ops, plan, doc)
+
+
+def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
+                started: float) -> BatchResult:
+    log = _Log(batch_dir / BATCH_LOG)
+    quiet = config.progress == "off"
+    log.screen = None if quiet else _print_line
+    prep = _prepare(config, batch_dir, environ, log)
+    plan = prep.plan
+    saved = load_plan(batch_dir) if config.resume else None
+    warnings = _check_resume(saved, prep.doc, batch_dir) if saved else []
+    session = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    prep.doc["sessions"] = [*(saved or {}).get("sessions", []),
+                            {"session": session, "pid": os.getpid(), "resume": bool(saved)}]
+    write_atomic(batch_dir / PLAN_FILE, json.dumps(prep.doc, indent=2) + "\n")
+
+    journal = Journal(batch_dir, session)
+    journal.record("session", pid=os.getpid(), resume=bool(saved))
+    status = StatusFile(batch_dir)
+    status.update({"operator": op, "status": "dismissed", "reason": reason,
+                   "backend": prep.backend_name} for op, reason in plan.dismissed.items())
+    for line in warnings:
+        log(line, show=True)
+    if config.resume and not saved:
+        log(f"nothing to resume in {batch_dir} yet: starting the batch", show=True)
+    todo = (_prepare_resume(plan, batch_dir, status, session, config.kill_grace_s,
+                            prep.backend_name, prep.timer, log) if saved else list(plan.ops))
+
+    stopper = Stopper()
+    ctx = ExecContext(
+        batch_dir=batch_dir, run_command=list(config.run_command), backend=prep.backend_name,
+        settings=prep.settings, env=child_environ(environ, batch_dir, config.extra_env),
+        retries=max(0, int(config.retries)),
+        ladder=dtype_ladder(prep.settings.values.get("dtypes"), config.fallback_dtypes),
+        kill_grace_s=config.kill_grace_s, planned_timer=prep.timer, journal=journal,
+        stopper=stopper, log=log)
+    todo_names = {p.op for p in todo}
+    queues = {d: [p for p in items if p.op in todo_names] for d, items in plan.queues().items()}
+    log(f"session {session}: {len(todo)} operator(s) on {prep.backend_name} devices "
+        f"{','.join(plan.devices)}; {len(plan.dismissed)} dismissed")
+    measured: List[str] = []
+    progress = Progress({d: len(q) for d, q in queues.items()}, mode=config.progress)
+    try:
+        with progress, _Interrupt(stopper):
+            log.screen = None if quiet else progress.message
+            threads = [threading.Thread(target=_device_worker, name=f"device-{d}",
+                                        args=(ctx, d, q, status, progress, measured), daemon=True)
+                       for d, q in queues.items() if q]
+            for t in threads:
+                t.start()
+            interrupted = _wait_for(threads, stopper, log) or stopper.stopped
+    finally:
+        log.screen = None if quiet else _print_line
+        stopper.close()
+    journal.record("session_end", interrupted=interrupted)
+    return BatchResult(batch_dir, status.read(), sorted(set(prep.ops)), interrupted,
+                       time.monotonic() - started, measured, list(plan.devices))
+
+
+def _print_line(line: str) -> None:
+    print(line, flush=True)
+
+
+def _wait_for(threads: Sequence[threading.Thread], stopper: Stopper, log) -> bool:
+    """Join the workers; Ctrl-C here stops them (their groups are killed) and waits."""
+    interrupted = False
+    while any(t.is_alive() for t in threads):
+        try:
+            for t in threads:
+                t.join(timeout=0.5)
+        except KeyboardInterrupt:
+            if not interrupted:
+                log("interrupted: stopping the running operators (their groups get SIGTERM, "
+                    "then SIGKILL)", show=True)
+            interrupted = True
+            stopper.stop()
+    return interrupted
+
+
+def _device_worker(ctx: ExecContext, device: str, queue: Sequence[OpPlan], status: StatusFile,
+                   progress: Progress, measured: List[str]) -> None:
+    for item in queue:
+        if ctx.stopper.stopped:
+            return
+        progress.started(device, item.op)
+        try:
+            row = run_operator(ctx, item, lambda op, n, level: progress.attempt(device, op, n, level))
+        except Exception as e:  # a broken spawn must not take the other operators down
+            ctx.log(f"{item.op}: batch error: {e!r}", show=True)
+            ctx.log(traceback.format_exc())
+            row = {"operator": item.op, "status": "failed", "attempts": 0, "device": device,
+                   "backend": ctx.backend, "reason": f"batch error: {e!r}"}
+        if row is None:
+            ctx.log(f"{item.op}: interrupted; it runs again on --resume")
+            return
+        status.update([row])
+        measured.append(item.op)
+        progress.finished(device, item.op, row)

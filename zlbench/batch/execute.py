@@ -1,0 +1,221 @@
+"""Running one operator: attempts, retries, dtype fallback; and one device's queue.
+
+Per operator, the dtype ladder is: level 0 the batch's dtypes (or the operator's own),
+then each fallback list. At each level an attempt that fails in a way that looks
+transient (timeout, killed by a signal, a CUDA launch failure) is retried, up to
+``retries`` times, unless it fails exactly as the attempt before it (same status, exit
+code and last error line): then it is deterministic and retrying stops at once. A
+deterministic benchmark failure (exit 1) moves to the next dtype level; timeouts,
+crashes and preflight failures (exit 3: the environment, not the operator) do not.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .. import knobs
+from . import classify, procs
+from .classify import Outcome
+from .plan import OpPlan
+from .state import LOGS_DIR, Journal, is_complete, read_identity, set_aside, tail_lines
+
+# Child environment variables that would override the flags the batch passes.
+_STRIP_ENV = {k.env for k in knobs.KNOBS} | {"ZL_RUN_DIR", "ZL_DEVICES"}
+# Inherited by every process of a batch, so a later driver finds what a killed one left.
+BATCH_TAG = "ZL_BATCH_DIR"
+
+
+def knob_args(settings: knobs.Settings, skip: Sequence[str] = ()) -> List[str]:
+    """The measure knobs as ``zlbench run`` flags, every value spelled out so that the
+    child measures exactly what the batch planned, whatever its environment says."""
+    args: List[str] = []
+    for name in knobs.MEASURE_KNOBS:
+        if name in skip or name not in settings.values:
+            continue
+        value = settings.values[name]
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            text = "1" if value else "0"
+        elif isinstance(value, (tuple, list)):
+            text = ",".join(value)
+        else:
+            text = str(value)
+        args += [knobs.BY_NAME[name].flag, text]
+    return args
+
+
+def child_environ(base: Mapping[str, str], batch_dir: Path, extra: Mapping[str, str]) -> Dict[str, str]:
+    env = {k: v for k, v in base.items() if k not in _STRIP_ENV}
+    env[BATCH_TAG] = str(batch_dir)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Stopper:
+    """Tells running attempts to stop: an event for loops, a pipe for poll()."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+
+    def stop(self) -> None:
+        if not self.event.is_set():
+            self.event.set()
+            os.write(self.write_fd, b"x")  # never read: stays readable for every waiter
+
+    @property
+    def stopped(self) -> bool:
+        return self.event.is_set()
+
+    def close(self) -> None:
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+
+@dataclass
+class ExecContext:
+    batch_dir: Path
+    run_command: Sequence[str]
+    backend: str
+    settings: knobs.Settings
+    env: Mapping[str, str]
+    retries: int
+    ladder: List[Tuple[int, Optional[Tuple[str, ...]]]]   # (level, dtypes or None)
+    kill_grace_s: float
+    planned_timer: str
+    journal: Journal
+    stopper: Stopper
+    log: Callable[[str], None]
+
+
+def dtype_ladder(dtypes: Optional[Sequence[str]], fallbacks: Sequence[Sequence[str]]
+                 ) -> List[Tuple[int, Optional[Tuple[str, ...]]]]:
+    """[(0, dtypes), (1, first fallback), ...], leaving out a list already tried."""
+    ladder = [(0, tuple(dtypes) if dtypes else None)]
+    seen = {ladder[0][1]}
+    for level, fallback in enumerate(fallbacks, 1):
+        key = tuple(fallback)
+        if key and key not in seen:
+            ladder.append((level, key))
+            seen.add(key)
+    return ladder
+
+
+def attempt_command(ctx: ExecContext, item: OpPlan, dtypes: Optional[Tuple[str, ...]]) -> List[str]:
+    cmd = [*ctx.run_command, "--run-dir", str(ctx.batch_dir / item.op), "--op", item.op,
+           "--backend", ctx.backend, "--device", item.device]
+    cmd += knob_args(ctx.settings, skip=("backend", "dtypes", "replay_from"))
+    if dtypes:
+        cmd += ["--dtypes", ",".join(dtypes)]
+    if item.replay_from:
+        cmd += ["--replay-from", item.replay_from]
+    return cmd
+
+
+@dataclass
+class AttemptResult:
+    outcome: Outcome
+    duration_s: float
+    leftovers: int
+    interrupted: bool
+
+
+def run_attempt(ctx: ExecContext, item: OpPlan, number: int, level: int,
+                dtypes: Optional[Tuple[str, ...]]) -> AttemptResult:
+    log_path = ctx.batch_dir / LOGS_DIR / item.op / f"{ctx.journal.session}-a{number}-l{level}.log"
+    cmd = attempt_command(ctx, item, dtypes)
+    started = time.monotonic()
+    proc = procs.start_group(cmd, ctx.env, log_path)
+    ctx.journal.record("attempt", op=item.op, attempt=number, level=level,
+                       dtypes=list(dtypes) if dtypes else None, device=item.device, pid=proc.pid,
+                       log=str(log_path.relative_to(ctx.batch_dir)))
+    done = procs.wait_group(proc, item.timeout_s, ctx.kill_grace_s, ctx.stopper.read_fd)
+    duration = time.monotonic() - started
+    outcome = classify.classify(done.returncode, done.timed_out, tail_lines(log_path), item.timeout_s)
+    ctx.journal.record("result", op=item.op, attempt=number, status=outcome.status,
+                       exit_code=done.returncode, interrupted=done.interrupted,
+                       duration_s=round(duration, 3), leftovers=done.leftovers_killed)
+    return AttemptResult(outcome, duration, done.leftovers_killed, done.interrupted)
+
+
+def run_operator(ctx: ExecContext, item: OpPlan,
+                 on_attempt: Callable[[str, int, int], None] = lambda op, n, level: None
+                 ) -> Optional[Dict[str, object]]:
+    """All attempts of one operator; its ops_status row, or None when interrupted."""
+    notes: List[str] = [item.replay_note] if item.replay_note else []
+    if item.replay_note:
+        ctx.log(item.replay_note)
+    number = 0
+    total = 0.0
+    last: Optional[AttemptResult] = None
+    last_level, last_dtypes = 0, None
+    for level, dtypes in ctx.ladder:
+        previous: Optional[Outcome] = None
+        deterministic = False
+        for _ in range(ctx.retries + 1):
+            if ctx.stopper.stopped:
+                return None
+            number += 1
+            if number > 1:
+                prior = last.outcome.status if last else "partial"
+                moved = set_aside(ctx.batch_dir, item.op, f"attempt{number - 1}-l{last_level}-{prior}")
+                if moved:
+                    ctx.log(f"{item.op}: attempt {number - 1} set aside in {moved.relative_to(ctx.batch_dir)}")
+            on_attempt(item.op, number, level)
+            last = run_attempt(ctx, item, number, level, dtypes)
+            last_level, last_dtypes = level, dtypes
+            total += last.duration_s
+            if last.leftovers:
+                notes.append(f"killed {last.leftovers} leftover process(es) after attempt {number}")
+            if last.interrupted:
+                return None
+            outcome = last.outcome
+            ctx.log(f"{item.op}: attempt {number} level {level} -> {outcome.status}"
+                    + (f" ({outcome.reason})" if outcome.reason else ""))
+            if outcome.status in (classify.OK, classify.SKIPPED) or outcome.preflight:
+                return _row(ctx, item, last, number, level, dtypes, total, notes)
+            if not outcome.looks_transient or (previous is not None
+                                               and previous.signature == outcome.signature):
+                deterministic = True
+                break
+            previous = outcome
+        # Only a deterministic benchmark failure may be a dtype problem.
+        if not (deterministic and last is not None and last.outcome.status == classify.FAILED):
+            break
+    assert last is not None
+    return _row(ctx, item, last, number, last_level, last_dtypes, total, notes)
+
+
+def _row(ctx: ExecContext, item: OpPlan, last: AttemptResult, attempts: int, level: int,
+         dtypes: Optional[Tuple[str, ...]], total: float, notes: List[str]) -> Dict[str, object]:
+    run_dir = ctx.batch_dir / item.op
+    identity = read_identity(run_dir)
+    outcome = last.outcome
+    if outcome.status == classify.OK and not is_complete(run_dir):
+        # Exit 0 without .complete: the run did not finish its own bookkeeping.
+        outcome = classify.Outcome(classify.FAILED, outcome.exit_code, None,
+                                   "exit 0 but the run dir has no .complete")
+    return {
+        "operator": item.op,
+        "status": outcome.status,
+        "attempts": attempts,
+        "dtype_level": level,
+        "dtypes": ",".join(dtypes) if dtypes else "default",
+        "backend": identity.get("backend", ctx.backend),
+        "device": item.device,
+        "timer": identity.get("timer", ctx.planned_timer),
+        "duration_s": round(last.duration_s, 2),
+        "total_s": round(total, 2),
+        "exit_code": "" if outcome.exit_code is None else outcome.exit_code,
+        "reason": outcome.reason,
+        "notes": "; ".join(notes),
+        "run_dir": item.op if run_dir.exists() else "",
+    }

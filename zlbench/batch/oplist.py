@@ -1,0 +1,112 @@
+"""Which operators a batch runs: --ops, --op-list FILE, per-operator timeouts, and the
+dismiss list.
+
+Op list file: one operator per line, optionally followed by its own timeout in
+seconds (``mm 1800``); blank lines and ``#`` comments are ignored::
+
+    abs
+    mm      1800   # autotuning takes long
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .state import RESERVED, BatchError
+
+# Operator names become directory names under the batch dir.
+_OP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+
+
+@dataclass(frozen=True)
+class DismissEntry:
+    operator: str
+    reason: str
+
+
+def check_op_name(op: str, where: str) -> str:
+    if not _OP_NAME.match(op) or op in RESERVED or op in (".", ".."):
+        raise BatchError(f"{where}: {op!r} is not an operator name (letters, digits, _ . + -; "
+                         f"not {', '.join(sorted(RESERVED))})")
+    return op
+
+
+def parse_ops_flag(text: Optional[str]) -> List[str]:
+    """``--ops a,b c`` -> [a, b, c]."""
+    if not text:
+        return []
+    return [check_op_name(p, "--ops") for p in re.split(r"[,\s]+", text) if p]
+
+
+def read_op_list(path: Path) -> Tuple[List[str], Dict[str, float]]:
+    """Operators of an op list file, in order, and the timeouts it sets."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise BatchError(f"--op-list {path}: cannot read it ({e.strerror or e})") from None
+    ops: List[str] = []
+    timeouts: Dict[str, float] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        where = f"--op-list {path}:{n}"
+        if len(parts) > 2:
+            raise BatchError(f"{where}: expected '<operator> [timeout seconds]', got {raw.strip()!r}")
+        ops.append(check_op_name(parts[0], where))
+        if len(parts) == 2:
+            timeouts[parts[0]] = parse_seconds(parts[1], where)
+    return ops, timeouts
+
+
+def parse_seconds(text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise BatchError(f"{where}: {text!r} is not a number of seconds") from None
+    if value < 0:
+        raise BatchError(f"{where}: a timeout must not be negative (0 means none)")
+    return value
+
+
+def parse_op_timeouts(items: Sequence[str]) -> Dict[str, float]:
+    """``--op-timeout mm=1800`` (repeatable)."""
+    out: Dict[str, float] = {}
+    for item in items:
+        op, sep, secs = item.partition("=")
+        if not sep:
+            raise BatchError(f"--op-timeout {item!r}: expected OP=SECONDS, e.g. --op-timeout mm=1800")
+        out[check_op_name(op.strip(), "--op-timeout")] = parse_seconds(secs.strip(), f"--op-timeout {item}")
+    return out
+
+
+def dedupe(ops: Sequence[str]) -> List[str]:
+    return list(dict.fromkeys(ops))
+
+
+def default_dismiss_path() -> Optional[Path]:
+    """ops/dismiss.yaml of the ops data dir (ZL_OPS_DIR or the checkout's ops/), else
+    ./ops/dismiss.yaml; None when neither exists (the list is optional)."""
+    from zlbench.ops.paths import OpsDataError, dismiss_path
+
+    candidates = [Path("ops") / "dismiss.yaml"]
+    try:
+        candidates.insert(0, dismiss_path())
+    except OpsDataError:
+        pass
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def load_dismiss(path: Path) -> Dict[str, DismissEntry]:
+    """The dismiss list, read by zlbench.ops.dismiss (the format is defined there)."""
+    from zlbench.ops.dismiss import DismissError, load_dismiss as load_entries
+
+    try:
+        entries = load_entries(Path(path))
+    except DismissError as e:
+        raise BatchError(f"--dismiss {path}: {e}") from None
+    return {op: DismissEntry(op, str(entry.get("reason", "")).strip()) for op, entry in entries.items()}

@@ -1,0 +1,210 @@
+"""Child processes in their own process group, waited for without polling, and killed
+as a whole group (SIGTERM, a grace period, SIGKILL) so that nothing is left holding a
+device.
+
+The leader is waited for through a pidfd where the kernel has them: it becomes
+readable when the leader exits but before it is reaped, and while the leader is an
+unreaped zombie its pid (= the group id) cannot be reused, so killing the group's
+leftovers at that point can never hit an unrelated process.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence
+
+# Fallback polling period where pidfd_open is missing (not Linux, old kernels).
+_POLL_S = 0.02
+
+
+@dataclass
+class Finished:
+    returncode: Optional[int]   # None only if the leader could not be reaped
+    timed_out: bool
+    interrupted: bool
+    leftovers_killed: int       # group members still alive after the leader exited
+
+
+def start_group(cmd: Sequence[str], env: Mapping[str, str], log_path: Path,
+                cwd: Optional[str] = None) -> subprocess.Popen:
+    """Start ``cmd`` as the leader of a new session (and so a new process group), with
+    stdout and stderr to ``log_path``. Ctrl-C in the terminal does not reach it: the
+    driver decides when children stop."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(list(cmd), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+class _ExitWatch:
+    """Waits for a child to exit without reaping it."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        try:
+            self.fd: Optional[int] = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def wait(self, timeout: Optional[float], wake_fd: Optional[int]) -> str:
+        """'exited', 'timeout' or 'woken' (wake_fd became readable)."""
+        if self.fd is not None:
+            poller = select.poll()
+            poller.register(self.fd, select.POLLIN)
+            if wake_fd is not None:
+                poller.register(wake_fd, select.POLLIN)
+            ms = None if timeout is None else max(0, int(timeout * 1000))
+            while True:
+                try:
+                    events = poller.poll(ms)
+                    break
+                except InterruptedError:
+                    continue
+            fds = {fd for fd, _ in events}
+            if self.fd in fds:
+                return "exited"
+            return "woken" if fds else "timeout"
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._exited_nowait():
+                return "exited"
+            if wake_fd is not None and select.select([wake_fd], [], [], 0)[0]:
+                return "woken"
+            if deadline is not None and time.monotonic() >= deadline:
+                return "timeout"
+            time.sleep(_POLL_S)
+
+    def _exited_nowait(self) -> bool:
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def wait_group(proc: subprocess.Popen, timeout_s: Optional[float], grace_s: float,
+               wake_fd: Optional[int] = None) -> Finished:
+    """Wait for the leader, at most ``timeout_s``; on timeout or when ``wake_fd`` turns
+    readable, stop the whole group. Returns only once the leader is reaped and its
+    group holds no live process."""
+    watch = _ExitWatch(proc.pid)
+    pgid = proc.pid
+    timed_out = interrupted = False
+    try:
+        why = watch.wait(timeout_s, wake_fd)
+        if why != "exited":
+            timed_out, interrupted = why == "timeout", why == "woken"
+            _signal_group(pgid, signal.SIGTERM)
+            if watch.wait(grace_s, None) != "exited":
+                _signal_group(pgid, signal.SIGKILL)
+                watch.wait(None, None)
+        # The leader is a zombie now: its pgid is ours until we reap it.
+        leftovers = kill_group_members(pgid, grace_s)
+    finally:
+        watch.close()
+    rc = proc.wait()
+    return Finished(rc, timed_out, interrupted, leftovers)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_group_members(pgid: int, grace_s: float) -> int:
+    """SIGTERM, then SIGKILL, whatever still lives in group ``pgid`` besides its
+    (exited) leader. Returns how many there were."""
+    members = [p for p in live_group_members(pgid) if p != pgid]
+    if not members:
+        return 0
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and [p for p in live_group_members(pgid) if p != pgid]:
+        time.sleep(0.05)
+    if [p for p in live_group_members(pgid) if p != pgid]:
+        _signal_group(pgid, signal.SIGKILL)
+    return len(members)
+
+
+def _stat(pid: str) -> Optional[List[str]]:
+    """Fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, ...]."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2:].split()
+
+
+def live_group_members(pgid: int) -> List[int]:
+    """Pids in group ``pgid`` that are not zombies (a zombie holds no memory or device;
+    some container inits never reap them)."""
+    if not Path("/proc/self/stat").exists():
+        try:
+            os.killpg(pgid, 0)
+            return [pgid]
+        except (ProcessLookupError, PermissionError):
+            return []
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = _stat(entry.name)
+        if fields and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            out.append(int(entry.name))
+    return out
+
+
+def tagged_processes(key: str, value: str) -> Dict[int, int]:
+    """{pid: pgid} of live processes whose environment holds ``key=value``: the
+    children a previous, killed driver left behind (every descendant inherits it)."""
+    needle = f"{key}={value}".encode()
+    found: Dict[int, int] = {}
+    if not Path("/proc/self/environ").exists():
+        return found
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            environ = Path(f"/proc/{entry.name}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle not in environ.split(b"\0"):
+            continue
+        fields = _stat(entry.name)
+        if fields and fields[0] not in ("Z", "X"):
+            found[int(entry.name)] = int(fields[2])
+    return found
+
+
+def kill_tagged(key: str, value: str, grace_s: float) -> List[int]:
+    """Stop every process group holding a tagged process. Returns the pids found."""
+    found = tagged_processes(key, value)
+    # Never our own group, whatever a caller's environment says.
+    groups = set(found.values()) - {os.getpgrp()}
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and tagged_processes(key, value):
+        time.sleep(0.05)
+    for pid, pgid in tagged_processes(key, value).items():
+        if pgid != os.getpgrp():
+            _signal_group(pgid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return sorted(found)

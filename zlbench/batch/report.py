@@ -1,0 +1,62 @@
+"""The end-of-batch screen: counts by status, the slowest operators, every failure
+with its reason. Plain text, so it reads the same on a terminal and in a CI log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Mapping, Sequence
+
+from .classify import STATUSES
+from .progress import fmt_duration
+
+BAD = ("failed", "timeout", "crashed")
+
+
+def _seconds(row: Mapping[str, str]) -> float:
+    try:
+        return float(row.get("total_s") or 0.0)
+    except ValueError:
+        return 0.0
+
+
+def render_report(out: Path, rows: Mapping[str, Mapping[str, str]], planned: Sequence[str],
+                  wall_s: float, interrupted: bool, slowest: int = 5, max_failures: int = 25,
+                  devices: Sequence[str] = ()) -> str:
+    counts: Dict[str, int] = {}
+    for op in planned:
+        status = rows.get(op, {}).get("status") or "not run"
+        counts[status] = counts.get(status, 0) + 1
+    order = [s for s in (*STATUSES, "not run") if counts.get(s)]
+    lines: List[str] = [
+        f"zlbench batch: {out}",
+        f"  {len(planned)} operators in {fmt_duration(wall_s)}"
+        + (f" on {len(devices)} device(s) ({','.join(devices)})" if devices else "")
+        + ": " + ", ".join(f"{s} {counts[s]}" for s in order),
+    ]
+    measured = [(op, rows[op]) for op in planned
+                if op in rows and rows[op].get("status") not in ("dismissed", None)]
+    top = sorted(measured, key=lambda item: _seconds(item[1]), reverse=True)[:slowest]
+    if top:
+        lines.append("Slowest:")
+        width = max(len(op) for op, _ in top)
+        for op, row in top:
+            lines.append(f"  {op:<{width}}  {fmt_duration(_seconds(row)):>8}  {row.get('status')}  "
+                         f"device {row.get('device')}  attempts {row.get('attempts')}")
+    bad = [(op, rows[op]) for op in planned if rows.get(op, {}).get("status") in BAD]
+    if bad:
+        lines.append(f"Failures ({len(bad)}):")
+        width = max(len(op) for op, _ in bad)
+        for op, row in bad[:max_failures]:
+            lines.append(f"  {op:<{width}}  {row.get('status'):<8} attempts {row.get('attempts')} "
+                         f"level {row.get('dtype_level')}  {row.get('reason') or '-'}")
+        if len(bad) > max_failures:
+            lines.append(f"  ... and {len(bad) - max_failures} more: see ops_status.csv")
+    fell_back = [op for op in planned if rows.get(op, {}).get("status") == "ok"
+                 and rows[op].get("dtype_level") not in ("0", "", None)]
+    if fell_back:
+        lines.append(f"Measured with fallback dtypes ({len(fell_back)}): "
+                     + ", ".join(f"{op} (level {rows[op]['dtype_level']})" for op in fell_back))
+    lines.append(f"Status table: {out / 'ops_status.csv'}")
+    if interrupted or counts.get("not run"):
+        lines.append(f"Not finished. Continue with: zlbench batch --resume --out {out}")
+    return "\n".join(lines)
