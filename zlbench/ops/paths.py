@@ -1,0 +1,48 @@
+"""Where the ops/ data directory is.
+
+``$ZL_OPS_DIR`` wins; otherwise the repo-root ``ops/`` beside the zlbench package
+(zlbench is installed editable, so the package sits in its checkout).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+OPS_DIR_ENV = "ZL_OPS_DIR"
+
+
+class OpsDataError(Exception):
+    """Missing or malformed ops/ data; the message names the file and the fix."""
+
+
+def ops_dir() -> Path:
+    env = os.environ.get(OPS_DIR_ENV)
+    if env:
+        path = Path(env).expanduser()
+        if not path.is_dir():
+            raise OpsDataError(f"{OPS_DIR_ENV}={env} is not a directory; point it at an ops/ data dir")
+        return path
+    path = Path(__file__).resolve().parents[2] / "ops"
+    if not path.is_dir():
+        raise OpsDataError(
+            f"no ops/ data dir at {path}; install zlbench editable from its checkout "
+            f"(pip install -e .) or set {OPS_DIR_ENV}"
+        )
+    return path
+
+
+def inventory_path(name: str) -> Path:
+    return ops_dir() / "inventory" / f"{name}.yaml"
+
+
+def dismiss_path() -> Path:
+    return ops_dir() / "dismiss.yaml"
+
+
+def shapes_dir() -> Path:
+    return ops_dir() / "shapes"
+
+
+def compat_table_path(backend: str) -> Path:
+    return ops_dir() / "compat" / f"{backend}_skip_overrides.yaml"
