@@ -1,0 +1,517 @@
+"""pytest plugin: record and replay the configs autotuned kernels use.
+
+Loaded with ``-p zlbench.plugins.autotune``; a silent no-op without ZL_RUN_DIR.
+
+Environment: ZL_RUN_DIR, ZL_AUTOTUNE_MODE (``record`` default, ``replay``, ``off``),
+REPLAY_FROM (the ``autotune_records/`` dir to replay), USE_FLAGTUNE (recorded, and
+compared with the records on replay).
+
+At collection finish it finds every tuner class imported so far: classes named
+``LibTuner`` (flag_gems.utils.libentry, a vendor package's copy, ...) or ``Autotuner``
+(triton.runtime.autotuner) in any module, plus their subclasses, and wraps their
+``run``. The wrapper puts a ``CacheOverlay`` in front of the tuner's ``cache`` (a dict
+for triton, a sqlite-backed ConfigCache for LibTuner). The tuner computes its key as
+usual and asks the cache; the overlay sees that key and, when replaying, answers with
+the recorded config before the real cache is consulted, so a warm FlagGems DB cannot
+make a replay silently self-tune, and nothing replayed is written into that DB.
+After each call the config the tuner used (``best_config``) is recorded, also when
+replaying, so a replaying run's records show what it ran.
+
+Markers (once per kernel key): ``AUTOTUNE_REPLAY_FALLBACK reason=key_missing|
+pre_hook_dropped|pre_hook_unmatched|compile_failed kernel= key= [op= dtype= shape=] test=``;
+``compile_autotune_replay_no_evict`` when a replayed config failed to compile and the
+tuner's cache (LibTuner's, no ``__delitem__``) still holds a config for the key, so the
+retry is not a clean self-tune; ``AUTOTUNE_REPLAY_NONE reason=`` when there is nothing to
+replay; ``AUTOTUNE_REPLAY_MISMATCH knob=USE_FLAGTUNE`` when the records were made with
+another USE_FLAGTUNE.
+
+Writes ``$ZL_RUN_DIR/autotune_records/<kernel>.json`` (zlbench.autotune_records) and
+``$ZL_RUN_DIR/plugins/autotune.json``, and prints the footer
+``autotune: replayed N, fell back M`` or ``autotune: recorded K keys in J kernels``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+
+from zlbench import autotune_records as ar
+from zlbench.plugins import print_line, write_plugin_json
+from zlbench.markers import (
+    AUTOTUNE_REPLAY_FALLBACK,
+    AUTOTUNE_REPLAY_MISMATCH,
+    AUTOTUNE_REPLAY_NONE,
+    format_marker,
+)
+
+MODES = ("record", "replay", "off")
+TUNER_CLASS_NAMES = ("LibTuner", "Autotuner")
+# compile_<phase>_no_evict with phase "autotune_replay" (plain "replay" is the graph
+# timer's phase).
+NO_EVICT_MARKER = "compile_autotune_replay_no_evict"
+_ORIGINAL = "_zl_autotune_original"
+_MAX_MARKERS_KEPT = 500
+
+
+@dataclass(frozen=True)
+class Settings:
+    run_dir: Path
+    mode: str
+    replay_from: Optional[Path]
+    use_flagtune: str
+
+
+def settings_from_env(environ: Mapping[str, str]) -> Optional[Settings]:
+    """None without ZL_RUN_DIR (a plain pytest run)."""
+    run_dir = environ.get("ZL_RUN_DIR")
+    if not run_dir:
+        return None
+    mode = (environ.get("ZL_AUTOTUNE_MODE") or "record").strip().lower()
+    if mode not in MODES:
+        raise ValueError(f"ZL_AUTOTUNE_MODE={mode!r}: expected one of {', '.join(MODES)}")
+    replay_from = environ.get("REPLAY_FROM")
+    return Settings(Path(run_dir), mode, records_dir_of(replay_from) if replay_from else None,
+                    flag_text(environ.get("USE_FLAGTUNE")))
+
+
+def records_dir_of(path: str) -> Path:
+    """REPLAY_FROM names an autotune_records/ dir or a run dir holding one."""
+    p = Path(path)
+    inner = p / ar.RECORDS_DIRNAME
+    return inner if inner.is_dir() else p
+
+
+def flag_text(value: Optional[str]) -> str:
+    """A 0/1 switch as recorded: "1" or "0" (unset means 0, as in FlagGems)."""
+    return "1" if (value or "").strip().lower() in ("1", "true", "yes", "on") else "0"
+
+
+# ---- finding tuner classes --------------------------------------------------------
+
+def find_tuner_classes(modules: Mapping[str, Any]) -> List[type]:
+    """Classes named LibTuner/Autotuner defined or re-exported by these modules, and all
+    their subclasses (policy classes FlagGems makes on the fly are not module globals)."""
+    roots: Set[type] = set()
+    for module in list(modules.values()):
+        try:
+            namespace = vars(module)
+        except TypeError:
+            continue
+        for value in list(namespace.values()):
+            # type(), not isinstance(): some module globals warn when asked __class__.
+            if (issubclass(type(value), type) and value.__name__ in TUNER_CLASS_NAMES
+                    and callable(getattr(value, "run", None))):
+                roots.add(value)
+    found: Set[type] = set()
+    todo = list(roots)
+    while todo:
+        cls = todo.pop()
+        if cls in found:
+            continue
+        found.add(cls)
+        todo.extend(cls.__subclasses__())
+    return sorted(found, key=_class_path)
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def tuner_kind(tuner: Any) -> str:
+    return ar.LIBTUNER if any(c.__name__ == "LibTuner" for c in type(tuner).__mro__) else ar.AUTOTUNER
+
+
+def kernel_name(tuner: Any) -> str:
+    """``<module>.<qualname>`` of the Python function under the tuner: stable across runs."""
+    fn = getattr(tuner, "base_fn", None) or getattr(tuner, "fn", None)
+    for _ in range(16):
+        if fn is None or (hasattr(fn, "__qualname__") and hasattr(fn, "__module__")
+                          and not hasattr(fn, "fn")):
+            break
+        fn = getattr(fn, "fn", None)
+    if fn is not None and hasattr(fn, "__qualname__"):
+        return f"{fn.__module__}.{fn.__qualname__}"
+    return getattr(tuner, "__name__", None) or type(tuner).__name__
+
+
+# ---- the cache stand-in ---------------------------------------------------------
+
+class CacheOverlay:
+    """Stands in for ``tuner.cache``: remembers the key the tuner asked for this call,
+    and when replaying answers for it from the records."""
+
+    def __init__(self, inner: Any, resolve: Optional[Callable[[Any], Any]]):
+        self.inner = inner
+        self.resolve = resolve      # key -> config to inject, or None
+        self.depth = 0
+        self.last_key: Any = None
+        self.stored = False         # the tuner wrote a config this call (it tuned)
+        self.injected: Any = None   # the key answered from the records this call
+        self.seen: Dict[Any, Any] = {}  # key -> config object last recorded
+
+    def begin(self) -> None:
+        self.last_key = None
+        self.stored = False
+        self.injected = None
+
+    def __contains__(self, key: Any) -> bool:
+        self.last_key = key
+        if self.resolve is not None and self.resolve(key) is not None:
+            return True
+        return key in self.inner
+
+    def __getitem__(self, key: Any) -> Any:
+        self.last_key = key
+        if self.resolve is not None:
+            config = self.resolve(key)
+            if config is not None:
+                self.injected = key
+                return config
+        return self.inner[key]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.last_key = key
+        self.stored = True
+        self.inner[key] = value
+
+    def __delitem__(self, key: Any) -> None:
+        del self.inner[key]
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __iter__(self):
+        return iter(self.inner)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getattr__(self, name: str) -> Any:
+        # ConfigCache's table_name/model and dict methods stay reachable.
+        inner = self.__dict__.get("inner")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+
+class _Binding:
+    """What the session knows about one tuner instance."""
+
+    def __init__(self, tuner: Any):
+        self.kernel = kernel_name(tuner)
+        self.kind = tuner_kind(tuner)
+        self.key_names = [str(k) for k in (getattr(tuner, "keys", None) or [])]
+        self.tuner_class = type(tuner).__name__
+        self.resolved: Dict[Any, Any] = {}  # key -> injected config or None
+        self.configs_ref: Any = None
+        self.config_index: Dict[str, Any] = {}  # config_id -> the tuner's own config
+
+    def follow_configs(self, tuner: Any) -> None:
+        """Re-match when the tuner's config list was swapped (FlagTune does that)."""
+        configs = getattr(tuner, "configs", None)
+        if configs is not self.configs_ref:
+            self.configs_ref = configs
+            self.config_index = ar.index_configs(configs or [])
+            self.resolved.clear()
+
+
+# ---- the session ----------------------------------------------------------------
+
+class AutotuneSession:
+    def __init__(self, settings: Settings, emit: Optional[Callable[[str], None]] = None):
+        self.settings = settings
+        self.records_dir = settings.run_dir / ar.RECORDS_DIRNAME
+        self._emit = emit or print_line
+        self.coverage = ar.Coverage()
+        self.records: Dict[str, ar.KernelRecords] = {}
+        self.replay: Dict[str, ar.KernelRecords] = {}
+        self.replay_problems: List[str] = []
+        self.asked: Set[Tuple[str, str]] = set()
+        self.markers: List[str] = []
+        self.patched: List[Tuple[type, Any]] = []
+        self.overlaid: List[Any] = []
+        self.scanned: Set[str] = set()
+        self.current_test: Optional[str] = None
+        self.replaying = settings.mode == "replay"
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        if self.replaying:
+            self._load_replay()
+
+    def _load_replay(self) -> None:
+        src = self.settings.replay_from
+        if src is None:
+            self.emit(format_marker(AUTOTUNE_REPLAY_NONE, reason="replay_from_unset"))
+            return
+        if not src.is_dir():
+            self.emit(format_marker(AUTOTUNE_REPLAY_NONE, reason="not_found", path=src))
+            return
+        self.replay, self.replay_problems = ar.load_records(src)
+        if not self.replay:
+            self.emit(format_marker(AUTOTUNE_REPLAY_NONE, reason="no_records", path=src))
+        recorded = sorted({r.use_flagtune for r in self.replay.values()
+                           if r.use_flagtune is not None})
+        if recorded and recorded != [self.settings.use_flagtune]:
+            self.emit(format_marker(AUTOTUNE_REPLAY_MISMATCH, knob="USE_FLAGTUNE",
+                                    recorded=",".join(recorded),
+                                    current=self.settings.use_flagtune))
+
+    def patch(self, modules: Mapping[str, Any]) -> List[str]:
+        """Wrap ``run`` of every tuner class found in modules not scanned before."""
+        fresh = {n: m for n, m in list(modules.items()) if n not in self.scanned}
+        self.scanned.update(fresh)
+        newly = []
+        for cls in find_tuner_classes(fresh):
+            run = cls.__dict__.get("run")
+            if run is None or hasattr(run, _ORIGINAL):
+                continue
+            setattr(cls, "run", _wrap_run(run))
+            self.patched.append((cls, run))
+            newly.append(_class_path(cls))
+        return newly
+
+    def close(self) -> None:
+        for cls, run in reversed(self.patched):
+            setattr(cls, "run", run)
+        self.patched.clear()
+        for tuner in self.overlaid:
+            overlay = tuner.__dict__.get("cache")
+            if type(overlay) is CacheOverlay:
+                tuner.cache = overlay.inner
+        self.overlaid.clear()
+
+    # -- one tuner call
+
+    def call(self, original: Callable[..., Any], tuner: Any, args: tuple, kwargs: dict) -> Any:
+        overlay = tuner.__dict__.get("cache")
+        if type(overlay) is not CacheOverlay:
+            if overlay is None:
+                return original(tuner, *args, **kwargs)
+            overlay = self._install(tuner, overlay)
+        if overlay.depth:  # a subclass's run calling super().run: the outer call counts
+            return original(tuner, *args, **kwargs)
+        overlay.depth += 1
+        try:
+            overlay.begin()
+            try:
+                ret = original(tuner, *args, **kwargs)
+            except Exception as exc:
+                if overlay.injected is None or not ar.is_compile_failure(exc):
+                    raise
+                self._drop_bad_replay(tuner, overlay, exc)
+                overlay.begin()
+                ret = original(tuner, *args, **kwargs)
+        finally:
+            overlay.depth -= 1
+        if overlay.last_key is not None:
+            self._observe(tuner, overlay, overlay.last_key)
+        return ret
+
+    def _install(self, tuner: Any, inner: Any) -> CacheOverlay:
+        binding = tuner.__dict__.get("_zl_binding")
+        if binding is None:
+            binding = _Binding(tuner)
+            tuner._zl_binding = binding
+        resolve = None
+        if self.replaying:
+            resolve = lambda key: self._resolve(tuner, binding, key)  # noqa: E731
+        overlay = CacheOverlay(inner, resolve)
+        overlay.binding = binding
+        tuner.cache = overlay
+        self.overlaid.append(tuner)
+        return overlay
+
+    def _resolve(self, tuner: Any, binding: _Binding, key: Any) -> Any:
+        binding.follow_configs(tuner)
+        try:
+            return binding.resolved[key]
+        except KeyError:
+            pass
+        kid = ar.key_id(key)
+        self.asked.add((binding.kernel, kid))
+        rec = self.replay.get(binding.kernel)
+        entry = rec.entries.get(kid) if rec else None
+        original = None
+        if entry is not None:
+            original = binding.config_index.get(ar.config_id(entry["config"]))
+        choice = ar.choose_replay(entry, binding.kind, original is not None)
+        config = None
+        if choice.inject:
+            if choice.use_original:
+                config = original
+            else:
+                config = ar.build_config(entry["config"], type(tuner.configs[0]))
+            self.coverage.note_replayed(binding.kernel, kid)
+        else:
+            self._fallback(binding, kid, choice.reason)
+        binding.resolved[key] = config
+        return config
+
+    def _drop_bad_replay(self, tuner: Any, overlay: CacheOverlay, exc: BaseException) -> None:
+        """A replayed config failed to compile: stop injecting it and fall back. A cache
+        without ``__delitem__`` (LibTuner's) may still hold a config for the key that we
+        cannot drop, so the retry is not a clean self-tune: say so."""
+        binding: _Binding = overlay.binding
+        key = overlay.injected
+        binding.resolved[key] = None
+        inner = overlay.inner
+        try:
+            held = key in inner
+        except Exception:
+            held = False
+        kid = ar.key_id(key)
+        if held and callable(getattr(type(inner), "__delitem__", None)):
+            del inner[key]
+            held = False
+        if held:
+            if self.coverage.note_fallback(binding.kernel, kid, ar.NO_EVICT):
+                self.emit(format_marker(NO_EVICT_MARKER, kernel=binding.kernel, key=kid,
+                                        error=type(exc).__name__, **self._where()))
+        else:
+            self._fallback(binding, kid, ar.COMPILE_FAILED, error=type(exc).__name__)
+
+    def _fallback(self, binding: _Binding, kid: str, reason: str, **extra: Any) -> None:
+        if self.coverage.note_fallback(binding.kernel, kid, reason):
+            self.emit(format_marker(AUTOTUNE_REPLAY_FALLBACK, reason=reason,
+                                    kernel=binding.kernel, key=kid, **extra, **self._where()))
+
+    def _where(self) -> Dict[str, Any]:
+        """The table row being timed when the key was first asked for, and the test."""
+        out: Dict[str, Any] = {}
+        row_context = sys.modules.get("zlbench.plugins.row_context")
+        timing = row_context.current() if row_context is not None else None
+        if timing is not None:
+            out.update(op=timing.row.op, dtype=timing.row.dtype, shape=timing.row.shape)
+        out["test"] = self.current_test
+        return out
+
+    def _observe(self, tuner: Any, overlay: CacheOverlay, key: Any) -> None:
+        config = getattr(tuner, "best_config", None)
+        if config is None:
+            try:
+                config = overlay[key]
+            except KeyError:
+                return
+        if overlay.seen.get(key) is config:
+            return
+        overlay.seen[key] = config
+        binding: _Binding = overlay.binding
+        if overlay.injected is not None:
+            origin = ar.ORIGIN_REPLAYED
+        elif overlay.stored:
+            origin = ar.ORIGIN_TUNED
+        else:
+            origin = ar.ORIGIN_CACHED
+        rec = self.records.get(binding.kernel)
+        if rec is None:
+            rec = ar.KernelRecords(binding.kernel, binding.kind, binding.tuner_class,
+                                   binding.key_names, self.settings.use_flagtune)
+            self.records[binding.kernel] = rec
+        kid = ar.key_id(key)
+        self.coverage.note_recorded(binding.kernel, kid, origin)
+        if rec.put(key, ar.encode_config(config), origin):
+            ar.write_records(self.records_dir, rec)
+
+    # -- reporting
+
+    def emit(self, line: str) -> None:
+        if len(self.markers) < _MAX_MARKERS_KEPT:
+            self.markers.append(line)
+        self._emit(line)
+
+    def counts(self) -> Dict[str, Any]:
+        return self.coverage.counts()
+
+    def footer(self) -> str:
+        return ar.footer(self.settings.mode, self.counts())
+
+    def report(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {
+            "mode": self.settings.mode,
+            "use_flagtune": self.settings.use_flagtune,
+            "records_dir": str(self.records_dir),
+            "patched": sorted({_class_path(cls) for cls, _ in self.patched}),
+            **self.counts(),
+            "kernels": self.coverage.per_kernel(),
+            "markers": list(self.markers),
+        }
+        if self.replaying:
+            out["replay_from"] = str(self.settings.replay_from) if self.settings.replay_from else None
+            out["records_unused"] = ar.unused_records(self.replay, self.asked)
+            out["records_problems"] = list(self.replay_problems)
+            out["use_flagtune_recorded"] = sorted({r.use_flagtune for r in self.replay.values()
+                                                  if r.use_flagtune is not None})
+        return out
+
+    def write_report(self) -> Optional[Path]:
+        return write_plugin_json("autotune", self.report())
+
+
+def _wrap_run(original: Callable[..., Any]) -> Callable[..., Any]:
+    def run(self, *args, **kwargs):
+        session = _SESSION
+        if session is None:
+            return original(self, *args, **kwargs)
+        return session.call(original, self, args, kwargs)
+
+    run.__name__ = getattr(original, "__name__", "run")
+    run.__qualname__ = getattr(original, "__qualname__", "run")
+    run.__doc__ = getattr(original, "__doc__", None)
+    setattr(run, _ORIGINAL, original)
+    return run
+
+
+# ---- pytest hooks ---------------------------------------------------------------
+
+_SESSION: Optional[AutotuneSession] = None
+
+
+def pytest_configure(config) -> None:
+    global _SESSION
+    try:
+        settings = settings_from_env(os.environ)
+    except ValueError as e:
+        import pytest
+
+        raise pytest.UsageError(str(e))
+    if settings is None or settings.mode == "off":
+        return
+    _SESSION = AutotuneSession(settings)
+    _SESSION.start()
+
+
+def pytest_collection_finish(session) -> None:
+    if _SESSION is not None:
+        _SESSION.patch(sys.modules)
+
+
+def pytest_runtest_setup(item) -> None:
+    # A test may import a package with its own LibTuner after collection.
+    if _SESSION is not None:
+        _SESSION.current_test = item.nodeid
+        _SESSION.patch(sys.modules)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _SESSION is not None:
+        terminalreporter.write_line(_SESSION.footer())
+
+
+def pytest_sessionfinish(session) -> None:
+    if _SESSION is not None:
+        _SESSION.write_report()
+
+
+def pytest_unconfigure(config) -> None:
+    global _SESSION
+    if _SESSION is not None:
+        _SESSION.close()
+        _SESSION = None
