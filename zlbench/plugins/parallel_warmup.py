@@ -1,0 +1,322 @@
+"""pytest plugin: shard the autotune sweep over devices, then measure on one.
+
+Loaded with ``-p zlbench.plugins.parallel_warmup``; a silent no-op unless both
+ZL_RUN_DIR and PARALLEL_WARMUP_GPUS=N (N >= 1) are set.
+
+At pytest_configure, before any Benchmark exists, it resolves the shape keys the
+selected tests read (zlbench.warmup), splits their shapes round-robin into N shard
+shape files and runs N copies of this pytest invocation at once, shard i on device i
+of ZL_WARMUP_DEVICES, each in record mode into ``$ZL_RUN_DIR/warmup/shard-<i>/``.
+When every shard exits 0 it merges their records into ``warmup/merged/`` and switches
+this process to replay them (ZL_AUTOTUNE_MODE=replay, REPLAY_FROM), so the serial
+measurement that follows times the same configs without tuning. That is why its
+pytest_configure is ``tryfirst``: zlbench.plugins.autotune reads those variables in
+its own pytest_configure.
+
+Otherwise it prints ``PARALLEL_WARMUP_REFUSED reason=...`` and a line saying why, and
+the run sweeps serially as if the plugin were absent. Interrupting the sweep
+(Ctrl-C, or SIGTERM from ``zlbench run``) stops and reaps every shard first.
+
+Environment read: ZL_RUN_DIR, PARALLEL_WARMUP_GPUS, ZL_WARMUP_DEVICES, ZL_VISIBLE_KEY
+(and the variable it names), ZL_AUTOTUNE_MODE, REPLAY_FROM; for the shards' tuner DBs
+ZL_ISOLATE_TUNER_CACHE, FLAGGEMS_CACHE_DIR, FLAGGEMS_DB_URL.
+Writes ``$ZL_RUN_DIR/plugins/parallel_warmup.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import pytest
+import yaml
+
+from zlbench import warmup
+from zlbench.ops.shapes import ShapeFileError, load_shape_file
+from zlbench.plugins import print_line, run_dir, write_plugin_json
+
+PLUGIN = "parallel_warmup"
+# How long a shard gets to exit after SIGTERM before its process group is killed.
+GRACE_S = 5.0
+_CONFLICTS_KEPT = 50
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config) -> None:
+    try:
+        n = warmup.parse_gpus(os.environ.get("PARALLEL_WARMUP_GPUS"))
+    except ValueError as e:
+        raise pytest.UsageError(str(e))
+    root = run_dir()
+    if not n or root is None:
+        return
+    report: Dict[str, Any] = {"n": n, "refused": None}
+    try:
+        sweep(config, root, n, report)
+    except SweepTerminated:
+        _finish(report, "interrupted")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # die as the signal meant, shards reaped
+        raise
+    except Exception as e:  # a broken warmup must not cost the measurement
+        _refuse(report, warmup.Refusal(warmup.WARMUP_ERROR, {"error": type(e).__name__},
+                                       f"{type(e).__name__}: {e}"))
+    except BaseException:
+        _finish(report, "interrupted")
+        raise
+    write_plugin_json(PLUGIN, report)
+
+
+def _finish(report: Dict[str, Any], refused: str) -> None:
+    report["refused"] = refused
+    write_plugin_json(PLUGIN, report)
+
+
+# ---- the sweep -------------------------------------------------------------------
+
+def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
+    """Run the sharded sweep and switch this process to replay, or refuse. Fills report."""
+    environ = os.environ
+    cwd = Path(config.invocation_params.dir)
+    raw = [str(a) for a in config.invocation_params.args]
+    level = getattr(config.option, "level", None) or warmup.option_value(raw, "--level")
+    shape_file = _shape_file(config, raw, cwd)
+    visible_key, pool = warmup.device_pool(environ)
+    report.update(level=level, shape_file=str(shape_file), visible_key=visible_key,
+                  device_pool=pool)
+    try:
+        shapes = load_shape_file(shape_file)
+    except ShapeFileError as e:
+        return _refuse(report, warmup.Refusal(warmup.NO_SHAPE_KEY, {"shape_file": shape_file}, str(e)))
+
+    resolutions = warmup.resolve_keys(cwd, [str(a) for a in config.args],
+                                      config.option.markexpr or "", shapes)
+    by_key = warmup.shapes_by_key(resolutions, shapes)
+    report.update(
+        resolutions=[r.to_json() for r in resolutions],
+        resolved_keys=list(by_key),
+        candidates_tried=_unique(c for r in resolutions for c in r.candidates_tried),
+    )
+    for res in resolutions:
+        print_line(_resolution_line(res))
+    refusal = warmup.refusal_before_launch(level, environ.get("ZL_AUTOTUNE_MODE", "record"),
+                                           environ.get("REPLAY_FROM"), resolutions, by_key)
+    if refusal:
+        return _refuse(report, refusal)
+
+    shards = warmup.plan_shards(by_key, n)
+    devices = warmup.shard_devices(pool, len(shards))
+    if len(shards) < n:
+        print_line(f"WARNING: parallel warmup: only {len(shards)} shapes to split; "
+                   f"{len(shards)} shards instead of {n}")
+    if pool and len(pool) < len(shards):
+        print_line(f"WARNING: parallel warmup: {len(shards)} shards on {len(pool)} devices "
+                   f"({','.join(pool)}): devices run several shards ({','.join(map(str, devices))})")
+    report.update(shards=len(shards), devices=devices,
+                  shapes_per_shard=[{k: len(v) for k, v in s.items()} for s in shards])
+
+    warm_dir = root / warmup.WARMUP_DIRNAME
+    shutil.rmtree(warm_dir, ignore_errors=True)  # a retry must not merge stale records
+    fast = hasattr(config.option, "warmup") and hasattr(config.option, "iter")
+    jobs = [_prepare(i, warm_dir, shapes, subsets, raw, fast, visible_key, devices[i])
+            for i, subsets in enumerate(shards)]
+    report["shard_logs"] = [str(j["log"]) for j in jobs]
+    print_line(f"parallel warmup: {len(jobs)} shards, devices {_show(devices)}"
+               f"{f' ({visible_key})' if visible_key else ''}, shapes per shard "
+               f"{'; '.join(_counts(s) for s in shards)}")
+
+    started = time.monotonic()
+    procs = launch_shards(jobs, cwd)
+    rcs = wait_shards(procs, on_exit=lambda i, rc: print_line(
+        f"parallel warmup: shard {i} (device {devices[i] or '-'}) exited {rc} "
+        f"after {time.monotonic() - started:.1f} s"))
+    report.update(shard_exit_codes=rcs, sweep_wall_s=round(time.monotonic() - started, 3))
+    failure = warmup.first_failure(rcs, [j["log"] for j in jobs])
+    if failure:
+        return _refuse(report, failure)
+    _adopt_merged(jobs, warm_dir, report)
+
+
+def _adopt_merged(jobs: Sequence[Dict[str, Any]], warm_dir: Path, report: Dict[str, Any]) -> None:
+    """Merge the shards' records and make this process's autotune plugin replay them."""
+    merge = warmup.load_and_merge([j["dir"] / "autotune_records" for j in jobs])
+    report.update(merged_keys=merge.keys, merged_kernels=len(merge.records),
+                  conflicts=len(merge.conflicts),
+                  conflicting_keys=[f"{k} {kid}" for k, kid in merge.conflicts[:_CONFLICTS_KEPT]])
+    refusal = warmup.refusal_after_merge(merge)
+    if refusal:
+        return _refuse(report, refusal)
+    merged = warmup.write_merged(merge, warm_dir / warmup.MERGED_DIRNAME)
+    print_line(f"parallel warmup: merged {merge.keys} keys in {len(merge.records)} kernels "
+               f"from {len(jobs)} shards in {report['sweep_wall_s']:.1f} s; replaying {merged}")
+    print_line(merge.warning())
+    os.environ["ZL_AUTOTUNE_MODE"] = "replay"
+    os.environ["REPLAY_FROM"] = str(merged)
+    report["merged_dir"] = str(merged)
+
+
+def _prepare(i: int, warm_dir: Path, shapes: Dict[str, Any], subsets, raw: List[str], fast: bool,
+             visible_key: Optional[str], device: Optional[str]) -> Dict[str, Any]:
+    shard_dir = warm_dir / f"shard-{i}"
+    shard_dir.mkdir(parents=True)
+    shape_path = shard_dir / "shapes.yaml"
+    shape_path.write_text(yaml.safe_dump(warmup.shard_shape_data(shapes, subsets), sort_keys=False))
+    env = warmup.shard_env(os.environ, shard_dir, visible_key, device)
+    db_dir = warmup.sqlite_dir(env)
+    if db_dir is not None:
+        db_dir.mkdir(parents=True, exist_ok=True)
+    return {
+        "dir": shard_dir,
+        "log": shard_dir / warmup.SHARD_LOG,
+        "cmd": [sys.executable, "-m", "pytest", *warmup.shard_args(raw, shape_path, fast)],
+        "env": env,
+    }
+
+
+def _refuse(report: Dict[str, Any], refusal: warmup.Refusal) -> None:
+    report["refused"] = refusal.reason
+    report["refused_detail"] = refusal.detail
+    print_line(refusal.marker())
+    print_line(f"parallel warmup: refused ({refusal.detail}); the autotune sweep runs "
+               "serially on this device")
+
+
+def _shape_file(config, raw: Sequence[str], cwd: Path) -> Path:
+    given = warmup.option_value(raw, "--shape_file")
+    if given:
+        return (cwd / given) if not Path(given).is_absolute() else Path(given)
+    default = getattr(config.option, "shape_file", None)
+    return Path(default) if default else cwd / "benchmark" / "core_shapes.yaml"
+
+
+def _resolution_line(res: warmup.Resolution) -> str:
+    tried = ", ".join(res.candidates_tried) or "-"
+    if res.key:
+        return f"parallel warmup: shape key {res.key} for {res.test} (tried {tried})"
+    if res.shapes_from:
+        return f"parallel warmup: {res.test} takes its shapes from {res.shapes_from}"
+    return f"parallel warmup: no shape key for {res.test} (tried {tried}){_why(res)}"
+
+
+def _why(res: warmup.Resolution) -> str:
+    return f": {res.problem}" if res.problem else ""
+
+
+def _counts(subsets: Dict[str, List[Any]]) -> str:
+    return ",".join(f"{k}={len(v)}" for k, v in subsets.items())
+
+
+def _show(devices: Sequence[Optional[str]]) -> str:
+    return ",".join(d or "-" for d in devices)
+
+
+def _unique(items) -> List[str]:
+    return list(dict.fromkeys(items))
+
+
+# ---- shard processes -------------------------------------------------------------
+
+class SweepTerminated(BaseException):
+    """SIGTERM arrived while shards were running (``zlbench run`` forwards it)."""
+
+
+def launch_shards(jobs: Sequence[Dict[str, Any]], cwd: Path) -> List[subprocess.Popen]:
+    """Start every shard in its own process group (so the group can be killed whole),
+    output to its log. A shard whose parent dies without reaping it gets SIGTERM."""
+    procs: List[subprocess.Popen] = []
+    try:
+        for job in jobs:
+            with open(job["log"], "wb") as log:
+                procs.append(subprocess.Popen(
+                    job["cmd"], cwd=str(cwd), env=job["env"], stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                    preexec_fn=_parent_death_signal()))
+    except BaseException:
+        stop_shards(procs)
+        raise
+    return procs
+
+
+def wait_shards(procs: Sequence[subprocess.Popen], grace_s: float = GRACE_S,
+                on_exit=None) -> List[int]:
+    """Exit codes in shard order. Anything raised meanwhile (KeyboardInterrupt, or
+    SweepTerminated for SIGTERM) stops and reaps every shard before it propagates."""
+    previous = _raise_on_sigterm()
+    try:
+        pending = dict(enumerate(procs))
+        while pending:
+            for i, proc in list(pending.items()):
+                if proc.poll() is not None:
+                    del pending[i]
+                    if on_exit is not None:
+                        on_exit(i, proc.returncode)
+            if pending:
+                time.sleep(0.05)
+        return [p.returncode for p in procs]
+    except BaseException:
+        stop_shards(procs, grace_s)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def stop_shards(procs: Sequence[subprocess.Popen], grace_s: float = GRACE_S) -> None:
+    """SIGTERM to every shard's process group, SIGKILL to those still there after the
+    grace period, and reap them all."""
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        # The leader may be gone while its children (compile workers) are not.
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _raise_on_sigterm():
+    def handler(signum, frame):
+        raise SweepTerminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave SIGTERM alone
+        return None
+
+
+def _parent_death_signal():
+    """A preexec function asking Linux to SIGTERM the shard when this process dies
+    (a SIGKILL leaves no chance to reap); None where prctl is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
