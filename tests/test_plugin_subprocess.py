@@ -1,0 +1,131 @@
+"""The plugins inside a real pytest process over a tiny FlagGems-shaped benchmark tree.
+
+tests/fixtures/fake_flaggems/benchmark/base.py counts how often the upstream timer
+(``zlbench.cpu_timer.do_bench``) really runs, underneath whatever the plugins patch in.
+Two tests, 4 rows each side: fake_abs (float32, float16 x 2 shapes) and fake_scale
+(bfloat16 x 2 shapes, a class defined inside its test function): 6 rows, 12 timings.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, parse_marker
+
+FAKE_TREE = Path(__file__).parent / "fixtures" / "fake_flaggems"
+ROWS, TIMINGS = 6, 12
+
+
+def run_fake(tmp_path: Path, plugins, env_extra, with_run_dir=True):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    counts = tmp_path / "counts.json"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("ZL_") and k not in ("GEMS_VENDOR", "FLAGGEMS_VENDOR")}
+    env.update(FAKE_COUNTS=str(counts), PYTHONUNBUFFERED="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
+               **env_extra)
+    if with_run_dir:
+        env["ZL_RUN_DIR"] = str(run_dir)
+    args = [sys.executable, "-m", "pytest", "benchmark/bench_fake_ops.py", "-s", "-q",
+            "-p", "no:cacheprovider"]
+    for plugin in plugins:
+        args += ["-p", plugin]
+    proc = subprocess.run(args, cwd=FAKE_TREE, env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout, json.loads(counts.read_text()), run_dir
+
+
+def table_rows(stdout):
+    """(op, dtype, size detail) of every printed row."""
+    rows, op, dtype = [], None, None
+    for line in stdout.splitlines():
+        if line.startswith("Operator: "):
+            op = line.split()[1]
+            dtype = line.split("dtype=")[1].split(",")[0]
+        elif line.startswith("SUCCESS"):
+            rows.append((op, dtype, line.split(" " * 10)[-1].strip()))
+    return rows
+
+
+def markers(stdout):
+    found = [parse_marker(line) for line in stdout.splitlines()]
+    return [m for m in found if m is not None]
+
+
+@pytest.fixture(scope="module")
+def direct_run(tmp_path_factory):
+    return run_fake(
+        tmp_path_factory.mktemp("direct"),
+        ["zlbench.plugins.device_setup", "zlbench.plugins.direct_timer", "zlbench.plugins.report"],
+        {"ZL_BACKEND": "cuda", "ZL_TIMER": "direct", "ZL_DIRECT_REPEAT": "3"},
+    )
+
+
+def test_direct_timer_runs_the_upstream_timer_repeat_times_per_timing(direct_run):
+    stdout, counts, run_dir = direct_run
+    assert counts["do_bench"] == 3 * TIMINGS
+    data = json.loads((run_dir / "plugins" / "direct_timer.json").read_text())
+    assert data["timer"] == "direct" and data["repeat"] == 3
+    assert data["rows_direct"] == ROWS and data["timings"] == TIMINGS
+    assert data["timings_repeated"] == TIMINGS and data["latency_calls_untimed"] == 0
+    assert data["benchmark_classes"] == ["benchmark.base.Benchmark"]
+    assert "zlbench.cpu_timer.do_bench" in data["patched"]
+    assert len(table_rows(stdout)) == ROWS and markers(stdout) == []
+    footer = [ln for ln in stdout.splitlines() if ln.startswith("zlbench[direct_timer]")]
+    assert footer == [f"zlbench[direct_timer] timer=direct repeat=3 rows_direct={ROWS} "
+                      f"timings={TIMINGS} timings_repeated={TIMINGS} timings_single_by_request=0 "
+                      f"requested_timer=direct latency_calls={TIMINGS} latency_calls_untimed=0"]
+
+
+def test_device_setup_reaches_the_benchmark_process(direct_run):
+    _, counts, run_dir = direct_run
+    assert counts["GEMS_VENDOR"] == counts["FLAGGEMS_VENDOR"] == "nvidia"
+    data = json.loads((run_dir / "plugins" / "device_setup.json").read_text())
+    assert data["vendor"] == "nvidia" and data["set"]["GEMS_VENDOR"] == "nvidia"
+
+
+def test_report_adds_nothing_when_output_is_a_pipe(direct_run):
+    stdout, _, _ = direct_run
+    assert "\033[" not in stdout and "same in every row" not in stdout
+
+
+def test_graph_timer_marks_every_row_it_cannot_capture(tmp_path):
+    # No capturable work here (no GPU, or CPU tensors giving an empty graph): every
+    # timing falls back to the direct timer, each with a marker naming its row.
+    stdout, counts, run_dir = run_fake(
+        tmp_path, ["zlbench.plugins.graph_timer"],
+        {"ZL_BACKEND": "cuda", "ZL_TIMER": "graph", "ZL_DIRECT_REPEAT": "2"},
+    )
+    found = markers(stdout)
+    assert len(found) == TIMINGS
+    assert all(m.name == BENCHMARK_DIRECT_NO_CUDAGRAPH and m.get("repeat") == "2" for m in found)
+    assert {m.get("phase") for m in found} == {"capture"}
+    printed = table_rows(stdout)
+    marked = [(m.get("op"), m.get("dtype"), m.get("shape")) for m in found]
+    assert sorted(set(marked)) == sorted(printed)
+    assert [m.get("side") for m in found] == ["torch", "gems"] * ROWS
+    assert counts["do_bench"] == 2 * TIMINGS
+    data = json.loads((run_dir / "plugins" / "graph_timer.json").read_text())
+    assert (data["rows_graph"], data["rows_direct_fallback"]) == (0, ROWS)
+    assert data["timings_direct_fallback"] == TIMINGS and len(data["fallbacks"]) == TIMINGS
+    assert data["fallbacks"][0]["shape"] == printed[0][2]
+    footer = [ln for ln in stdout.splitlines() if ln.startswith("zlbench[graph_timer]")]
+    assert len(footer) == 1 and f"rows_direct_fallback={ROWS} " in footer[0]
+
+
+def test_plugins_are_silent_without_a_run_dir(tmp_path):
+    stdout, counts, run_dir = run_fake(
+        tmp_path,
+        ["zlbench.plugins.device_setup", "zlbench.plugins.graph_timer", "zlbench.plugins.report"],
+        {"ZL_BACKEND": "cuda", "ZL_DIRECT_REPEAT": "5"},
+        with_run_dir=False,
+    )
+    assert counts["do_bench"] == TIMINGS
+    assert counts["GEMS_VENDOR"] is None
+    assert markers(stdout) == [] and "zlbench[" not in stdout
+    assert not (run_dir / "plugins").exists()

@@ -1,0 +1,137 @@
+"""Repeat median, sample reduction and graph sizing: pure arithmetic, no torch, no triton."""
+
+import subprocess
+import sys
+
+import pytest
+
+from zlbench import timing
+
+
+def test_timing_and_plugin_modules_import_neither_torch_nor_triton():
+    code = (
+        "import sys, zlbench.timing, zlbench.plugins.direct_timer, zlbench.plugins.graph_timer, "
+        "zlbench.plugins.report, zlbench.plugins.row_context; "
+        "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("text,expected", [(None, 1), ("", 1), ("1", 1), (" 5 ", 5)])
+def test_parse_repeat_accepts_positive_ints(text, expected):
+    assert timing.parse_repeat(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "-2", "three", "1.5"])
+def test_parse_repeat_rejects_the_rest(text):
+    with pytest.raises(ValueError, match="ZL_DIRECT_REPEAT"):
+        timing.parse_repeat(text)
+
+
+def _calls(values):
+    it = iter(values)
+    made = []
+
+    def call():
+        made.append(1)
+        return next(it)
+
+    return call, made
+
+
+def test_repeat_median_calls_n_times_and_takes_the_median():
+    call, made = _calls([5.0, 1.0, 3.0])
+    result, n = timing.repeat_median(call, 3, None, "median")
+    assert (result, n, len(made)) == (3.0, 3, 3)
+
+
+def test_repeat_median_even_count_is_the_mean_of_the_middle_pair():
+    call, _ = _calls([1.0, 10.0, 2.0, 4.0])
+    assert timing.repeat_median(call, 4)[0] == 3.0
+
+
+def test_repeat_median_resists_one_outlier_call():
+    call, _ = _calls([0.0011, 0.120, 0.0012])
+    assert timing.repeat_median(call, 3, None, "median")[0] == 0.0012
+
+
+def test_repeat_one_calls_once_and_returns_the_value_untouched():
+    call, made = _calls([[1.0, 2.0]])
+    assert timing.repeat_median(call, 1, None, "all") == ([1.0, 2.0], 1)
+    assert len(made) == 1
+
+
+@pytest.mark.parametrize("quantiles,mode", [([0.5, 0.2, 0.8], "mean"), (None, "all"), ([0.5], "median")])
+def test_repetition_is_skipped_for_quantiles_or_all(quantiles, mode):
+    call, made = _calls([[1.0, 2.0, 3.0], 9.0])
+    result, n = timing.repeat_median(call, 5, quantiles, mode)
+    assert n == 1 and len(made) == 1 and result == [1.0, 2.0, 3.0]
+    assert not timing.repetition_applies(quantiles, mode)
+
+
+@pytest.mark.parametrize("mode", ["min", "max", "mean", "median"])
+def test_repetition_applies_to_scalar_modes(mode):
+    assert timing.repetition_applies(None, mode)
+
+
+def test_summarize_median_is_the_lower_median_like_torch_median():
+    assert timing.summarize([4.0, 1.0, 3.0, 2.0], return_mode="median") == 2.0
+    assert timing.summarize([3.0, 1.0, 2.0], return_mode="median") == 2.0
+
+
+def test_summarize_quantiles_interpolate_linearly_and_unwrap_a_single_one():
+    times = [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert timing.summarize(times, [0.5, 0.2, 0.8]) == pytest.approx([3.0, 1.8, 4.2])
+    assert timing.summarize(times, [0.25]) == pytest.approx(2.0)
+
+
+def test_summarize_modes():
+    times = [2.0, 1.0, 6.0]
+    assert timing.summarize(times, return_mode="min") == 1.0
+    assert timing.summarize(times, return_mode="max") == 6.0
+    assert timing.summarize(times, return_mode="mean") == 3.0
+    assert timing.summarize(times, return_mode="all") == [2.0, 1.0, 6.0]
+    with pytest.raises(ValueError):
+        timing.summarize(times, return_mode="p50")
+
+
+def test_plan_graph_unrolls_tiny_ops_to_about_a_millisecond_a_replay():
+    plan = timing.plan_graph(0.0011, 100)
+    assert plan.calls_per_graph == 909
+    assert plan.replays == 100  # the rep budget, in 1 ms samples
+    assert timing.plan_graph(0.00001, 100).calls_per_graph == timing.MAX_CALLS_PER_GRAPH
+
+
+def test_plan_graph_uses_one_call_for_long_ops_and_keeps_a_minimum_of_replays():
+    assert timing.plan_graph(50.0, 100) == timing.GraphPlan(1, timing.MIN_REPLAYS)
+    assert timing.plan_graph(2.0, 100) == timing.GraphPlan(1, 50)
+
+
+def test_plan_graph_caps_the_replay_count():
+    assert timing.plan_graph(0.5, 1000) == timing.GraphPlan(2, timing.MAX_REPLAYS)
+
+
+def test_plan_graph_survives_zero_estimates():
+    plan = timing.plan_graph(0.0, 0)
+    assert plan.calls_per_graph >= 1 and plan.replays >= timing.MIN_REPLAYS
+
+
+def test_warmup_needs_the_budget_and_stable_batches():
+    stable = [0.010, 0.0101, 0.0100]
+    assert not timing.warmup_settled(stable, elapsed_ms=5, warmup_ms=25)
+    assert timing.warmup_settled(stable, elapsed_ms=30, warmup_ms=25)
+    drifting = [0.050, 0.020, 0.010]
+    assert not timing.warmup_settled(drifting, elapsed_ms=30, warmup_ms=25)
+    assert not timing.warmup_settled([0.01, 0.01], elapsed_ms=30, warmup_ms=25)
+
+
+def test_warmup_gives_up_after_the_batch_cap():
+    noisy = [0.01, 0.02] * (timing.WARMUP_MAX_BATCHES // 2)
+    assert timing.warmup_settled(noisy, elapsed_ms=30, warmup_ms=25)
+
+
+def test_warmup_batch_size_aims_at_one_millisecond():
+    assert timing.warmup_batch_size(0.001) == 1000
+    assert timing.warmup_batch_size(0.25) == 4
+    assert timing.warmup_batch_size(10.0) == 1

@@ -1,0 +1,40 @@
+"""pytest plugins loaded with ``-p`` into the benchmark process by ``zlbench run``.
+
+Every plugin is a silent no-op unless ``ZL_RUN_DIR`` is set (a plain pytest run stays
+plain). Run-level counts go to ``$ZL_RUN_DIR/plugins/<plugin>.json``, which
+``zlbench run`` folds into run_identity.json. Nothing here imports torch or triton.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+
+def run_dir() -> Optional[Path]:
+    value = os.environ.get("ZL_RUN_DIR")
+    return Path(value) if value else None
+
+
+def write_plugin_json(plugin: str, data: dict) -> Optional[Path]:
+    """Write (atomically) ``$ZL_RUN_DIR/plugins/<plugin>.json``; None when unset."""
+    root = run_dir()
+    if root is None:
+        return None
+    out_dir = root / "plugins"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{plugin}.json"
+    tmp = out_dir / f".{plugin}.json.tmp"
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def print_line(line: str) -> None:
+    """Print a marker or footer on a line of its own, even after a pytest progress
+    prefix such as ``benchmark/test_abs.py `` that is still open."""
+    sys.stdout.write("\n" + line + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,79 @@
+"""pytest plugin: tell FlagGems its vendor before it is imported.
+
+Without GEMS_VENDOR, ``import flag_gems`` probes torch extensions and then runs every
+vendor's smi tool in threads with no timeout; a hung tool hangs the import. pytest
+imports ``-p`` plugins before any conftest, so setting the variables when this module
+is imported is early enough. A value the user already set is kept when FlagGems would
+accept it (v5.0.2 ignores anything outside its list; HEAD also reads FLAGGEMS_VENDOR).
+What was set is recorded in ``$ZL_RUN_DIR/plugins/device_setup.json``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Mapping, Optional, Tuple
+
+from zlbench.plugins import run_dir, write_plugin_json
+
+PLUGIN = "device_setup"
+VENDOR_KEYS = ("GEMS_VENDOR", "FLAGGEMS_VENDOR")
+# The values FlagGems accepts; v5.0.2 silently ignores anything else.
+VALID_VENDORS = frozenset({
+    "nvidia", "cambricon", "metax", "iluvatar", "mthreads", "kunlunxin", "hygon",
+    "amd", "aipu", "ascend", "tsingmicro", "sunrise", "enflame",
+})
+
+
+def backend_vendor(name: Optional[str]) -> Tuple[Optional[str], str]:
+    """(vendor, source) from the backend registry; a backend may refine it by probing
+    torch in this process (``gems_vendor_probe``, a callable returning a vendor)."""
+    from zlbench.backends import BACKENDS
+
+    backend = BACKENDS.get(name or "")
+    if backend is None:
+        return None, f"backend:{name}:unknown"
+    probe: Optional[Callable[[], Optional[str]]] = getattr(backend, "gems_vendor_probe", None)
+    if probe is not None:
+        try:
+            found = probe()
+        except Exception:
+            found = None
+        if found in VALID_VENDORS:
+            return found, f"probe:{name}"
+    return backend.gems_vendor, f"backend:{name}"
+
+
+def plan_vendor_env(env: Mapping[str, str], backend: Optional[str],
+                    lookup: Callable[[Optional[str]], Tuple[Optional[str], str]] = backend_vendor
+                    ) -> dict:
+    """What to set, and why: {"vendor", "source", "set": {key: value}}."""
+    for key in VENDOR_KEYS:
+        if env.get(key) in VALID_VENDORS:
+            vendor, source = env[key], f"env:{key}"
+            break
+    else:
+        vendor, source = lookup(backend)
+    if vendor is None:
+        return {"vendor": None, "source": source, "set": {}}
+    changes = {key: vendor for key in VENDOR_KEYS if env.get(key) != vendor}
+    return {"vendor": vendor, "source": source, "set": changes}
+
+
+def apply(env=os.environ) -> Optional[dict]:
+    """Set the vendor variables in ``env`` when a run dir is given; returns the record."""
+    if not env.get("ZL_RUN_DIR"):
+        return None
+    backend = env.get("ZL_BACKEND")
+    before = {key: env.get(key) for key in VENDOR_KEYS}
+    plan = plan_vendor_env(env, backend)
+    for key, value in plan["set"].items():
+        env[key] = value
+    return {"backend": backend, "before": before, **plan}
+
+
+_record = apply()
+
+
+def pytest_configure(config):
+    if _record is not None and run_dir() is not None:
+        write_plugin_json(PLUGIN, _record)

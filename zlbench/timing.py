@@ -1,0 +1,303 @@
+"""The arithmetic and decisions behind the timer plugins, free of torch and triton.
+
+The plugins in ``zlbench.plugins`` replace ``do_bench`` inside the benchmark process;
+everything they decide (how often to repeat a call, how to reduce samples, how large a
+graph to capture, whether an error is a capture failure or a dead context, what the
+fallback marker says) lives here so it can be tested on any machine.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from typing import Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, format_marker
+
+Result = Union[float, List[float]]
+
+PHASES = ("warmup", "capture", "replay")
+
+
+# --- repeat median (ZL_DIRECT_REPEAT) -------------------------------------------------
+
+def parse_repeat(text: Optional[str]) -> int:
+    """ZL_DIRECT_REPEAT as an int >= 1; unset or empty means 1."""
+    if text is None or not str(text).strip():
+        return 1
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"ZL_DIRECT_REPEAT must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"ZL_DIRECT_REPEAT must be a positive integer, got {text!r}")
+    return value
+
+
+def repetition_applies(quantiles: Optional[Sequence[float]], return_mode: str) -> bool:
+    """A median over calls only makes sense when each call returns one number."""
+    return quantiles is None and return_mode != "all"
+
+
+def repeat_median(call: Callable[[], float], repeat: int,
+                  quantiles: Optional[Sequence[float]] = None,
+                  return_mode: str = "mean") -> Tuple[Result, int]:
+    """Run the whole timing ``call`` ``repeat`` times and return (median, calls made).
+
+    When the caller asked for quantiles or every sample, one call's answer is returned
+    as is: a median of lists has no meaning.
+    """
+    if repeat <= 1 or not repetition_applies(quantiles, return_mode):
+        return call(), 1
+    values = [float(call()) for _ in range(repeat)]
+    return statistics.median(values), repeat
+
+
+# --- reducing samples the way triton's do_bench does ----------------------------------
+
+def quantile(ordered: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (torch.quantile's default)."""
+    if not ordered:
+        raise ValueError("no samples")
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summarize(times: Sequence[float], quantiles: Optional[Sequence[float]] = None,
+              return_mode: str = "mean") -> Result:
+    """Reduce per-call times (ms) like triton.testing's do_bench family.
+
+    quantiles win over return_mode; one quantile returns a float. "median" is the lower
+    median, as torch.median returns for an even count.
+    """
+    if return_mode not in ("min", "max", "mean", "median", "all"):
+        raise ValueError(f"unknown return_mode {return_mode!r}")
+    samples = [float(t) for t in times]
+    if quantiles is not None:
+        ordered = sorted(samples)
+        picks = [quantile(ordered, q) for q in quantiles]
+        return picks[0] if len(picks) == 1 else picks
+    if return_mode == "all":
+        return samples
+    if return_mode == "median":
+        return statistics.median_low(samples)
+    return {"min": min, "max": max, "mean": statistics.fmean}[return_mode](samples)
+
+
+# --- graph timer sizing ---------------------------------------------------------------
+
+class GraphPlan(NamedTuple):
+    calls_per_graph: int   # fn calls unrolled into one captured graph
+    replays: int           # timed replays; each one is a sample
+
+
+MAX_CALLS_PER_GRAPH = 1000
+MIN_REPLAYS = 5
+MAX_REPLAYS = 200
+TARGET_REPLAY_MS = 1.0    # one replay: long against event resolution, short in memory
+
+
+def plan_graph(per_call_ms: float, rep_ms: float) -> GraphPlan:
+    """How many calls to unroll into the graph and how many replays to time.
+
+    A replay should last about a millisecond, so event resolution (~1 us) is noise while
+    the outputs of the unrolled calls stay small; the replays together fill about
+    ``rep_ms``, like triton's rep budget, and their median is the answer.
+    """
+    per_call_ms = max(float(per_call_ms), 1e-6)
+    rep_ms = max(float(rep_ms), 1e-3)
+    calls = int(min(MAX_CALLS_PER_GRAPH, max(1, round(TARGET_REPLAY_MS / per_call_ms))))
+    replays = int(min(MAX_REPLAYS, max(MIN_REPLAYS, round(rep_ms / (calls * per_call_ms)))))
+    return GraphPlan(calls, replays)
+
+
+# --- explicit warmup ------------------------------------------------------------------
+
+WARMUP_WINDOW = 3          # consecutive batches that must agree
+WARMUP_TOLERANCE = 0.05    # relative spread allowed among them
+WARMUP_MAX_BATCHES = 200
+
+
+def warmup_settled(batch_ms_per_call: Sequence[float], elapsed_ms: float, warmup_ms: float) -> bool:
+    """Warmup may stop once the budget is spent and the last batches agree.
+
+    The first call (JIT, autotuning) is excluded by the caller; what remains must show
+    that per-call time no longer drifts, so nothing left to compile or tune can leak
+    into the captured graph.
+    """
+    if len(batch_ms_per_call) >= WARMUP_MAX_BATCHES:
+        return True
+    if elapsed_ms < warmup_ms or len(batch_ms_per_call) < WARMUP_WINDOW:
+        return False
+    last = batch_ms_per_call[-WARMUP_WINDOW:]
+    mid = statistics.median(last)
+    if mid <= 0:
+        return True
+    return (max(last) - min(last)) / mid <= WARMUP_TOLERANCE
+
+
+def warmup_batch_size(per_call_ms: float, batch_target_ms: float = 1.0) -> int:
+    """Calls per timed warmup batch, so one batch lasts about ``batch_target_ms``."""
+    per_call_ms = max(float(per_call_ms), 1e-6)
+    return int(min(1000, max(1, round(batch_target_ms / per_call_ms))))
+
+
+# --- error classification -------------------------------------------------------------
+
+# Errors that leave the context unusable (sticky errors). Matched on the runtime's own
+# text (cudaGetErrorString / cuGetErrorString; HIP and MUSA reuse these wordings) and on
+# the enum names torch prints ("Search for `cudaErrorIllegalAddress' ...").
+# torch appends "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+# to every CUDA error, so "device-side assert" alone must never count.
+FATAL_TEXTS = (
+    "an illegal memory access was encountered",
+    "device-side assert triggered",
+    "unspecified launch failure",
+    "misaligned address",
+    "an illegal instruction was encountered",
+    "uncorrectable ecc error encountered",
+    "uncorrectable nvlink error detected",
+    "hardware stack error",
+    "invalid program counter",
+    "operation not supported on global/shared address space",
+    "the launch timed out and was terminated",
+    "context is destroyed",
+)
+FATAL_ENUM_SUFFIXES = (
+    "illegaladdress",
+    "assert",
+    "launchfailure",
+    "misalignedaddress",
+    "illegalinstruction",
+    "eccuncorrectable",
+    "nvlinkuncorrectable",
+    "hardwarestackerror",
+    "invalidpc",
+    "invalidaddressspace",
+    "launchtimeout",
+    "contextisdestroyed",
+)
+# cudaError_t values of the same errors, for exceptions that carry ``error_code``.
+FATAL_CODES = frozenset({214, 220, 700, 702, 709, 710, 714, 715, 716, 717, 718, 719})
+
+# Errors that mean "this work cannot be captured", not "the work is broken".
+CAPTURE_TEXTS = (
+    "operation not permitted when stream is capturing",
+    "operation failed due to a previous error during capture",
+    "operation would make the legacy stream depend on a capturing blocking stream",
+    "capture was not initiated in this stream",
+    "capturing stream has unjoined work",
+    "operation not permitted on an event last recorded in a capturing stream",
+    "attempt to terminate a thread-local capture sequence from another thread",
+    "during cuda graph capture",
+    "offset increment outside graph capture",
+    "not in capture mode",
+    "the cuda graph is empty",
+)
+
+
+def _exception_chain(exc: BaseException, limit: int = 8) -> Iterator[BaseException]:
+    seen = set()
+    while exc is not None and id(exc) not in seen and len(seen) < limit:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+_ENUM_NAME = re.compile(r"(?:cudaerror|hiperror|musaerror|cuda_error_)([a-z_]+)")
+
+
+def is_fatal_text(text: str) -> bool:
+    low = text.lower()
+    if any(sig in low for sig in FATAL_TEXTS):
+        return True
+    return any(m.replace("_", "") in FATAL_ENUM_SUFFIXES for m in _ENUM_NAME.findall(low))
+
+
+def is_fatal_error(exc: BaseException) -> bool:
+    """True for errors after which the device context is dead (retrying is pointless)."""
+    for err in _exception_chain(exc):
+        code = getattr(err, "error_code", None)
+        if isinstance(code, int) and code in FATAL_CODES:
+            return True
+        if is_fatal_text(str(err)):
+            return True
+    return False
+
+
+def is_capture_error(exc: BaseException) -> bool:
+    return any(
+        any(sig in str(err).lower() for sig in CAPTURE_TEXTS) for err in _exception_chain(exc)
+    )
+
+
+class Decision(NamedTuple):
+    fallback: bool   # time this shape with the direct timer instead
+    reason: str      # one line for the marker
+
+
+def fallback_decision(phase: str, exc: BaseException) -> Decision:
+    """Fall back to the direct timer, or re-raise (fallback=False)?
+
+    A dead context (illegal address, device-side assert, ...) re-raises: running the
+    direct timer on it would only report a second, misleading error. Interrupts and
+    exits re-raise. Anything else in warmup, capture or replay falls back for this
+    shape; if the operator itself is broken, the direct timer raises its own error.
+    """
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}")
+    if not isinstance(exc, Exception):
+        return Decision(False, error_reason(exc))
+    if is_fatal_error(exc):
+        return Decision(False, error_reason(exc))
+    return Decision(True, error_reason(exc))
+
+
+def error_reason(exc: BaseException, limit: int = 200) -> str:
+    """``Type: first line`` of the innermost error that says why capture failed."""
+    chain = list(_exception_chain(exc))
+    # The original error usually sits below "operation failed due to a previous error".
+    pick = next((e for e in reversed(chain) if str(e).strip()), chain[0])
+    for err in chain:
+        low = str(err).lower()
+        if any(sig in low for sig in CAPTURE_TEXTS) and "previous error" not in low:
+            pick = err
+            break
+    lines = [ln.strip() for ln in str(pick).splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    text = f"{type(pick).__name__}: {first}" if first else type(pick).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- markers and footers ---------------------------------------------------------------
+
+class Row(NamedTuple):
+    """The table row a timing call belongs to, as FlagGems prints it."""
+    op: Optional[str]
+    dtype: Optional[str]
+    shape: Optional[str]
+    side: Optional[str]            # "torch" (latency_base) or "gems" (latency)
+    dtype_source: Optional[str] = None   # "guess" when dtype came from an argument
+
+
+def fallback_marker(phase: str, repeat: int, row: Row, reason: str) -> str:
+    return format_marker(
+        BENCHMARK_DIRECT_NO_CUDAGRAPH,
+        phase=phase,
+        repeat=repeat,
+        op=row.op,
+        dtype=row.dtype,
+        shape=row.shape,
+        side=row.side,
+        dtype_source=row.dtype_source,
+        reason=reason,
+    )
+
+
+def footer_line(plugin: str, counts: dict) -> str:
+    """One line at the end of the session: ``zlbench[graph_timer] timer=graph ...``."""
+    parts = [f"{k}={v}" for k, v in counts.items() if not isinstance(v, (list, dict))]
+    return f"zlbench[{plugin}] " + " ".join(parts)
