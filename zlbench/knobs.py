@@ -128,7 +128,8 @@ KNOBS: List[Knob] = [
          "file: use --shape-file; upstream: the corpus' own core_shapes.yaml "
          "(default: file when a shape file is given, else upstream)."),
     Knob("replay_from", "REPLAY_FROM", "--replay-from", None, _text, True,
-         "autotune_records/ dir (or a run dir holding one) whose configs to replay."),
+         "autotune_records/ dir (or a run dir holding one) whose configs to replay. "
+         "In zlbench batch: an earlier batch dir (each op replays <dir>/<op>/autotune_records)."),
     Knob("use_flagtune", "USE_FLAGTUNE", "--use-flagtune", False, _bool, True,
          "1: FlagGems' FlagTune autotuning; 0 (default): plain autotune."),
     Knob("isolate_tuner_cache", "ZL_ISOLATE_TUNER_CACHE", "--isolate-tuner-cache", False, _bool, True,

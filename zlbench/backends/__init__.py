@@ -61,6 +61,9 @@ def plugin_plan(backend: Backend, enable_cudagraph: bool = True) -> List[str]:
         "zlbench.plugins.device_setup",
         "zlbench.plugins.graph_timer" if timer == "graph" else "zlbench.plugins.direct_timer",
         "zlbench.plugins.autotune",
+        # Its configure hook is tryfirst: it can switch autotune to replaying the
+        # merged sweep before the autotune plugin reads its settings.
+        "zlbench.plugins.parallel_warmup",
         "zlbench.plugins.report",
     ]
 

@@ -107,12 +107,24 @@ def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, 
         "ZL_ISOLATE_TUNER_CACHE": "1" if s.isolate_tuner_cache else "0",
         "PARALLEL_WARMUP_GPUS": str(s.parallel_warmup_gpus),
         "ZL_DEVICES": os.environ.get("ZL_DEVICES", plan.device.index),
+        "ZL_WARMUP_DEVICES": ",".join(warmup_pool(plan)),
     })
     if plan.replay_from:
         env["REPLAY_FROM"] = str(plan.replay_from)
     else:
         env.pop("REPLAY_FROM", None)
     return env
+
+
+def warmup_pool(plan: RunPlan) -> List[str]:
+    """Visibility values of the caller's devices, the run's own first: parallel warmup
+    shard i runs on entry i, so a caller who chose 6,7 is never moved to 0,1."""
+    own = plan.device.visible or plan.device.index
+    try:
+        others = [d.visible or d.index for d in plan.backend.devices(os.environ)]
+    except DeviceError:
+        others = []
+    return [own] + [d for d in others if d != own]
 
 
 def archive_shapes(plan: RunPlan, run_dir: Path) -> None:
@@ -263,13 +275,19 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
             cache.cleanup()
             elapsed = time.monotonic() - started
             code = _exit_code(rc)
+            reports = ident.collect_plugin_reports(run_dir)
             ident_data.update({
                 "status": "ok" if code == EXIT_OK else ("interrupted" if rc is None else "failed"),
                 "finished": ident.now_iso(),
                 "duration_s": round(elapsed, 3),
                 "exit_code": code,
-                "plugins": ident.collect_plugin_reports(run_dir),
+                "plugins": reports,
             })
+            merged = (reports.get("parallel_warmup") or {}).get("merged_dir")
+            if merged and not reports["parallel_warmup"].get("refused"):
+                # The measurement replayed the sharded sweep's merged configs.
+                ident_data["autotune_mode"] = "replay(parallel_warmup)"
+                ident_data["replay_from"] = merged
             ident.write_json_atomic(run_dir / "run_identity.json", ident_data)
             _print(f"=== zlbench run: {settings.op or plan.target.test_node} finished: exit {code} "
                    f"({ident_data['status']}) in {elapsed:.1f} s ===", out, log)
