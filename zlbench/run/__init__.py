@@ -256,10 +256,15 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
         return EXIT_PREFLIGHT
 
     run_dir = use_run_dir(run_dir) if run_dir else claim_run_dir(Path(settings.out), settings.op)
-    cache = tuner_cache.plan_tuner_cache(run_dir, settings.isolate_tuner_cache, os.environ)
+    # zlbench ab keeps each side's isolated Triton cache to check that its switch is live.
+    keep_triton = os.environ.get("ZL_KEEP_TRITON_CACHE") == "1"
+    cache = tuner_cache.plan_tuner_cache(run_dir, settings.isolate_tuner_cache, os.environ,
+                                         keep_triton_cache=keep_triton)
     provider_versions = providers.make_provider(settings).versions()
     archive_shapes(plan, run_dir)
     ident_data = build_identity(plan, run_dir, cache.description, provider_versions)
+    if keep_triton and cache.triton_cache_dir is not None:
+        ident_data["triton_cache_dir"] = str(cache.triton_cache_dir)
     ident.write_json_atomic(run_dir / "run_identity.json", ident_data)
 
     color = out.isatty() if hasattr(out, "isatty") else False

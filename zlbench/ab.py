@@ -1,0 +1,261 @@
+"""``zlbench ab``: a whole compiler A/B in one command.
+
+Side A runs with the switch off (``ENV=0``) and records its autotune configs; side B
+runs with the switch on (``ENV=1``) and replays A's configs, so both sides compile and
+time the same kernel configs. Both sides get isolated tuner caches (a shared cache would
+hand A's winners to B, which then compiles only those) and identical calibers, on the
+same devices (the batch's stable hash puts each operator on the same card). Then the two
+batches are paired as ``summary --ab`` does.
+
+A switch that no longer exists produces a full table of noise. So before that table is
+trusted, the compiled kernels of both sides (their Triton caches) are compared, and
+identical caches are reported loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import click
+
+from . import knobs
+from .run.identity import write_json_atomic
+
+# Set on every run of an A/B: keep the isolated Triton cache for the liveness check.
+KEEP_TRITON_CACHE_ENV = "ZL_KEEP_TRITON_CACHE"
+# B replays A's records by design: these caliber differences are expected.
+EXPECTED_DIFFS = ("autotune_mode", "REPLAY_FROM", "replay_from")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class SideResult:
+    name: str
+    batch_dir: Path
+    env: Dict[str, str]
+    exit_code: int
+
+
+@dataclass
+class ShapeSetResult:
+    label: str
+    a: SideResult
+    b: SideResult
+    liveness: Dict[str, dict] = field(default_factory=dict)   # op -> LivenessReport.to_json()
+    verdict: str = "empty"
+
+
+def parse_env_pairs(values: Sequence[str], flag: str) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for value in values:
+        name, sep, setting = value.partition("=")
+        if not sep or not _ENV_NAME.match(name):
+            raise click.BadParameter(f"{value!r}: expected NAME=VALUE", param_hint=flag)
+        out[name] = setting
+    return out
+
+
+def side_envs(switch: Optional[str], a_env: Mapping[str, str], b_env: Mapping[str, str]
+              ) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """The environment of each side: the switch off/on, then the explicit extras."""
+    a = {switch: "0"} if switch else {}
+    b = {switch: "1"} if switch else {}
+    a.update(a_env)
+    b.update(b_env)
+    if a == b:
+        raise click.UsageError("sides A and B would run identically: give --switch ENV or "
+                               "--a-env/--b-env that differ")
+    for side in (a, b):
+        clash = sorted(set(side) & set(knobs.BY_ENV))
+        if clash:
+            raise click.UsageError(
+                f"{', '.join(clash)} is a zlbench knob, and knobs are part of the caliber that "
+                "must match on both sides; A/B a build switch instead")
+        side[KEEP_TRITON_CACHE_ENV] = "1"
+    return a, b
+
+
+def kept_triton_caches(batch_dir: Path) -> Dict[str, Path]:
+    """op -> the Triton cache its run kept (recorded in run_identity.json)."""
+    out: Dict[str, Path] = {}
+    for ident_path in sorted(batch_dir.glob("*/run_identity.json")):
+        try:
+            ident = json.loads(ident_path.read_text())
+        except (OSError, ValueError):
+            continue
+        cache = ident.get("triton_cache_dir")
+        if cache:
+            out[ident_path.parent.name] = Path(cache)
+    return out
+
+
+def check_liveness(a_dir: Path, b_dir: Path) -> Tuple[str, Dict[str, dict], List[str]]:
+    """Compare each operator's compiled kernels on both sides; drop the caches after.
+
+    Returns the overall verdict (``live`` when any operator differs, ``identical`` when
+    every compared operator compiled the same kernels, ``empty`` when nothing compiled),
+    the per-operator reports and the lines to print.
+    """
+    from .tuner_cache import compare_triton_caches
+
+    a_caches, b_caches = kept_triton_caches(a_dir), kept_triton_caches(b_dir)
+    reports: Dict[str, dict] = {}
+    lines: List[str] = []
+    verdicts = []
+    for op in sorted(set(a_caches) & set(b_caches)):
+        report = compare_triton_caches(a_caches[op], b_caches[op])
+        reports[op] = report.to_json()
+        verdicts.append(report.verdict)
+        if report.verdict != "live":
+            lines.append(f"  {op}: {report.summary()}")
+    for cache in [*a_caches.values(), *b_caches.values()]:
+        # The isolated cache root holds only this run's caches (zlbench-tuner-*).
+        root = cache.parent
+        shutil.rmtree(root if root.name.startswith("zlbench-tuner-") else cache, ignore_errors=True)
+    if "live" in verdicts:
+        verdict = "live"
+    elif "identical" in verdicts:
+        verdict = "identical"
+    elif verdicts:
+        verdict = verdicts[0]
+    else:
+        verdict = "empty"
+    return verdict, reports, lines
+
+
+def liveness_banner(verdict: str, switch_text: str, n_ops: int) -> str:
+    if verdict == "live":
+        return f"liveness: the sides compiled different kernels ({switch_text}): the axis is live"
+    if verdict == "identical":
+        return ("WARNING: liveness: both sides compiled IDENTICAL kernels for every operator "
+                f"compared ({n_ops}); {switch_text} changed nothing the compiler saw. A 'no "
+                "difference' table below says nothing about the switch: check it still exists.")
+    return (f"WARNING: liveness: could not be checked ({verdict}): no compiled Triton kernels "
+            "were found on both sides (no triton here, or every kernel came from elsewhere)")
+
+
+def expected_only(caliber) -> None:
+    """Drop the record-vs-replay differences that an A/B has by design."""
+    def keep(diff) -> bool:
+        return not any(name in diff.field for name in EXPECTED_DIFFS)
+
+    caliber.common = [d for d in caliber.common if keep(d)]
+    caliber.per_run = {k: kept for k, v in caliber.per_run.items() if (kept := [d for d in v if keep(d)])}
+
+
+def run_ab(out: Path, settings: knobs.Settings, switch: Optional[str], a_env: Mapping[str, str],
+           b_env: Mapping[str, str], shape_files: Sequence[Optional[str]], batch_kwargs: dict
+           ) -> List[ShapeSetResult]:
+    from .batch import BatchConfig, run_batch
+
+    env_a, env_b = side_envs(switch, a_env, b_env)
+    # Identical calibers on both sides, isolated caches, A records.
+    base = settings.replace(isolate_tuner_cache=True, replay_from=None)
+    results = []
+    for shape_file in shape_files:
+        label = Path(shape_file).stem if shape_file else "default-shapes"
+        root = out / label if len(shape_files) > 1 else out
+        side_settings = base if shape_file is None else base.replace(
+            shape_file=shape_file, shape_mode="file")
+        click.echo(f"== A/B {label}: side A ({_env_text(env_a)}) records ==")
+        res_a = run_batch(BatchConfig(out=root / "A", settings=side_settings, extra_env=env_a,
+                                      **batch_kwargs))
+        click.echo(f"== A/B {label}: side B ({_env_text(env_b)}) replays A's configs ==")
+        res_b = run_batch(BatchConfig(out=root / "B", settings=side_settings.replace(
+            replay_from=str(root / "A")), extra_env=env_b, **batch_kwargs))
+        verdict, reports, lines = check_liveness(root / "A", root / "B")
+        results.append(ShapeSetResult(label, SideResult("A", root / "A", env_a, res_a.exit_code),
+                                      SideResult("B", root / "B", env_b, res_b.exit_code),
+                                      reports, verdict))
+        for line in [liveness_banner(verdict, _env_text(env_b), len(reports)), *lines]:
+            click.echo(line)
+    return results
+
+
+def _env_text(env: Mapping[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in env.items() if k != KEEP_TRITON_CACHE_ENV) or "-"
+
+
+def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -> bool:
+    """Print summary --ab of one shape set; False when the calibers refuse it."""
+    from .summary import SummaryInputError, pair_summaries, summarize
+    from .summary.command import caliber_lines
+    from .summary.render_ab import render_ab
+
+    try:
+        paired = pair_summaries(summarize(str(result.a.batch_dir)), summarize(str(result.b.batch_dir)))
+    except SummaryInputError as e:
+        click.echo(f"zlbench ab: nothing to pair for {result.label}: {e}", err=True)
+        return False
+    expected_only(paired.caliber)
+    warning = caliber_lines(paired.caliber)
+    if paired.caliber.mismatch and not allow_mismatch:
+        click.echo("\n".join(warning), err=True)
+        click.echo("zlbench ab: refusing to pair: the sides were measured differently "
+                   "(--allow-caliber-mismatch to pair anyway)", err=True)
+        return False
+    if result.verdict == "identical":
+        click.echo("NOTE: the table below follows an IDENTICAL-kernels liveness result (see above).")
+    click.echo(render_ab(paired, fmt_name), nl=False)
+    return True
+
+
+@click.command("ab")
+@knobs.knob_options([n for n in knobs.MEASURE_KNOBS
+                     if n not in ("isolate_tuner_cache", "replay_from", "shape_file")])
+@click.option("--switch", default=None, metavar="ENV",
+              help="Environment variable that toggles the change: A runs with ENV=0, B with ENV=1.")
+@click.option("--a-env", multiple=True, metavar="K=V", help="Extra variable for side A (repeatable).")
+@click.option("--b-env", multiple=True, metavar="K=V", help="Extra variable for side B (repeatable).")
+@click.option("--ops", default=None, metavar="a,b,c", help="Operators to compare.")
+@click.option("--shape-file", "shape_files", multiple=True, metavar="FILE",
+              help="Shape file (repeatable): one A/B per file, in <out>/<file stem>/.")
+@click.option("--devices", "--gpus", "devices", default=None, metavar="0,1,...",
+              help="Devices in your numbering; both sides use the same operator->device map.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where A/ and B/ go. [default: ./runs/ab-<timestamp>]")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Per operator and attempt (as in zlbench batch).")
+@click.option("--retries", type=click.IntRange(min=0), default=None, help="As in zlbench batch.")
+@click.option("--format", "fmt_name", type=click.Choice(["table", "markdown", "csv", "json"]),
+              default="table", show_default=True, help="How to print the pairing.")
+@click.option("--allow-caliber-mismatch", is_flag=True,
+              help="Pair even when the sides were measured differently.")
+def ab_command(switch, a_env, b_env, ops, shape_files, devices, out, timeout, retries, fmt_name,
+               allow_caliber_mismatch, **flags):
+    """Compare a build switch: side A (ENV=0) records, side B (ENV=1) replays A's configs.
+
+    \b
+    zlbench ab --switch MY_COMPILER_PASS --ops topk,dropout --flaggems-dir ~/FlagGems
+    zlbench ab --a-env TRITON_X=old --b-env TRITON_X=new --shape-file a.yaml --shape-file b.yaml
+    """
+    import os
+    import time
+
+    from .batch.oplist import parse_ops_flag
+
+    settings = knobs.resolve(flags, names=[n for n in knobs.MEASURE_KNOBS])
+    out = out or Path(os.environ.get("ZL_OUT") or "runs") / f"ab-{time.strftime('%Y%m%d-%H%M%S')}"
+    batch_kwargs = {"ops": parse_ops_flag(ops) if ops else None,
+                    "devices": [d.strip() for d in devices.split(",")] if devices else None}
+    if timeout is not None:
+        batch_kwargs["timeout_s"] = timeout or None
+    if retries is not None:
+        batch_kwargs["retries"] = retries
+    results = run_ab(out, settings, switch, parse_env_pairs(a_env, "--a-env"),
+                     parse_env_pairs(b_env, "--b-env"), list(shape_files) or [None], batch_kwargs)
+    ok = all([print_pairing(r, fmt_name, allow_caliber_mismatch) for r in results])
+    write_json_atomic(out / "ab.json", {
+        "switch": switch, "shape_sets": [{
+            "label": r.label, "liveness": r.verdict, "per_op": r.liveness,
+            "a": {"dir": str(r.a.batch_dir), "env": r.a.env, "exit_code": r.a.exit_code},
+            "b": {"dir": str(r.b.batch_dir), "env": r.b.env, "exit_code": r.b.exit_code},
+        } for r in results]})
+    click.echo(f"{out}")
+    failed = any(r.a.exit_code or r.b.exit_code for r in results)
+    raise SystemExit(0 if ok and not failed else 1)
