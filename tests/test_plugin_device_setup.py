@@ -6,14 +6,16 @@ from zlbench.plugins import device_setup
 from zlbench.plugins.device_setup import apply, plan_vendor_env
 
 
-@pytest.mark.parametrize("backend,vendor", [
-    ("cuda", "nvidia"), ("musa", "mthreads"), ("rocm", "amd"), ("ascend", "ascend"),
+@pytest.mark.parametrize("backend,vendor,source", [
+    ("cuda", "nvidia", "backend"), ("musa", "mthreads", "backend"), ("ascend", "ascend", "backend"),
+    # rocm asks torch whether it is a hygon build; this CPU torch is not.
+    ("rocm", "amd", "probe"),
 ])
-def test_each_backend_sets_its_vendor_in_both_variables(backend, vendor):
+def test_each_backend_sets_its_vendor_in_both_variables(backend, vendor, source):
     plan = plan_vendor_env({}, backend)
     assert plan["vendor"] == vendor
     assert plan["set"] == {"GEMS_VENDOR": vendor, "FLAGGEMS_VENDOR": vendor}
-    assert plan["source"] == f"backend:{backend}"
+    assert plan["source"] == f"{source}:{backend}"
 
 
 def test_cpu_sets_nothing():

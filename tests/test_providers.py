@@ -120,3 +120,8 @@ def test_sample_corpus_has_the_promised_families():
 
 def test_list_ops_on_head_tree(head_tree):
     assert providers.list_ops(head_tree) == ["abs", "abs_", "mm"]
+
+
+def test_list_ops_reads_v502_marks_inside_parametrize(v502_tree):
+    ops = providers.list_ops(v502_tree)
+    assert {"abs", "exp", "mm"} <= set(ops)

@@ -48,6 +48,9 @@ class Backend:
     # Python distributions whose presence (found without importing) marks this vendor.
     torch_extensions: Tuple[str, ...] = ()
     description: str = ""
+    # Refines gems_vendor inside the benchmark process (may import torch there, never in
+    # the orchestrator): several vendors share one runtime API (hygon speaks ROCm).
+    gems_vendor_probe: Optional[Callable[[], Optional[str]]] = None
     # Backends whose devices are worker slots rather than hardware (cpu).
     slots_only: bool = field(default=False)
 

@@ -21,11 +21,20 @@ def parse_rocm_smi(text: str) -> List[Tuple[str, str]]:
     return rows
 
 
+def probe_gems_vendor():
+    """Hygon DCUs run the ROCm stack; FlagGems names them ``hygon``. Called inside the
+    benchmark process only (it imports torch)."""
+    import torch
+
+    return "hygon" if hasattr(torch, "__hcu_version__") else "amd"
+
+
 BACKEND = Backend(
     name="rocm",
     aliases=("amd", "hip"),
     visible_key="HIP_VISIBLE_DEVICES",
     gems_vendor="amd",
+    gems_vendor_probe=probe_gems_vendor,
     can_graph_capture=False,
     list_tool=("rocm-smi", "--showproductname", "--csv"),
     parse_tool_output=parse_rocm_smi,

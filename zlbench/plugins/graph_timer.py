@@ -112,10 +112,11 @@ def side_stream(torch):
     return _streams[device]
 
 
-def free_cached_memory(torch) -> None:
+def free_cached_memory(torch, collect: bool = False) -> None:
     """What torch.cuda.graph does before each capture: give the graph's private pool
-    (and, after a failure, the direct timer) the memory that caches hold."""
-    gc.collect()
+    (and, after running out of memory, the direct timer) the memory caches hold."""
+    if collect:  # buffers kept alive only by reference cycles
+        gc.collect()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
 
@@ -234,7 +235,7 @@ def graph_bench(fn: Callable, warmup_ms: float, rep_ms: float, grad_to_none,
         except BaseException as sync_exc:  # the context died: report that, not the capture
             raise CaptureFailed(phase, sync_exc) from exc
         if isinstance(exc, torch.cuda.OutOfMemoryError):
-            free_cached_memory(torch)
+            free_cached_memory(torch, collect=True)
         raise CaptureFailed(phase, exc) from exc
     finally:
         graph = None

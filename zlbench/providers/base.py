@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-# v5.0.2 repeats the BLAS marks of test_blas_perf.py here: -m mm would run BLAS twice.
-V502_DUPLICATE_FILES = ("test_blas_perf_parallel.py",)
+from ..ops.scan import MIRROR_FILES as V502_DUPLICATE_FILES  # -m mm would run BLAS twice
 
 
 class ResolveError(Exception):
@@ -135,14 +134,8 @@ def resolve_node(root: Path, op: Optional[str], op_file: Optional[str],
 
 
 def list_ops(root: Path) -> List[str]:
-    """Every operator mark in a HEAD-layout tree (decorators on test functions)."""
-    ops = set()
-    deco = re.compile(r"^\s*@pytest\.mark\.([A-Za-z_][A-Za-z0-9_]*)\s*$")
-    skip = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings",
-            "timeout", "tryfirst", "trylast"}
-    for path in sorted((root / "benchmark").rglob("test_*.py")):
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            m = deco.match(line)
-            if m and m.group(1) not in skip:
-                ops.add(m.group(1))
-    return sorted(ops)
+    """Every operator mark of a tree, in either layout (v5.0.2's marks live inside
+    parametrize), read by AST without importing anything."""
+    from ..ops.scan import scan_tree
+
+    return sorted({mark for entry in scan_tree(root) for mark in entry.marks})
