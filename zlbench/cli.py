@@ -68,7 +68,7 @@ def main():
     \b
     Quick start (no GPU, no FlagGems needed):
       zlbench batch                      # the bundled sample corpus, on this machine
-      zlbench summary runs/batch-*       # its tables as summary.csv
+      zlbench summary runs/batch-<stamp>   # its tables, and summary.csv
       zlbench run --flaggems-dir ~/FlagGems --op abs --backend cuda
     Every setting is a flag and an environment variable; flags win.
     """
