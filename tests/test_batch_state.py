@@ -3,8 +3,6 @@
 import csv
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 

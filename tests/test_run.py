@@ -13,7 +13,6 @@ import pytest
 
 from conftest import zlbench
 from zlbench.markers import parse_marker
-from zlbench.run.outdir import claim_run_dir
 from zlbench.run.tee import AnsiStripper, strip_ansi
 
 

@@ -5,7 +5,7 @@ A new vendor is a module here that defines ``BACKEND`` and one line in ``_MODULE
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List
 
 from . import ascend, cpu, cuda, musa, rocm
 from .base import Backend, Device, DeviceError

@@ -157,52 +157,78 @@ def make_direct_replacement(timer: DirectTimer) -> Callable[[Callable], Callable
 
 # --- pytest hooks ----------------------------------------------------------------------
 
-_timer: Optional[DirectTimer] = None
-_info: Dict[str, Any] = {}
+class TimerSession:
+    """The pytest glue both timer plugins share: create the timer at configure, patch
+    the timer sites once the benchmark classes are imported, write counts after every
+    test (a killed run keeps them), print the footer, undo everything at the end."""
+
+    def __init__(self, plugin: str, make_timer: Callable[[int], Any], targets,
+                 make_replacement: Callable[[Any], Callable[[Callable], Callable]]):
+        self.plugin = plugin
+        self.make_timer = make_timer
+        self.targets = targets
+        self.make_replacement = make_replacement
+        self.timer: Optional[Any] = None
+        self.info: Dict[str, Any] = {}
+
+    def report(self) -> dict:
+        data = dict(self.timer.counts())
+        data.update(self.info)
+        data["latency_calls"] = row_context.stats["latency_calls"]
+        data["latency_calls_untimed"] = row_context.stats["latency_calls_untimed"]
+        return data
+
+    def configure(self) -> None:
+        if run_dir() is None:
+            return
+        self.timer = self.make_timer(parse_repeat(os.environ.get("ZL_DIRECT_REPEAT")))
+        self.info["requested_timer"] = os.environ.get("ZL_TIMER")
+
+    def collection_finish(self) -> None:
+        if self.timer is None:
+            return
+        bases = row_context.install()
+        self.info["benchmark_classes"] = [f"{b.__module__}.{b.__qualname__}" for b in bases]
+        self.info["patched"] = patch_do_bench(self.targets, self.make_replacement(self.timer))
+
+    def test_finished(self) -> None:
+        if self.timer is not None:
+            write_plugin_json(self.plugin, self.report())
+
+    def terminal_summary(self, terminalreporter) -> None:
+        if self.timer is None:
+            return
+        data = self.report()
+        write_plugin_json(self.plugin, data)
+        terminalreporter.write_line(footer_line(self.plugin, data))
+
+    def unconfigure(self) -> None:
+        if self.timer is None:
+            return
+        write_plugin_json(self.plugin, self.report())
+        unpatch_all()
+        row_context.uninstall()
+        self.timer = None
 
 
-def _report() -> dict:
-    data = dict(_timer.counts())
-    data.update(_info)
-    data["latency_calls"] = row_context.stats["latency_calls"]
-    data["latency_calls_untimed"] = row_context.stats["latency_calls_untimed"]
-    return data
+_session = TimerSession(PLUGIN, DirectTimer, DIRECT_TARGETS, make_direct_replacement)
 
 
 def pytest_configure(config):
-    global _timer
-    if run_dir() is None:
-        return
-    _timer = DirectTimer(parse_repeat(os.environ.get("ZL_DIRECT_REPEAT")))
-    _info["requested_timer"] = os.environ.get("ZL_TIMER")
+    _session.configure()
 
 
 def pytest_collection_finish(session):
-    if _timer is None:
-        return
-    bases = row_context.install()
-    _info["benchmark_classes"] = [f"{b.__module__}.{b.__qualname__}" for b in bases]
-    _info["patched"] = patch_do_bench(DIRECT_TARGETS, make_direct_replacement(_timer))
+    _session.collection_finish()
 
 
 def pytest_runtest_logfinish(nodeid, location):
-    if _timer is not None:
-        write_plugin_json(PLUGIN, _report())
+    _session.test_finished()
 
 
 def pytest_terminal_summary(terminalreporter):
-    if _timer is None:
-        return
-    data = _report()
-    write_plugin_json(PLUGIN, data)
-    terminalreporter.write_line(footer_line(PLUGIN, data))
+    _session.terminal_summary(terminalreporter)
 
 
 def pytest_unconfigure(config):
-    global _timer
-    if _timer is None:
-        return
-    write_plugin_json(PLUGIN, _report())
-    unpatch_all()
-    row_context.uninstall()
-    _timer = None
+    _session.unconfigure()

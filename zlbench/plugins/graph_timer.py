@@ -22,27 +22,23 @@ from __future__ import annotations
 
 import functools
 import gc
-import os
 import statistics
 import time
 import warnings
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, List, Optional
 
-from zlbench.plugins import print_line, row_context, run_dir, write_plugin_json
+from zlbench.plugins import print_line, row_context, write_plugin_json
 from zlbench.plugins.direct_timer import (
     DirectTimer,
+    TimerSession,
     call_options,
-    patch_do_bench,
     should_intercept,
     timing_in_progress,
-    unpatch_all,
 )
 from zlbench.timing import (
     fallback_decision,
     fallback_marker,
-    footer_line,
-    parse_repeat,
     plan_graph,
     summarize,
     warmup_batch_size,
@@ -312,52 +308,24 @@ def make_graph_replacement(timer: GraphTimer) -> Callable[[Callable], Callable]:
     return make
 
 
-_timer: Optional[GraphTimer] = None
-_info: Dict[str, Any] = {}
-
-
-def _report() -> dict:
-    data = dict(_timer.counts())
-    data.update(_info)
-    data["latency_calls"] = row_context.stats["latency_calls"]
-    data["latency_calls_untimed"] = row_context.stats["latency_calls_untimed"]
-    return data
+_session = TimerSession(PLUGIN, GraphTimer, GRAPH_TARGETS, make_graph_replacement)
 
 
 def pytest_configure(config):
-    global _timer
-    if run_dir() is None:
-        return
-    _timer = GraphTimer(parse_repeat(os.environ.get("ZL_DIRECT_REPEAT")))
-    _info["requested_timer"] = os.environ.get("ZL_TIMER")
+    _session.configure()
 
 
 def pytest_collection_finish(session):
-    if _timer is None:
-        return
-    bases = row_context.install()
-    _info["benchmark_classes"] = [f"{b.__module__}.{b.__qualname__}" for b in bases]
-    _info["patched"] = patch_do_bench(GRAPH_TARGETS, make_graph_replacement(_timer))
+    _session.collection_finish()
 
 
 def pytest_runtest_logfinish(nodeid, location):
-    if _timer is not None:
-        write_plugin_json(PLUGIN, _report())
+    _session.test_finished()
 
 
 def pytest_terminal_summary(terminalreporter):
-    if _timer is None:
-        return
-    data = _report()
-    write_plugin_json(PLUGIN, data)
-    terminalreporter.write_line(footer_line(PLUGIN, data))
+    _session.terminal_summary(terminalreporter)
 
 
 def pytest_unconfigure(config):
-    global _timer
-    if _timer is None:
-        return
-    write_plugin_json(PLUGIN, _report())
-    unpatch_all()
-    row_context.uninstall()
-    _timer = None
+    _session.unconfigure()

@@ -1,6 +1,5 @@
 """Options and configuration of the sample corpus, as FlagGems' benchmark/conftest.py."""
 
-import pytest
 import torch
 
 from . import base, consts
