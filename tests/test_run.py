@@ -36,6 +36,10 @@ def test_sample_run_records_identity_and_completes(tmp_path):
     assert ident["knobs"]["BENCH_LEVEL"] == "core" and ident["knobs"]["ZL_DIRECT_REPEAT"] == 1
     assert ident["versions"]["torch"] and ident["versions"]["python"]
     assert ident["tuner_cache"]
+    # The planned plugins ran inside pytest and their counts were folded in.
+    timer = ident["plugins"]["direct_timer"]
+    assert timer["timer"] == "direct" and timer["rows_direct"] == 3
+    assert "autotune" in ident["plugins"]
     shapes = (run_dir / "shapes.yaml").read_text()
     assert shapes.startswith("# zlbench: level=core")
 

@@ -178,31 +178,32 @@ class TimerSession:
         data["latency_calls_untimed"] = row_context.stats["latency_calls_untimed"]
         return data
 
-    def configure(self) -> None:
+    # Hook signatures, so a plugin module can bind them as its own hooks.
+    def pytest_configure(self, config) -> None:
         if run_dir() is None:
             return
         self.timer = self.make_timer(parse_repeat(os.environ.get("ZL_DIRECT_REPEAT")))
         self.info["requested_timer"] = os.environ.get("ZL_TIMER")
 
-    def collection_finish(self) -> None:
+    def pytest_collection_finish(self, session) -> None:
         if self.timer is None:
             return
         bases = row_context.install()
         self.info["benchmark_classes"] = [f"{b.__module__}.{b.__qualname__}" for b in bases]
         self.info["patched"] = patch_do_bench(self.targets, self.make_replacement(self.timer))
 
-    def test_finished(self) -> None:
+    def pytest_runtest_logfinish(self, nodeid, location) -> None:
         if self.timer is not None:
             write_plugin_json(self.plugin, self.report())
 
-    def terminal_summary(self, terminalreporter) -> None:
+    def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.timer is None:
             return
         data = self.report()
         write_plugin_json(self.plugin, data)
         terminalreporter.write_line(footer_line(self.plugin, data))
 
-    def unconfigure(self) -> None:
+    def pytest_unconfigure(self, config) -> None:
         if self.timer is None:
             return
         write_plugin_json(self.plugin, self.report())
@@ -212,23 +213,8 @@ class TimerSession:
 
 
 _session = TimerSession(PLUGIN, DirectTimer, DIRECT_TARGETS, make_direct_replacement)
-
-
-def pytest_configure(config):
-    _session.configure()
-
-
-def pytest_collection_finish(session):
-    _session.collection_finish()
-
-
-def pytest_runtest_logfinish(nodeid, location):
-    _session.test_finished()
-
-
-def pytest_terminal_summary(terminalreporter):
-    _session.terminal_summary(terminalreporter)
-
-
-def pytest_unconfigure(config):
-    _session.unconfigure()
+pytest_configure = _session.pytest_configure
+pytest_collection_finish = _session.pytest_collection_finish
+pytest_runtest_logfinish = _session.pytest_runtest_logfinish
+pytest_terminal_summary = _session.pytest_terminal_summary
+pytest_unconfigure = _session.pytest_unconfigure

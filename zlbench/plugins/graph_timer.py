@@ -309,23 +309,8 @@ def make_graph_replacement(timer: GraphTimer) -> Callable[[Callable], Callable]:
 
 
 _session = TimerSession(PLUGIN, GraphTimer, GRAPH_TARGETS, make_graph_replacement)
-
-
-def pytest_configure(config):
-    _session.configure()
-
-
-def pytest_collection_finish(session):
-    _session.collection_finish()
-
-
-def pytest_runtest_logfinish(nodeid, location):
-    _session.test_finished()
-
-
-def pytest_terminal_summary(terminalreporter):
-    _session.terminal_summary(terminalreporter)
-
-
-def pytest_unconfigure(config):
-    _session.unconfigure()
+pytest_configure = _session.pytest_configure
+pytest_collection_finish = _session.pytest_collection_finish
+pytest_runtest_logfinish = _session.pytest_runtest_logfinish
+pytest_terminal_summary = _session.pytest_terminal_summary
+pytest_unconfigure = _session.pytest_unconfigure
