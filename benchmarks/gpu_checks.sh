@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# GPU evidence for the timing and autotune plugins and `zlbench ab`, in stages that each
+# fit one 10-minute call on one CUDA GPU. Needs FLAGGEMS_DIR (a FlagGems checkout: the
+# parent of benchmark/, src/ beside it) and zlbench importable (PYTHONPATH=<repo>).
+#
+#   bash benchmarks/gpu_checks.sh plugins  OUT   # GPU tests of the timer/autotune plugins
+#   bash benchmarks/gpu_checks.sh noise    OUT   # A/A noise: graph timer vs kernel mode
+#   bash benchmarks/gpu_checks.sh ab       OUT   # zlbench ab on a live and a dead switch
+#   bash benchmarks/gpu_checks.sh isolated OUT   # isolated vs shared tuner cache counts
+set -uo pipefail
+stage=${1:?stage: plugins, noise, ab or isolated}
+out=${2:?output dir}
+: "${FLAGGEMS_DIR:?set FLAGGEMS_DIR to a FlagGems checkout}"
+export GEMS_VENDOR=${GEMS_VENDOR:-nvidia} PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+py=${PYTHON:-python3}
+
+case "$stage" in
+plugins)
+    $py -m pytest -m gpu -v -p no:cacheprovider tests/test_plugin_graph_timer_gpu.py \
+        tests/test_plugin_flaggems_gpu.py tests/test_autotune_gpu.py 2>&1 | tee "$out/plugins.log"
+    ;;
+noise)
+    $py benchmarks/timing_noise.py --flaggems-dir "$FLAGGEMS_DIR" --ops "${OPS:-abs,softmax,sum}" \
+        --out "$out/noise" --result "$out/timing_noise.json" 2>&1 | tee "$out/noise.log"
+    ;;
+ab)
+    # Live: triton's FP fusion off on side A, on on side B changes the PTX of every kernel
+    # with a multiply-add. Dead: a variable nothing reads.
+    for switch in TRITON_DEFAULT_FP_FUSION ZL_NO_SUCH_SWITCH; do
+        $py -m zlbench ab --switch "$switch" --flaggems-dir "$FLAGGEMS_DIR" --backend cuda \
+            --ops "${AB_OPS:-addmm}" --dtypes float16 --out "$out/ab-$switch" \
+            2>&1 | tee "$out/ab-$switch.log"
+        grep -E "liveness|Paired" "$out/ab-$switch.log"
+    done
+    ;;
+isolated)
+    $py benchmarks/autotune_replay_check.py --flaggems-dir "$FLAGGEMS_DIR" --out "$out/autotune" \
+        2>&1 | tee "$out/isolated.log"
+    ;;
+*)
+    echo "unknown stage $stage: plugins, noise, ab or isolated" >&2
+    exit 2
+    ;;
+esac
