@@ -6,8 +6,18 @@ imports torch, triton or flag_gems.
 """
 
 from .config import BatchConfig, BatchResult
-from .driver import load_plan, run_batch
-from .report import render_report
 from .state import BatchError
+
+_LAZY = {"run_batch": "driver", "load_plan": "driver", "render_report": "report"}
+
+
+def __getattr__(name):
+    # The driver (processes, progress display) loads only when a batch runs, so that
+    # readers of a batch dir's layout (summary) stay quick to import.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["BatchConfig", "BatchResult", "BatchError", "run_batch", "load_plan", "render_report"]

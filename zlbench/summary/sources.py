@@ -13,16 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from zlbench.batch.state import LOGS_DIR, SET_ASIDE_DIR
+from zlbench.batch.state import STATUS_FILE as OPS_STATUS
 from zlbench.summary.parse import Issue
 
 RUN_LOG = "run.log"
 IDENTITY = "run_identity.json"
 COMPLETE = ".complete"
-# The batch dir's own names (zlbench/batch/state.py: STATUS_FILE, RESERVED, COLUMNS),
-# repeated here so that summary does not import the batch driver.
-OPS_STATUS = "ops_status.csv"
 # Earlier attempts and raw attempt logs: their rows are not the batch's result.
-NOT_RUN_DIRS = {"set-aside", "logs"}
+NOT_RUN_DIRS = {SET_ASIDE_DIR, LOGS_DIR}
 OK_STATUS = "ok"
 
 
