@@ -16,7 +16,7 @@ import pytest
 from zlbench import knobs
 from zlbench.batch import BatchConfig, BatchError, run_batch
 from zlbench.batch.plan import shard
-from zlbench.batch.procs import live_group_members
+from zlbench.batch.procs import is_alive, live_group_members
 
 FIXTURES = Path(__file__).parent / "fixtures" / "faulty_corpus"
 STANDIN = [sys.executable, str(FIXTURES / "standin_run.py")]
@@ -121,15 +121,8 @@ def test_op_list_timeouts_and_timeout_status(tmp_path):
     leader, grandchild = map(int, (batch / "tree_hang" / "tree.pids").read_text().split())
     assert live_group_members(leader) == []
     for pid in (leader, grandchild):
-        assert not _alive(pid)
+        assert not is_alive(pid)
 
-
-def _alive(pid):
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 DRIVER = """
@@ -173,7 +166,7 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
     out, _ = driver.communicate(timeout=30)
     assert driver.returncode == 130, out
     assert "HEAVY []" in out                      # the driver never imported torch
-    assert not _alive(child_pid)                  # the running child was stopped
+    assert not is_alive(child_pid)                  # the running child was stopped
     assert list(rows_of(batch)) == ["ok_1"]       # consistent: only finished operators
     assert (batch / "ok_2_slow").is_dir() and not (batch / "ok_2_slow" / ".complete").exists()
 

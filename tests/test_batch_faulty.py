@@ -8,17 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from zlbench.batch.procs import live_group_members
+from zlbench.batch.procs import is_alive, live_group_members
 
 CORPUS = Path(__file__).parent / "fixtures" / "faulty_corpus"
 
-
-def _alive(pid):
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def test_each_failure_lands_with_its_status_attempts_and_dtype_level(tmp_path):
@@ -63,7 +56,7 @@ def test_each_failure_lands_with_its_status_attempts_and_dtype_level(tmp_path):
     assert all(live_group_members(g) == [] for g in groups)
     hang_pids = [int(p) for line in (state / "hang_op.pids").read_text().splitlines()
                  for p in line.split()]
-    assert hang_pids and not any(_alive(p) for p in hang_pids)
+    assert hang_pids and not any(is_alive(p) for p in hang_pids)
 
     assert "6 operators" in proc.stdout and "Failures (3):" in proc.stdout
     assert "ok 3, failed 1, timeout 1, crashed 1" in proc.stdout

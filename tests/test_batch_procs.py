@@ -25,13 +25,6 @@ open(sys.argv[1], "w").write(str(child.pid))
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
 
 def _wait_for_file(path: Path, timeout: float = 10.0) -> str:
     deadline = time.monotonic() + timeout
@@ -53,7 +46,7 @@ def test_timeout_kills_the_whole_group_even_when_it_ignores_sigterm(tmp_path):
     assert done.timed_out and not done.interrupted
     assert done.returncode == -9          # SIGTERM was ignored, SIGKILL was not
     assert elapsed < 5
-    assert not _alive(leader) and not _alive(grandchild)
+    assert not procs.is_alive(leader) and not procs.is_alive(grandchild)
     assert procs.live_group_members(proc.pid) == []
 
 
@@ -65,7 +58,7 @@ def test_leftovers_of_an_exited_leader_are_killed(tmp_path):
     orphan = int(pid_file.read_text())
     assert done.returncode == 0 and not done.timed_out
     assert done.leftovers_killed == 1
-    assert not _alive(orphan)
+    assert not procs.is_alive(orphan)
 
 
 def test_wake_fd_interrupts_and_kills(tmp_path):
@@ -103,4 +96,4 @@ def test_tagged_processes_are_found_and_stopped(tmp_path):
     killed = procs.kill_tagged("ZL_BATCH_DIR", tag, grace_s=0.3)
     assert set(killed) == {leader, grandchild}
     time.sleep(0.1)
-    assert not _alive(leader) and not _alive(grandchild)
+    assert not procs.is_alive(leader) and not procs.is_alive(grandchild)

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from zlbench.batch.procs import tagged_processes
+from zlbench.batch.procs import is_alive, tagged_processes
 
 CORPUS = Path(__file__).parent / "fixtures" / "faulty_corpus"
 
@@ -22,13 +22,6 @@ def _events(batch):
         return []
     return [json.loads(l) for l in path.read_text().splitlines() if l.endswith("}")]
 
-
-def _alive(pid):
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def test_sigkill_driver_then_resume(tmp_path):
@@ -48,7 +41,7 @@ def test_sigkill_driver_then_resume(tmp_path):
     first.send_signal(signal.SIGKILL)
     first.wait()
     orphan = next(e["pid"] for e in _events(batch) if e["event"] == "attempt" and e["op"] == "slow_op")
-    assert _alive(orphan)  # the dead driver's child still runs: resume must deal with it
+    assert is_alive(orphan)  # the dead driver's child still runs: resume must deal with it
     good_complete = (batch / "good_op" / ".complete").stat().st_mtime_ns
     good_log = (batch / "good_op" / "run.log").read_text()
 
@@ -58,7 +51,7 @@ def test_sigkill_driver_then_resume(tmp_path):
         env={**env, "FAULTY_SLOW_S": "0"}, capture_output=True, text=True, timeout=180)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
 
-    assert not _alive(orphan)
+    assert not is_alive(orphan)
     assert tagged_processes("ZL_BATCH_DIR", str(batch.resolve())) == {}
     with open(batch / "ops_status.csv", newline="") as f:
         rows = {r["operator"]: r for r in csv.DictReader(f)}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import zlbench
+from zlbench.batch.procs import is_alive
 from zlbench.markers import parse_marker
 from zlbench.run.tee import AnsiStripper, strip_ansi
 
@@ -169,13 +170,6 @@ HANG_CORPUS = {
 }
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
 
 def test_ctrl_c_leaves_no_child_running(tmp_path):
     for rel, text in HANG_CORPUS.items():
@@ -194,8 +188,8 @@ def test_ctrl_c_leaves_no_child_running(tmp_path):
     proc.communicate(timeout=60)
     assert proc.returncode != 0
     deadline = time.time() + 10
-    while _alive(child) and time.time() < deadline:
+    while is_alive(child) and time.time() < deadline:
         time.sleep(0.1)
-    assert not _alive(child)
+    assert not is_alive(child)
     assert not (run_dir / ".complete").exists()
     assert json.loads((run_dir / "run_identity.json").read_text())["status"] != "ok"

@@ -148,6 +148,14 @@ def _stat(pid: str) -> Optional[List[str]]:
     return text[text.rfind(")") + 2:].split()
 
 
+def is_alive(pid: int) -> bool:
+    """True for a running process; a zombie or a missing pid is not alive."""
+    fields = _stat(str(pid))
+    if fields is None:
+        return False
+    return fields[0] not in ("Z", "X")
+
+
 def live_group_members(pgid: int) -> List[int]:
     """Pids in group ``pgid`` that are not zombies (a zombie holds no memory or device;
     some container inits never reap them)."""
@@ -162,7 +170,7 @@ def live_group_members(pgid: int) -> List[int]:
         if not entry.name.isdigit():
             continue
         fields = _stat(entry.name)
-        if fields and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+        if fields and fields[2] == str(pgid) and is_alive(int(entry.name)):
             out.append(int(entry.name))
     return out
 

@@ -20,9 +20,8 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-import yaml
 
-from .paths import OpsDataError, dismiss_path
+from .paths import OpsDataError, dismiss_path, read_yaml
 
 REQUIRED_VERIFIED = ("date", "backend", "seen")
 
@@ -34,12 +33,7 @@ class DismissError(OpsDataError):
 def load_dismiss(path: Optional[Union[str, Path]] = None) -> Dict[str, Dict[str, Any]]:
     """``{operator: entry}``; raises DismissError naming every invalid entry."""
     path = Path(path) if path else dismiss_path()
-    if not path.is_file():
-        raise DismissError(f"no dismiss list at {path}; create it with `dismissed: []`")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise DismissError(f"{path} is not valid YAML: {exc}") from exc
+    data = read_yaml(path, DismissError, f"no dismiss list at {path}; create it with `dismissed: []`")
     if data is None:
         data = {"dismissed": []}
     if not isinstance(data, dict) or not isinstance(data.get("dismissed", None), list):

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-import yaml
 
-from .paths import OpsDataError, compat_table_path
+from .paths import OpsDataError, compat_table_path, read_yaml
 from .tree import BenchTree, Module
 
 MARKER_KINDS = ("skipif", "module-skipif")
@@ -142,12 +141,7 @@ def _enclosing_statement(top: ast.AST, target: ast.AST) -> ast.AST:
 def load_table(path_or_backend: Union[str, Path] = "musa") -> Dict[str, Any]:
     text = str(path_or_backend)
     path = Path(text) if text.endswith((".yaml", ".yml")) else compat_table_path(text)
-    if not path.is_file():
-        raise CompatTableError(f"no compat decision table at {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise CompatTableError(f"{path} is not valid YAML: {exc}") from exc
+    data = read_yaml(path, CompatTableError, f"no compat decision table at {path}")
     errors = table_errors(data, path)
     if errors:
         raise CompatTableError("invalid compat decision table:\n  " + "\n  ".join(errors))

@@ -16,6 +16,21 @@ class OpsDataError(Exception):
     """Missing or malformed ops/ data; the message names the file and the fix."""
 
 
+def read_yaml(path: Path, error: type, missing: str, what: str = ""):
+    """The YAML document at ``path``; ``error(message)`` when it is absent or invalid.
+
+    ``missing`` is the whole message for an absent file; ``what`` prefixes the path in
+    the invalid-YAML message ("shape file ")."""
+    import yaml
+
+    if not path.is_file():
+        raise error(missing)
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise error(f"{what}{path} is not valid YAML: {exc}") from exc
+
+
 def ops_dir() -> Path:
     env = os.environ.get(OPS_DIR_ENV)
     if env:

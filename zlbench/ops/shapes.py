@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
+from .paths import read_yaml
 from .tree import bench_dir_name
 
 UPSTREAM_SHAPES = "core_shapes.yaml"
@@ -50,12 +51,7 @@ def class_keys(shapes: Dict[str, Any]) -> List[str]:
 
 def load_shape_file(path: Path) -> Dict[str, Any]:
     path = Path(path)
-    if not path.is_file():
-        raise ShapeFileError(f"shape file {path} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ShapeFileError(f"shape file {path} is not valid YAML: {exc}") from exc
+    data = read_yaml(path, ShapeFileError, f"shape file {path} does not exist", "shape file ")
     if data is None:
         return {}
     if not isinstance(data, dict):

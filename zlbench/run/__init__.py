@@ -41,6 +41,7 @@ class RunPlan:
     plugins: List[str]
     shape_file: Path
     replay_from: Optional[Path]
+    provider_versions: Dict[str, str]
 
 
 def plan_run(settings: knobs.Settings, environ=os.environ) -> RunPlan:
@@ -69,7 +70,8 @@ def plan_run(settings: knobs.Settings, environ=os.environ) -> RunPlan:
     timer = backends.choose_timer(backend, settings.enable_cudagraph)
     plugins = backends.plugin_plan(backend, settings.enable_cudagraph)
     check_plugins_importable(plugins)
-    return RunPlan(settings, backend, found[0], target, timer, plugins, shape_file, replay_from)
+    return RunPlan(settings, backend, found[0], target, timer, plugins, shape_file, replay_from,
+                   provider.versions())
 
 
 def pytest_command(plan: RunPlan, color: bool) -> List[str]:
@@ -107,8 +109,10 @@ def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, 
         "ZL_ISOLATE_TUNER_CACHE": "1" if s.isolate_tuner_cache else "0",
         "PARALLEL_WARMUP_GPUS": str(s.parallel_warmup_gpus),
         "ZL_DEVICES": os.environ.get("ZL_DEVICES", plan.device.index),
-        "ZL_WARMUP_DEVICES": ",".join(warmup_pool(plan)),
     })
+    if s.parallel_warmup_gpus:
+        # Only then: it asks the vendor tool for every device a second time.
+        env["ZL_WARMUP_DEVICES"] = ",".join(warmup_pool(plan))
     if plan.replay_from:
         env["REPLAY_FROM"] = str(plan.replay_from)
     else:
@@ -135,8 +139,7 @@ def archive_shapes(plan: RunPlan, run_dir: Path) -> None:
     (run_dir / "shapes.yaml").write_text(header + body)
 
 
-def build_identity(plan: RunPlan, run_dir: Path, cache_description: str,
-                   provider_versions: dict) -> dict:
+def build_identity(plan: RunPlan, run_dir: Path, cache_description: str) -> dict:
     s = plan.settings
     return {
         "zlbench_version": _own_version(),
@@ -164,7 +167,7 @@ def build_identity(plan: RunPlan, run_dir: Path, cache_description: str,
         "plugins_planned": plan.plugins,
         "knobs": s.caliber(),
         "knob_sources": {k: v for k, v in s.sources.items()},
-        "versions": {**ident.package_versions(), **provider_versions},
+        "versions": {**ident.package_versions(), **plan.provider_versions},
     }
 
 
@@ -260,9 +263,8 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
     keep_triton = os.environ.get("ZL_KEEP_TRITON_CACHE") == "1"
     cache = tuner_cache.plan_tuner_cache(run_dir, settings.isolate_tuner_cache, os.environ,
                                          keep_triton_cache=keep_triton)
-    provider_versions = providers.make_provider(settings).versions()
     archive_shapes(plan, run_dir)
-    ident_data = build_identity(plan, run_dir, cache.description, provider_versions)
+    ident_data = build_identity(plan, run_dir, cache.description)
     if keep_triton and cache.triton_cache_dir is not None:
         ident_data["triton_cache_dir"] = str(cache.triton_cache_dir)
     ident.write_json_atomic(run_dir / "run_identity.json", ident_data)
