@@ -10,7 +10,8 @@ prints what each run recorded, replayed and compiled, then PASS/FAIL per claim:
                   configs, latency reproduced, and only the winners compiled
   replay_other    OTHER_OP replaying OP's records: its keys are missing (key_missing)
   isolated        record with --isolate-tuner-cache 1 while the private DB is warm:
-                  tuner_cache=isolated and nothing comes from the warm DB
+                  tuner_cache=isolated, nothing comes from the warm DB, and its own
+                  (kept) Triton cache compiles like a fresh one, not the warm few
 
 Compile counts are the kernel variants each run left in its own TRITON_CACHE_DIR:
 record_cold is what a fresh (isolated) cache compiles, record_warm what a shared warm
@@ -78,9 +79,12 @@ class Step:
         return ar.load_records(self.run_dir / ar.RECORDS_DIRNAME)[0]
 
     def variants(self) -> Optional[int]:
-        if self.triton_dir is None or not self.triton_dir.is_dir():
+        # An isolated run's private cache is where run_identity says it kept it.
+        kept = self.json("run_identity.json").get("triton_cache_dir")
+        where = self.triton_dir or (Path(kept) if kept else None)
+        if where is None or not where.is_dir():
             return None
-        return len(scan_triton_cache(self.triton_dir))
+        return len(scan_triton_cache(where))
 
     def latencies(self) -> Dict[Tuple[str, str, str], float]:
         log = self.run_dir / "run.log"
@@ -195,7 +199,8 @@ def main() -> int:
     isolated = None
     if not args.skip_isolated:
         isolated = run_step(args, step("isolated", args.op, triton=False),
-                            {"FLAGGEMS_CACHE_DIR": str(shared_db)}, ["--isolate-tuner-cache", "1"])
+                            {"FLAGGEMS_CACHE_DIR": str(shared_db), "ZL_KEEP_TRITON_CACHE": "1"},
+                            ["--isolate-tuner-cache", "1"])
         steps.append(isolated)
 
     print("\n=== runs")
@@ -239,7 +244,9 @@ def main() -> int:
     check(f"{args.other_op} replaying {args.op}'s records reports key_missing",
           reasons.get(ar.KEY_MISSING, 0) > 0, f"replayed {oa.get('replayed')}, reasons {reasons}")
     vc, vw, vr = cold.variants(), warm.variants(), replay.variants()
-    print(f"\nINFO compiled variants: fresh cache {vc}, shared warm cache {vw}, replay {vr}")
+    vi = isolated.variants() if isolated is not None else None
+    print(f"\nINFO compiled variants: fresh cache {vc}, shared warm cache {vw}, replay {vr}, "
+          f"isolated on the warm DB {vi}")
     check("a shared warm DB compiles fewer variants than a fresh one",
           vc is not None and vw is not None and vw < vc, f"fresh {vc}, shared warm {vw}")
     live = compare_triton_caches(tri / "record_cold", tri / "replay")
@@ -251,6 +258,8 @@ def main() -> int:
               isolated.tuner_cache == "isolated" and not io.get(ar.ORIGIN_CACHED)
               and isolated.autotune.get("recorded_keys", 0) > 0,
               f"tuner_cache={isolated.tuner_cache}, origins {io}")
+        check("an isolated run compiles as much as a fresh cache, not the shared warm few",
+              vi is not None and vw is not None and vi > vw, f"isolated {vi}, shared warm {vw}, fresh {vc}")
 
     print("\n=== checks")
     for name, ok, detail in checks:

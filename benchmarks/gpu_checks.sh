@@ -7,6 +7,7 @@
 #   bash benchmarks/gpu_checks.sh noise    OUT   # A/A noise: graph timer vs kernel mode
 #   bash benchmarks/gpu_checks.sh ab       OUT   # zlbench ab on a live and a dead switch
 #   bash benchmarks/gpu_checks.sh isolated OUT   # isolated vs shared tuner cache counts
+# Several GPUs: benchmarks/multi_gpu.py (batch makespans per device set, warmup sweep).
 set -uo pipefail
 stage=${1:?stage: plugins, noise, ab or isolated}
 out=${2:?output dir}
@@ -22,8 +23,10 @@ plugins)
         tests/test_plugin_flaggems_gpu.py tests/test_autotune_gpu.py 2>&1 | tee "$out/plugins.log"
     ;;
 noise)
+    # NOISE_ARGS: extra timing_noise.py arguments, e.g. "--run-arg=--dtypes --run-arg=float16"
+    # shellcheck disable=SC2086
     $py benchmarks/timing_noise.py --flaggems-dir "$FLAGGEMS_DIR" --ops "${OPS:-abs,softmax,sum}" \
-        --out "$out/noise" --result "$out/timing_noise.json" 2>&1 | tee "$out/noise.log"
+        --out "$out/noise" --result "$out/timing_noise.json" ${NOISE_ARGS:-} 2>&1 | tee "$out/noise.log"
     ;;
 ab)
     # Live: triton's FP fusion off on side A, on on side B changes the PTX of every kernel

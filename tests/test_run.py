@@ -193,3 +193,20 @@ def test_ctrl_c_leaves_no_child_running(tmp_path):
     assert not is_alive(child)
     assert not (run_dir / ".complete").exists()
     assert json.loads((run_dir / "run_identity.json").read_text())["status"] != "ok"
+
+
+def test_the_benchmark_child_can_import_this_zlbench_from_the_corpus_root(monkeypatch):
+    import site
+
+    from zlbench.plugins import importable_pythonpath
+
+    parent = str(Path(__file__).resolve().parents[1])
+    other = os.path.join(os.sep, "opt", "flaggems", "src")
+    # A source-tree zlbench (found only through the caller's cwd) is appended, once.
+    monkeypatch.setattr(site, "getsitepackages", lambda: [])
+    assert importable_pythonpath(other).split(os.pathsep) == [other, parent]
+    assert importable_pythonpath(os.pathsep.join([other, parent])).split(os.pathsep) == [other, parent]
+    assert importable_pythonpath(None) == parent
+    # An installed zlbench lives in a site dir, which never goes on PYTHONPATH.
+    monkeypatch.setattr(site, "getsitepackages", lambda: [parent])
+    assert importable_pythonpath(other) == other

@@ -162,9 +162,13 @@ def test_round_robin_covers_every_shape_of_every_key():
     by_key = {"BlasBenchmark": [[i] for i in range(5)], "mm_self_transpose": [[10], [11]]}
     shards = w.plan_shards(by_key, 2)
     assert shards == [
-        {"BlasBenchmark": [[0], [2], [4]], "mm_self_transpose": [[10]]},
-        {"BlasBenchmark": [[1], [3]], "mm_self_transpose": [[11]]},
+        {"BlasBenchmark": [[0], [2], [4]], "mm_self_transpose": [[11]]},
+        {"BlasBenchmark": [[1], [3]], "mm_self_transpose": [[10]]},
     ]
+    # The deal runs on across keys: mm's 5 + 9 shapes split 7/7, not 8/6.
+    mm = {"BlasBenchmark": [[i] for i in range(5)], "mm_self_transpose": [[i] for i in range(10, 19)]}
+    assert [sum(map(len, s.values())) for s in w.plan_shards(mm, 2)] == [7, 7]
+    assert [sum(map(len, s.values())) for s in w.plan_shards(mm, 4)] == [4, 4, 3, 3]
     for n in range(1, 8):
         planned = w.plan_shards(by_key, n)
         assert len(planned) == min(n, 5)
@@ -247,7 +251,9 @@ def test_merge_counts_keys_whose_winner_differs_and_keeps_the_lowest_shard():
     assert merge.records["mm"].entries[ar.key_id([64])]["config"] == _config(32)
     assert merge.warning() == ("WARNING: parallel warmup: 1 of 4 keys chose different configs "
                                "on different shards")
-    assert w.merge_records([shard0, shard0]).conflicts == []
+    agreed = w.merge_records([shard0, shard0])
+    assert agreed.conflicts == []
+    assert not agreed.warning().startswith("WARNING") and "0 of 3 keys" in agreed.warning()
 
 
 def test_merged_dir_is_a_records_dir_replay_can_load(tmp_path):

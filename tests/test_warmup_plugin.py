@@ -75,8 +75,8 @@ def test_sharded_sweep_merges_and_the_measurement_replays_it(tmp_path):
     assert report["refused"] is None
     assert (report["devices"], report["shard_exit_codes"]) == (["6", "7"], [0, 0])
     assert report["resolved_keys"] == ["BlasBenchmark", "mm_self_transpose"]
-    assert report["shapes_per_shard"] == [{"BlasBenchmark": 3, "mm_self_transpose": 2},
-                                          {"BlasBenchmark": 2, "mm_self_transpose": 1}]
+    assert report["shapes_per_shard"] == [{"BlasBenchmark": 3, "mm_self_transpose": 1},
+                                          {"BlasBenchmark": 2, "mm_self_transpose": 2}]
     assert (report["merged_keys"], report["conflicts"]) == (7, 1)
     assert report["sweep_wall_s"] > 0
 

@@ -21,6 +21,9 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 # Fallback polling period where pidfd_open is missing (not Linux, old kernels).
 _POLL_S = 0.02
+# The longest wait for SIGKILLed processes to vanish; an uninterruptible one (stuck in a
+# driver call) can outlive it, and the batch reports it rather than hang.
+KILL_SETTLE_S = 10.0
 
 
 @dataclass
@@ -136,6 +139,11 @@ def kill_group_members(pgid: int, grace_s: float) -> int:
         time.sleep(0.05)
     if [p for p in live_group_members(pgid) if p != pgid]:
         _signal_group(pgid, signal.SIGKILL)
+        # SIGKILL is delivered at once but a busy machine can take a while to tear the
+        # process down (its device memory with it): wait, so that "stopped" means gone.
+        deadline = time.monotonic() + KILL_SETTLE_S
+        while time.monotonic() < deadline and [p for p in live_group_members(pgid) if p != pgid]:
+            time.sleep(0.05)
     return len(members)
 
 

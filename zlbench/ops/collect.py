@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
+from ..plugins import importable_pythonpath
 from .collect_dump import OUT_ENV
 from .scan import NON_OPERATOR_MARKS, TestEntry
 from .tree import bench_dir_name
@@ -70,10 +71,9 @@ def run_collect(root: Path, python: str = sys.executable, timeout: int = COLLECT
         # environment happens to have (some cost seconds to load).
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         paths = [str(root / "src")] if (root / "src").is_dir() else []
-        paths.append(str(Path(__file__).resolve().parents[2]))  # this zlbench, for the -p plugins
         if env.get("PYTHONPATH"):
             paths.append(env["PYTHONPATH"])
-        env["PYTHONPATH"] = os.pathsep.join(paths)
+        env["PYTHONPATH"] = importable_pythonpath(os.pathsep.join(paths))
         cmd = [python, "-m", "pytest", bench, "--collect-only", "-q",
                "--continue-on-collection-errors", "-p", "no:cacheprovider",
                "-p", "zlbench.ops.collect_dump"]

@@ -14,6 +14,26 @@ from pathlib import Path
 from typing import Optional
 
 
+def importable_pythonpath(pythonpath: Optional[str]) -> str:
+    """PYTHONPATH for a child that loads these plugins with ``-p``.
+
+    The child runs in the corpus root, so a zlbench found only through the caller's
+    working directory (``python -m zlbench`` in a source tree) would be missing there;
+    this zlbench's parent dir is appended then. An installed zlbench needs nothing, and
+    a site-packages dir is never added (on PYTHONPATH it would precede the stdlib).
+    """
+    import site
+    import sysconfig
+
+    parent = str(Path(__file__).resolve().parents[2])
+    site_dirs = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages(),
+                                                   sysconfig.get_paths()["purelib"]]}
+    entries = [p for p in (pythonpath or "").split(os.pathsep) if p]
+    if parent not in site_dirs and parent not in entries:
+        entries.append(parent)
+    return os.pathsep.join(entries)
+
+
 def run_dir() -> Optional[Path]:
     value = os.environ.get("ZL_RUN_DIR")
     return Path(value) if value else None

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, TextIO
 
 from .. import backends, knobs, providers, tuner_cache
 from ..backends import Backend, Device, DeviceError
+from ..plugins import importable_pythonpath
 from ..providers import ResolveError, Target
 from . import identity as ident
 from .outdir import claim_run_dir, use_run_dir
@@ -110,6 +111,7 @@ def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, 
         "PARALLEL_WARMUP_GPUS": str(s.parallel_warmup_gpus),
         "ZL_DEVICES": os.environ.get("ZL_DEVICES", plan.device.index),
     })
+    env["PYTHONPATH"] = importable_pythonpath(env.get("PYTHONPATH"))
     if s.parallel_warmup_gpus:
         # Only then: it asks the vendor tool for every device a second time.
         env["ZL_WARMUP_DEVICES"] = ",".join(warmup_pool(plan))
