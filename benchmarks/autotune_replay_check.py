@@ -42,6 +42,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from zlbench import autotune_records as ar
+from zlbench.batch.state import read_identity
+from zlbench.run.identity import collect_plugin_reports
 from zlbench.summary.parse import parse_log
 from zlbench.tuner_cache import compare_triton_caches, scan_triton_cache
 
@@ -63,24 +65,24 @@ class Step:
         self.rc: Optional[int] = None
         self.seconds = 0.0
 
-    def json(self, rel: str) -> Dict[str, Any]:
-        path = self.run_dir / rel
-        return json.loads(path.read_text()) if path.is_file() else {}
+    @property
+    def identity(self) -> Dict[str, Any]:
+        return read_identity(self.run_dir)
 
     @property
     def autotune(self) -> Dict[str, Any]:
-        return self.json("plugins/autotune.json")
+        return collect_plugin_reports(self.run_dir).get("autotune", {})
 
     @property
     def tuner_cache(self) -> str:
-        return str(self.json("run_identity.json").get("tuner_cache"))
+        return str(self.identity.get("tuner_cache"))
 
     def records(self) -> Dict[str, ar.KernelRecords]:
         return ar.load_records(self.run_dir / ar.RECORDS_DIRNAME)[0]
 
     def variants(self) -> Optional[int]:
         # An isolated run's private cache is where run_identity says it kept it.
-        kept = self.json("run_identity.json").get("triton_cache_dir")
+        kept = self.identity.get("triton_cache_dir")
         where = self.triton_dir or (Path(kept) if kept else None)
         if where is None or not where.is_dir():
             return None
@@ -91,7 +93,7 @@ class Step:
         if not log.is_file():
             return {}
         rows = parse_log(log.read_text(errors="replace"), str(log)).rows
-        return {(r.op, r.dtype, r.shape): r.gems_ms for r in rows
+        return {r.key: r.gems_ms for r in rows
                 if r.status == "SUCCESS" and r.gems_ms}
 
 

@@ -26,7 +26,6 @@ for batch, no GPU outside a device set was seen busy).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import shutil
@@ -38,6 +37,11 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from zlbench.batch.state import StatusFile  # noqa: E402
+from zlbench.run.identity import collect_plugin_reports  # noqa: E402
+
 ZLBENCH = [sys.executable, "-m", "zlbench"]
 # A GPU counts as busy when its memory rises this much above what it held before the run.
 BUSY_MEMORY_MIB = 256
@@ -105,14 +109,6 @@ class GpuSampler:
         return {"samples": self.samples, "per_gpu": per_gpu, "busy_gpus": busy}
 
 
-def read_status(batch_dir: Path) -> List[dict]:
-    path = batch_dir / "ops_status.csv"
-    if not path.is_file():
-        return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def run_batch(args, devices: str, out: Path) -> dict:
     tag = "gpus-" + devices.replace(",", "_")
     batch_dir = out / tag
@@ -127,7 +123,7 @@ def run_batch(args, devices: str, out: Path) -> dict:
     with GpuSampler() as sampler, (out / f"{tag}.log").open("w") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO).returncode
     wall = time.monotonic() - started
-    rows = read_status(batch_dir)
+    rows = list(StatusFile(batch_dir).read().values())
     makespan: Dict[str, float] = {}
     ops_on: Dict[str, List[str]] = {}
     statuses: Dict[str, int] = {}
@@ -185,8 +181,8 @@ def part_warmup(args) -> int:
         with (out / f"warmup-{n}.log").open("w") as log:
             rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO).returncode
         wall = time.monotonic() - started
-        pw = _json(run_dir / "plugins" / "parallel_warmup.json")
-        at = _json(run_dir / "plugins" / "autotune.json")
+        reports = collect_plugin_reports(run_dir)
+        pw, at = reports.get("parallel_warmup", {}), reports.get("autotune", {})
         r = {
             "n": n, "exit_code": rc, "run_wall_s": round(wall, 1),
             "sweep_wall_s": pw.get("sweep_wall_s"), "refused": pw.get("refused"),
@@ -215,10 +211,6 @@ def part_warmup(args) -> int:
 def corpus_args(args) -> List[str]:
     # Without a checkout: the bundled sample corpus (a dry run of this script on CPU).
     return ["--flaggems-dir", str(args.flaggems_dir)] if args.flaggems_dir else []
-
-
-def _json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

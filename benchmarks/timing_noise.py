@@ -59,10 +59,6 @@ def spread(values: Sequence[float]) -> Dict[str, Optional[float]]:
             "p90": round(quantile(ordered, 0.9), 4), "max": round(ordered[-1], 4)}
 
 
-def row_key(row) -> Key:
-    return (row.op, row.dtype, row.shape)
-
-
 def measured(row) -> bool:
     return row.status == "SUCCESS" and row.gems_ms is not None and row.gems_ms > 0
 
@@ -71,8 +67,8 @@ def read_run(run_dir: Path) -> Tuple[Dict[Key, float], set, List[Key]]:
     """(gems latency by key for measured rows, keys with a fallback marker, unmeasured keys)."""
     log = run_dir / "run.log"
     parsed = parse_log(log.read_text(errors="replace") if log.exists() else "", str(log))
-    latency = {row_key(r): r.gems_ms for r in parsed.rows if measured(r)}
-    unmeasured = [row_key(r) for r in parsed.rows if not measured(r)]
+    latency = {r.key: r.gems_ms for r in parsed.rows if measured(r)}
+    unmeasured = [r.key for r in parsed.rows if not measured(r)]
     fallback = {
         (m.get("op"), m.get("dtype"), m.get("shape"))
         for _, m in parsed.markers if m.name == BENCHMARK_DIRECT_NO_CUDAGRAPH

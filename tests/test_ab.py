@@ -51,6 +51,39 @@ def test_liveness_live_when_one_operator_compiled_differently(tmp_path):
     assert reports["addmm"]["verdict"] == "identical"
 
 
+def test_liveness_is_identical_only_when_every_operator_is(tmp_path):
+    _side(tmp_path, "A", "mm", 64)
+    _side(tmp_path, "B", "mm", 64)
+    _side(tmp_path, "A", "addmm", 32)
+    _side(tmp_path, "B", "addmm", 32, ptx="mov.u32")
+    # B's addmm kernel came from a front end A never compiled: that cannot be judged.
+    put(tmp_path / "tmp" / "zlbench-tuner-B-addmm" / "triton", "H1", "other_kernel", 16)
+    verdict, reports, _ = ab.check_liveness(tmp_path / "A", tmp_path / "B")
+    assert reports["mm"]["verdict"] == "identical" and reports["addmm"]["verdict"] == "inconclusive"
+    assert verdict == "inconclusive" and "inconclusive" in ab.liveness_banner(verdict, "X=1", 2)
+    assert [ab.overall_verdict(v) for v in ([], ["empty"], ["identical", "empty"], ["identical"])] == [
+        "empty", "empty", "empty", "identical"]
+
+
+def test_caches_kept_by_set_aside_attempts_are_dropped_too(tmp_path):
+    kept = [_side(tmp_path, "A", "mm", 64), _side(tmp_path, "B", "mm", 64)]
+    retried = tmp_path / "A" / "set-aside" / "mm" / "attempt-1"
+    retried.mkdir(parents=True)
+    cache_root = tmp_path / "tmp" / "zlbench-tuner-A-mm-attempt-1"
+    put(cache_root / "triton", "H0", "mm_kernel", 32)
+    (retried / "run_identity.json").write_text(json.dumps({"triton_cache_dir": str(cache_root / "triton")}))
+    verdict, reports, _ = ab.check_liveness(tmp_path / "A", tmp_path / "B")
+    assert set(reports) == {"mm"} and verdict == "identical"   # the set-aside run is not compared
+    assert not any(r.exists() for r in [*kept, cache_root])
+
+
+def test_ab_that_cannot_start_exits_2_without_a_traceback(tmp_path):
+    proc = zlbench("ab", "--switch", "ZL_SAMPLE_SWITCH", "--ops", "abs", "--backend", "no-such-vendor",
+                   "--out", tmp_path / "ab", timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "zlbench ab:" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_ab_on_the_sample_corpus(tmp_path):
     out = tmp_path / "ab"
     proc = zlbench("ab", "--switch", "ZL_SAMPLE_SWITCH", "--ops", "abs", "--dtypes", "float32",

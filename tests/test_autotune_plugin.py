@@ -320,6 +320,9 @@ def test_close_restores_run_and_caches(h):
     original = h.Autotuner.__dict__["run"]
     h.start("record", "r")
     assert h.Autotuner.__dict__["run"] is not original
+    wrapped = h.Autotuner.__dict__["run"]
+    assert (wrapped.__name__, wrapped.__qualname__, wrapped.__doc__) == (
+        original.__name__, original.__qualname__, original.__doc__)
     tuner = h.Autotuner(add_kernel, CONFIGS, ["n"])
     tuner.run(3)
     assert type(tuner.cache) is plugin.CacheOverlay

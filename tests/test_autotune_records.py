@@ -78,8 +78,9 @@ def test_matching_config_is_the_tuners_own_object_with_its_hook():
     configs = [Config({"B": 32}, pre_hook=hook), Config({"B": 64}, pre_hook=hook),
                Config({"B": 64}, num_warps=8, pre_hook=hook)]
     recorded = ar.encode_config(Config({"B": 64}))  # as rebuilt from a DB: no hook
-    assert ar.find_matching_config(recorded, configs) is configs[1]
-    assert ar.find_matching_config(ar.encode_config(Config({"B": 128})), configs) is None
+    index = ar.index_configs(configs)  # what the plugin looks recorded configs up in
+    assert index.get(ar.config_id(recorded)) is configs[1]
+    assert index.get(ar.config_id(ar.encode_config(Config({"B": 128})))) is None
 
 
 def test_build_config_from_json():

@@ -83,7 +83,7 @@ def test_dismiss_list(tmp_path):
     path = tmp_path / "dismiss.yaml"
     path.write_text(DISMISS_YAML)
     entries = load_dismiss(path)
-    assert entries["abs"].reason == "upstream bug 123"
+    assert entries["abs"] == "upstream bug 123"
     path.write_text("dismissed:\n  - operator: abs\n")
     with pytest.raises(BatchError, match=r"(?s)--dismiss .*reason"):
         load_dismiss(path)

@@ -62,3 +62,52 @@ def test_show_prints_the_pytest_selection():
         "pytest benchmark/test_blas_perf.py::test_blas_benchmark "
         "benchmark/test_blas_perf.py::test_mm_self_transpose_benchmark -m mm")
     assert "left out (re-measures the same operator): benchmark/test_blas_perf_parallel.py" in res.output
+
+
+def _no_traceback(res):
+    # A ClickException ends in SystemExit; anything else escaped the command.
+    assert isinstance(res.exception, SystemExit), res.exc_info
+    assert "Traceback" not in res.output
+
+
+def test_a_checkout_without_benchmark_dir_is_a_clean_error(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(ops_group, ["scan", "--no-verify", "--repo", f"x={tmp_path}",
+                                    "--out-dir", str(tmp_path / "out")])
+    assert res.exit_code == 1
+    assert f"Error: {tmp_path.resolve()} has no benchmark/" in res.output
+    _no_traceback(res)
+    res = runner.invoke(ops_group, ["guards", str(tmp_path)])
+    assert res.exit_code == 1 and "has no benchmark/" in res.output
+    _no_traceback(res)
+
+
+def test_a_malformed_inventory_is_a_clean_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("ops: [unclosed\n")
+    res = CliRunner().invoke(ops_group, ["diff", str(bad), str(bad)])
+    assert res.exit_code == 1
+    assert f"Error: inventory {bad} is not valid YAML" in res.output
+    _no_traceback(res)
+
+
+def test_a_file_that_does_not_parse_is_reported_not_dropped(tmp_path):
+    root = tmp_path / "checkout"
+    (root / "benchmark").mkdir(parents=True)
+    (root / "benchmark" / "base.py").write_text("class Benchmark:\n    pass\n")
+    (root / "benchmark" / "test_a.py").write_text(
+        "import pytest\n\n@pytest.mark.a_op\ndef test_a():\n    pass\n")
+    (root / "benchmark" / "test_b.py").write_text("def test_b(:\n    pass\n")
+    runner = CliRunner()
+    res = runner.invoke(ops_group, ["scan", "--no-verify", "--repo", f"t={root}",
+                                    "--out-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "warning: " in res.output and "benchmark/test_b.py does not parse" in res.output
+    written = yaml.safe_load((tmp_path / "t.yaml").read_text())
+    assert list(written["verified"]["unparsed_files"]) == ["benchmark/test_b.py"]
+    assert written["verified"]["unparsed_files"]["benchmark/test_b.py"].startswith("SyntaxError")
+    res = runner.invoke(ops_group, ["diff", str(tmp_path / "t.yaml"), "--tree", str(root)])
+    assert res.exit_code == 0 and "benchmark/test_b.py does not parse" in res.output
+    res = runner.invoke(ops_group, ["guards", str(root)])
+    assert res.exit_code == 0, res.output
+    assert "benchmark/test_b.py does not parse; its guards are left out" in res.output

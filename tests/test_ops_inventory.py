@@ -39,7 +39,7 @@ def test_head_selects_by_node_and_leaves_the_mirror_file_out(head):
     assert sel.mark is None
     assert sel.pytest_args == sel.nodes
     assert sel.duplicates == ["benchmark/test_blas_perf_parallel.py::test_blas_benchmark"]
-    assert inv.nodes_for_op(head, "mm") == sel.nodes
+    assert inv.select_op(head, "mm").nodes == sel.nodes
 
 
 def test_an_operator_only_the_mirror_file_measures_runs_there(head):
@@ -89,7 +89,7 @@ def test_write_is_stable_and_loads_back(head, tmp_path):
 
 def test_unknown_operator_and_missing_inventory_say_what_to_do(head, tmp_path):
     with pytest.raises(inv.UnknownOperator, match="did you mean mm"):
-        inv.nodes_for_op(head, "mmm")
+        inv.select_op(head, "mmm")
     with pytest.raises(OpsDataError, match="zlbench ops scan"):
         inv.load_inventory(tmp_path / "nope.yaml")
 
@@ -109,8 +109,8 @@ def test_committed_flaggems_inventories():
     head = inv.load_inventory("flaggems")
     assert head["layout"] == "head"
     assert head["counts"]["operators"] > 1000
-    assert inv.nodes_for_op(head, "abs") == ["benchmark/test_abs.py::test_abs"]
-    assert all("test_blas_perf_parallel" not in n for n in inv.nodes_for_op(head, "mm"))
+    assert inv.select_op(head, "abs").nodes == ["benchmark/test_abs.py::test_abs"]
+    assert all("test_blas_perf_parallel" not in n for n in inv.select_op(head, "mm").nodes)
     assert "BlasBenchmark" in head["shape_class_keys"]
     v502 = inv.load_inventory("flaggems-v5.0.2")
     assert v502["layout"] == "v5.0.2"

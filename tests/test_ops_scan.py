@@ -145,3 +145,20 @@ def test_unreadable_parametrize_values_keep_function_marks(tmp_path):
     (entry,) = scan_tree(tmp_path)
     assert entry.marks == ["x_op"] and entry.op_names == ["x_op"]
     assert any("not static" in n for n in entry.notes)
+
+
+def test_a_truncated_parametrize_product_says_so(tmp_path):
+    bench = tmp_path / "benchmark"
+    bench.mkdir()
+    (bench / "base.py").write_text("class Benchmark:\n    pass\n")
+    # 100 x 50 literal values: past the 4096 cases the scan evaluates.
+    (bench / "test_x.py").write_text(
+        "import pytest\nfrom .base import Benchmark\n\n"
+        "@pytest.mark.x_op\n"
+        f"@pytest.mark.parametrize('a', {list(range(100))})\n"
+        f"@pytest.mark.parametrize('b', {list(range(50))})\n"
+        "def test_x(a, b):\n"
+        "    Benchmark(op_name='x_op', torch_op=None).run()\n")
+    (entry,) = scan_tree(tmp_path)
+    assert entry.marks == ["x_op"]
+    assert "parametrize product has 5000 cases; only the first 4096 were scanned" in entry.notes

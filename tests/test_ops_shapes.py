@@ -99,3 +99,22 @@ def test_cli_check_uses_the_inventory_class_keys_by_default(tmp_path):
     res = CliRunner().invoke(ops_group, ["shapes", "check", str(path)])
     assert res.exit_code == 1
     assert "BlasBenchmark" in res.output
+
+
+def test_cli_check_with_upstream_warns_when_the_unknown_key_check_is_skipped(tmp_path):
+    path = tmp_path / "curated.yaml"
+    path.write_text(CURATED)
+    res = CliRunner().invoke(ops_group, ["shapes", "check", str(path), "--upstream", str(UPSTREAM),
+                                         "--inventory", str(tmp_path / "missing.yaml")])
+    assert res.exit_code == 1  # still checked against upstream's class keys
+    assert "warning: unknown-key check skipped" in res.stderr
+    assert "no inventory at" in res.stderr
+
+
+def test_a_shape_file_that_is_not_yaml_is_an_ops_data_error(tmp_path):
+    from zlbench.ops.paths import OpsDataError
+
+    path = tmp_path / "bad.yaml"
+    path.write_text("mm: [unclosed\n")
+    with pytest.raises(OpsDataError, match="shape file .* is not valid YAML"):
+        merge_class_keys(path, _upstream())

@@ -124,3 +124,17 @@ def test_list_ops_on_head_tree(head_tree):
 def test_list_ops_reads_v502_marks_inside_parametrize(v502_tree):
     ops = providers.list_ops(v502_tree)
     assert {"abs", "exp", "mm"} <= set(ops)
+
+
+def test_installed_flaggems_benchmark_package_lists_and_resolves(head_tree, tmp_path, monkeypatch):
+    # The wheel ships benchmark/ as the package flaggems_benchmark/: same tree, other name.
+    site = tmp_path / "site"
+    site.mkdir()
+    (head_tree / "benchmark").rename(site / "flaggems_benchmark")
+    (site / "flaggems_benchmark" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(site))
+    provider = providers.FlagGemsProvider(None)
+    assert provider.root == site and "abs" in provider.operators()
+    t = provider.resolve("abs")
+    assert t.pytest_args == ["flaggems_benchmark/test_abs.py", "-m", "abs"]
+    assert t.upstream_shape_file == site / "flaggems_benchmark" / "core_shapes.yaml"

@@ -143,6 +143,9 @@ def test_run_dir_flag_refuses_a_complete_dir(tmp_path):
     (done / ".complete").write_text("x")
     proc = zlbench("run", "--op", "abs", "--run-dir", done)
     assert proc.returncode != 0 and ".complete" in (proc.stdout + proc.stderr)
+    # A preflight failure (exit 3, with its marker), not a failed benchmark or a traceback.
+    assert proc.returncode == 3 and "PREFLIGHT_FAILED check=run_dir" in proc.stdout
+    assert "Traceback" not in proc.stderr
 
 
 def test_ansi_stripping_across_chunk_boundaries():
@@ -187,6 +190,7 @@ def test_ctrl_c_leaves_no_child_running(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     proc.communicate(timeout=60)
     assert proc.returncode != 0
+    assert proc.returncode == 130  # the shell's code for Ctrl-C, which the batch reads as interrupted
     deadline = time.time() + 10
     while is_alive(child) and time.time() < deadline:
         time.sleep(0.1)
@@ -210,3 +214,20 @@ def test_the_benchmark_child_can_import_this_zlbench_from_the_corpus_root(monkey
     # An installed zlbench lives in a site dir, which never goes on PYTHONPATH.
     monkeypatch.setattr(site, "getsitepackages", lambda: [parent])
     assert importable_pythonpath(other) == other
+
+
+def test_a_parallel_warmup_run_asks_the_vendor_tool_once(tmp_path, monkeypatch):
+    from zlbench import knobs
+    from zlbench.run import plan_run
+
+    calls = tmp_path / "calls"
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text(f'#!/bin/sh\necho x >> {calls}\nprintf "0, NVIDIA H200\\n1, NVIDIA H200\\n"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    settings = knobs.resolve({"backend": "cuda", "op": "abs", "device": "1",
+                              "parallel_warmup_gpus": "2"}, {})
+    plan = plan_run(settings)
+    assert plan.warmup_pool == ["1", "0"]   # the run's own device first
+    assert calls.read_text().count("x") == 1

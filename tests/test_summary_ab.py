@@ -167,3 +167,13 @@ def test_pair_summaries_accepts_already_parsed_inputs():
     a = summarize(LOGS / "h200" / "kernel-1.log")
     result = pair_summaries(a, a)
     assert len(result.pairs) == 45 and result.noise_p95 == 0.0
+
+
+def test_plot_orders_operators_by_the_tabled_median_and_keeps_both_ends():
+    from zlbench.summary.ab import GainRange
+    from zlbench.summary.plot import _ops_to_draw
+
+    ranges = [GainRange(op, 2, None, median, None, None, 0)
+              for op, median in (("a", 0.3), ("b", -0.2), ("c", 0.0), ("d", 0.1))]
+    assert _ops_to_draw(ranges, 10) == ["b", "c", "d", "a"]
+    assert _ops_to_draw(ranges, 2) == ["b", "a"]

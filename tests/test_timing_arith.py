@@ -96,6 +96,43 @@ def test_summarize_modes():
         timing.summarize(times, return_mode="p50")
 
 
+def _cpu_bench(monkeypatch, **kwargs):
+    """cpu_timer.do_bench on a fake clock: the first call lasts 25 ms (1 warmup call,
+    4 timed calls at rep=100), the timed ones 4, 1, 3 and 2 ms."""
+    from zlbench import cpu_timer
+
+    durations = iter([0.025, 0.025, 0.004, 0.001, 0.003, 0.002])
+    clock = [0.0]
+
+    def fn():
+        clock[0] += next(durations)
+
+    with monkeypatch.context() as m:
+        m.setattr(cpu_timer.time, "perf_counter", lambda: clock[0])
+        return cpu_timer.do_bench(fn, warmup=25, rep=100, **kwargs)
+
+
+def test_cpu_timer_reduces_like_summarize_on_an_even_count(monkeypatch):
+    samples = _cpu_bench(monkeypatch, return_mode="all")
+    assert samples == pytest.approx([4.0, 1.0, 3.0, 2.0])
+    for mode in ("min", "max", "mean", "median"):
+        assert _cpu_bench(monkeypatch, return_mode=mode) == timing.summarize(samples, None, mode)
+    assert _cpu_bench(monkeypatch, return_mode="median") == pytest.approx(2.0)  # lower median
+    picks = _cpu_bench(monkeypatch, quantiles=[0.5, 0.2])
+    assert picks == timing.summarize(samples, [0.5, 0.2])
+    assert picks == pytest.approx([2.5, 1.6])  # interpolated, not nearest rank
+
+
+def test_clear_grads_drops_every_grad_and_accepts_none():
+    class T:
+        grad = "g"
+
+    tensors = [T(), T()]
+    timing.clear_grads(tensors)
+    assert [t.grad for t in tensors] == [None, None]
+    timing.clear_grads(None)
+
+
 def test_plan_graph_unrolls_tiny_ops_to_about_a_millisecond_a_replay():
     plan = timing.plan_graph(0.0011, 100)
     assert plan.calls_per_graph == 909

@@ -42,5 +42,10 @@ def test_kept_triton_cache_survives_cleanup_until_discarded(tmp_path):
     (plan.triton_cache_dir / "x").mkdir()
     plan.cleanup()
     assert plan.triton_cache_dir.is_dir() and not plan.flaggems_cache_dir.exists()
-    plan.discard_triton_cache()
+    tc.discard_kept_triton_cache(plan.triton_cache_dir)
     assert not plan.root.exists()
+    # A shared cache (not under an isolated root) is never removed.
+    shared = tmp_path / "shared" / "triton"
+    shared.mkdir(parents=True)
+    tc.discard_kept_triton_cache(shared)
+    assert shared.is_dir()

@@ -14,9 +14,7 @@ identical caches are reported loudly.
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -24,7 +22,6 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import click
 
 from . import knobs
-from .run.identity import write_json_atomic
 
 # Set on every run of an A/B: keep the isolated Triton cache for the liveness check.
 KEEP_TRITON_CACHE_ENV = "ZL_KEEP_TRITON_CACHE"
@@ -80,52 +77,60 @@ def side_envs(switch: Optional[str], a_env: Mapping[str, str], b_env: Mapping[st
     return a, b
 
 
-def kept_triton_caches(batch_dir: Path) -> Dict[str, Path]:
-    """op -> the Triton cache its run kept (recorded in run_identity.json)."""
-    out: Dict[str, Path] = {}
-    for ident_path in sorted(batch_dir.glob("*/run_identity.json")):
-        try:
-            ident = json.loads(ident_path.read_text())
-        except (OSError, ValueError):
-            continue
-        cache = ident.get("triton_cache_dir")
+def kept_triton_caches(batch_dir: Path) -> Dict[Path, Path]:
+    """run dir -> the Triton cache it kept (run_identity.json says where), for every run
+    under the batch: the operators' own and the attempts set aside by retries."""
+    from .batch.state import read_identity
+
+    out: Dict[Path, Path] = {}
+    for ident_path in sorted(batch_dir.rglob("run_identity.json")):
+        cache = read_identity(ident_path.parent).get("triton_cache_dir")
         if cache:
-            out[ident_path.parent.name] = Path(cache)
+            out[ident_path.parent] = Path(cache)
     return out
 
 
+def discard_kept_caches(*batch_dirs: Path) -> None:
+    from .tuner_cache import discard_kept_triton_cache
+
+    for batch_dir in batch_dirs:
+        for cache in kept_triton_caches(batch_dir).values():
+            discard_kept_triton_cache(cache)
+
+
+def overall_verdict(verdicts: Sequence[str]) -> str:
+    """``live`` when any operator's kernels changed; ``identical`` only when every compared
+    operator's were the same; otherwise what kept the check from concluding."""
+    if "live" in verdicts:
+        return "live"
+    if verdicts and all(v == "identical" for v in verdicts):
+        return "identical"
+    if "inconclusive" in verdicts:
+        return "inconclusive"
+    return "empty"
+
+
 def check_liveness(a_dir: Path, b_dir: Path) -> Tuple[str, Dict[str, dict], List[str]]:
-    """Compare each operator's compiled kernels on both sides; drop the caches after.
+    """Compare each operator's compiled kernels on both sides; drop every kept cache after.
 
-    Returns the overall verdict (``live`` when any operator differs, ``identical`` when
-    every compared operator compiled the same kernels, ``empty`` when nothing compiled),
-    the per-operator reports and the lines to print.
+    Returns the overall verdict (``overall_verdict``), the per-operator reports and the
+    lines to print.
     """
-    from .tuner_cache import compare_triton_caches
+    from .tuner_cache import compare_triton_caches, discard_kept_triton_cache
 
-    a_caches, b_caches = kept_triton_caches(a_dir), kept_triton_caches(b_dir)
+    a_all, b_all = kept_triton_caches(a_dir), kept_triton_caches(b_dir)
+    a_caches = {run.name: cache for run, cache in a_all.items() if run.parent == a_dir}
+    b_caches = {run.name: cache for run, cache in b_all.items() if run.parent == b_dir}
     reports: Dict[str, dict] = {}
     lines: List[str] = []
-    verdicts = []
     for op in sorted(set(a_caches) & set(b_caches)):
         report = compare_triton_caches(a_caches[op], b_caches[op])
         reports[op] = report.to_json()
-        verdicts.append(report.verdict)
         if report.verdict != "live":
             lines.append(f"  {op}: {report.summary()}")
-    for cache in [*a_caches.values(), *b_caches.values()]:
-        # The isolated cache root holds only this run's caches (zlbench-tuner-*).
-        root = cache.parent
-        shutil.rmtree(root if root.name.startswith("zlbench-tuner-") else cache, ignore_errors=True)
-    if "live" in verdicts:
-        verdict = "live"
-    elif "identical" in verdicts:
-        verdict = "identical"
-    elif verdicts:
-        verdict = verdicts[0]
-    else:
-        verdict = "empty"
-    return verdict, reports, lines
+    for cache in [*a_all.values(), *b_all.values()]:
+        discard_kept_triton_cache(cache)
+    return overall_verdict([r["verdict"] for r in reports.values()]), reports, lines
 
 
 def liveness_banner(verdict: str, switch_text: str, n_ops: int) -> str:
@@ -135,6 +140,9 @@ def liveness_banner(verdict: str, switch_text: str, n_ops: int) -> str:
         return ("WARNING: liveness: both sides compiled IDENTICAL kernels for every operator "
                 f"compared ({n_ops}); {switch_text} changed nothing the compiler saw. A 'no "
                 "difference' table below says nothing about the switch: check it still exists.")
+    if verdict == "inconclusive":
+        return ("WARNING: liveness: inconclusive: no kernel changed, but some of B's kernels match "
+                "none of A's (see the lines below); the switch may or may not be live")
     return (f"WARNING: liveness: could not be checked ({verdict}): no compiled Triton kernels "
             "were found on both sides (no triton here, or every kernel came from elsewhere)")
 
@@ -165,6 +173,8 @@ def run_ab(out: Path, settings: knobs.Settings, switch: Optional[str], a_env: Ma
         click.echo(f"== A/B {label}: side A ({_env_text(env_a)}) records ==")
         res_a = run_batch(BatchConfig(out=root / "A", settings=side_settings, extra_env=env_a,
                                       **batch_kwargs))
+        if res_a.interrupted:
+            raise KeyboardInterrupt  # side B would replay an unfinished side A
         click.echo(f"== A/B {label}: side B ({_env_text(env_b)}) replays A's configs ==")
         res_b = run_batch(BatchConfig(out=root / "B", settings=side_settings.replace(
             replay_from=str(root / "A")), extra_env=env_b, **batch_kwargs))
@@ -205,7 +215,7 @@ def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -
     return True
 
 
-@click.command("ab")
+@click.command("ab", short_help="Compare a build switch: A (ENV=0) records, B (ENV=1) replays A's configs.")
 @knobs.knob_options([n for n in knobs.MEASURE_KNOBS
                      if n not in ("isolate_tuner_cache", "replay_from", "shape_file")])
 @click.option("--switch", default=None, metavar="ENV",
@@ -234,21 +244,28 @@ def ab_command(switch, a_env, b_env, ops, shape_files, devices, out, timeout, re
     zlbench ab --switch MY_COMPILER_PASS --ops topk,dropout --flaggems-dir ~/FlagGems
     zlbench ab --a-env TRITON_X=old --b-env TRITON_X=new --shape-file a.yaml --shape-file b.yaml
     """
-    import os
-    import time
-
+    from .atomic import write_json_atomic
+    from .batch.command import BatchStartError
+    from .batch.config import default_out_dir, parse_devices_flag
     from .batch.oplist import parse_ops_flag
+    from .batch.state import BatchError
 
-    settings = knobs.resolve(flags, names=[n for n in knobs.MEASURE_KNOBS])
-    out = out or Path(os.environ.get("ZL_OUT") or "runs") / f"ab-{time.strftime('%Y%m%d-%H%M%S')}"
-    batch_kwargs = {"ops": parse_ops_flag(ops) if ops else None,
-                    "devices": [d.strip() for d in devices.split(",")] if devices else None}
+    settings = knobs.resolve(flags, names=knobs.MEASURE_KNOBS)
+    out = out or default_out_dir("ab")
+    batch_kwargs = {"ops": parse_ops_flag(ops) if ops else None, "devices": parse_devices_flag(devices)}
     if timeout is not None:
         batch_kwargs["timeout_s"] = timeout or None
     if retries is not None:
         batch_kwargs["retries"] = retries
-    results = run_ab(out, settings, switch, parse_env_pairs(a_env, "--a-env"),
-                     parse_env_pairs(b_env, "--b-env"), list(shape_files) or [None], batch_kwargs)
+    try:
+        results = run_ab(out, settings, switch, parse_env_pairs(a_env, "--a-env"),
+                         parse_env_pairs(b_env, "--b-env"), list(shape_files) or [None], batch_kwargs)
+    except BatchError as e:
+        raise BatchStartError(f"zlbench ab: {e}") from None
+    except KeyboardInterrupt:
+        discard_kept_caches(out)
+        click.echo(f"zlbench ab: interrupted; what was measured is under {out}", err=True)
+        raise SystemExit(130)
     ok = all([print_pairing(r, fmt_name, allow_caliber_mismatch) for r in results])
     write_json_atomic(out / "ab.json", {
         "switch": switch, "shape_sets": [{

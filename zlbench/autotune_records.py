@@ -31,11 +31,12 @@ from __future__ import annotations
 import hashlib
 import json
 import numbers
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
+
+from .atomic import write_atomic
 
 FORMAT = "zlbench.autotune_records/1"
 RECORDS_DIRNAME = "autotune_records"
@@ -125,11 +126,6 @@ def index_configs(configs: Iterable[Any]) -> Dict[str, Any]:
     for candidate in configs:
         index.setdefault(config_id(encode_config(candidate)), candidate)
     return index
-
-
-def find_matching_config(encoded: Mapping[str, Any], configs: Iterable[Any]) -> Optional[Any]:
-    """The tuner's own config object equal to a recorded one (it carries the pre_hook)."""
-    return index_configs(configs).get(config_id(encoded))
 
 
 def build_config(encoded: Mapping[str, Any], factory: Callable[..., Any]) -> Any:
@@ -245,9 +241,7 @@ def write_records(records_dir: Path, rec: KernelRecords) -> Path:
     """Write one kernel's file atomically (a killed run leaves whole files)."""
     records_dir.mkdir(parents=True, exist_ok=True)
     path = records_dir / record_filename(rec.kernel)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(dumps_records(rec))
-    os.replace(tmp, path)
+    write_atomic(path, dumps_records(rec))
     return path
 
 
@@ -272,17 +266,17 @@ class Coverage:
     """Distinct (kernel, key) pairs by outcome. A fallback outranks an earlier replay
     of the same key (a replayed config that then failed to compile fell back)."""
 
-    replayed: Dict[Tuple[str, str], bool] = field(default_factory=dict)
+    replayed: Set[Tuple[str, str]] = field(default_factory=set)
     fell_back: Dict[Tuple[str, str], str] = field(default_factory=dict)
     recorded: Dict[Tuple[str, str], str] = field(default_factory=dict)  # -> origin
 
     def note_replayed(self, kernel: str, kid: str) -> None:
         if (kernel, kid) not in self.fell_back:
-            self.replayed[(kernel, kid)] = True
+            self.replayed.add((kernel, kid))
 
     def note_fallback(self, kernel: str, kid: str, reason: str) -> bool:
         """True the first time this key falls back (print its marker once)."""
-        self.replayed.pop((kernel, kid), None)
+        self.replayed.discard((kernel, kid))
         first = (kernel, kid) not in self.fell_back
         self.fell_back[(kernel, kid)] = reason
         return first

@@ -2,31 +2,17 @@
 
 The bundled sample corpus times through ``triton.testing.do_bench`` when triton imports
 and through this function otherwise; both are looked up at call time, so the timer
-plugins can replace either for a run. Like triton's, it runs ``fn`` for ``warmup`` ms,
-then for ``rep`` ms, and reduces the per-call times (ms).
+plugins can replace either for a run. It runs ``fn`` for ``warmup`` ms, then for ``rep``
+ms, and reduces the per-call times (ms) with ``zlbench.timing.summarize``, as the graph
+timer does, so CPU and GPU numbers reduce alike.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Callable, List, Optional, Sequence, Union
 
-
-def _reduce(times: List[float], quantiles: Optional[Sequence[float]], return_mode: str):
-    if quantiles is not None:
-        ordered = sorted(times)
-        picks = [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in quantiles]
-        return picks[0] if len(picks) == 1 else picks
-    if return_mode == "all":
-        return times
-    reducer = {
-        "min": min,
-        "max": max,
-        "mean": statistics.fmean,
-        "median": statistics.median,
-    }[return_mode]
-    return reducer(times)
+from zlbench.timing import clear_grads, summarize
 
 
 def do_bench(
@@ -47,10 +33,8 @@ def do_bench(
         fn()
     times = []
     for _ in range(min(n_repeat, 1000)):
-        if grad_to_none is not None:
-            for x in grad_to_none:
-                x.grad = None
+        clear_grads(grad_to_none)
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
-    return _reduce(times, quantiles, return_mode)
+    return summarize(times, quantiles, return_mode)

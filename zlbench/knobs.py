@@ -208,7 +208,7 @@ def knob_options(names: Iterable[str]):
 
     def decorate(fn):
         for knob in reversed(knobs):
-            default_text = "" if knob.default in (None,) else f" [default: {_show(knob.default)}]"
+            default_text = "" if knob.default in (None,) else f" [default: {flag_text(knob.default)}]"
             fn = click.option(
                 knob.flag,
                 knob.name,
@@ -221,9 +221,14 @@ def knob_options(names: Iterable[str]):
     return decorate
 
 
-def _show(value: Any) -> str:
+def flag_text(value: Any) -> Optional[str]:
+    """A knob value as its flag or variable spells it (True -> 1, a list -> a,b); None stays None."""
+    if value is None:
+        return None
     if isinstance(value, bool):
         return "1" if value else "0"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
     return str(value)
 
 

@@ -87,6 +87,13 @@ def summarize(times: Sequence[float], quantiles: Optional[Sequence[float]] = Non
     return {"min": min, "max": max, "mean": statistics.fmean}[return_mode](samples)
 
 
+def clear_grads(grad_to_none) -> None:
+    """``grad_to_none``'s tensors lose their grads before each timed call, as in triton."""
+    if grad_to_none is not None:
+        for x in grad_to_none:
+            x.grad = None
+
+
 # --- graph timer sizing ---------------------------------------------------------------
 
 class GraphPlan(NamedTuple):

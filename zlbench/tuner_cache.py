@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 ISOLATED = "isolated"
+# Every isolated cache root is a temp dir named so; nothing else is ever removed whole.
+ISOLATED_ROOT_PREFIX = "zlbench-tuner-"
 
 
 # ---- isolated caches ------------------------------------------------------------
@@ -55,10 +57,18 @@ class TunerCachePlan:
         else:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def discard_triton_cache(self) -> None:
-        """Drop everything, the kept Triton cache too (after the comparison)."""
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
+
+def discard_kept_triton_cache(triton_dir: Path) -> None:
+    """Drop a Triton cache a run kept (``triton_cache_dir`` in its run_identity.json) with
+    its isolated root; a dir outside an isolated root (a shared cache) is left alone."""
+    root = Path(triton_dir).parent
+    if root.name.startswith(ISOLATED_ROOT_PREFIX):
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def flaggems_db_path(cache_dir: Path) -> Path:
+    """Where FlagGems keeps its sqlite tuner DB under a FLAGGEMS_CACHE_DIR."""
+    return Path(cache_dir) / "config_cache" / "TunedConfig.db"
 
 
 def shared_cache_path(environ: Mapping[str, str]) -> str:
@@ -82,7 +92,7 @@ def plan_tuner_cache(run_dir: Path, isolate: bool, environ: Mapping[str, str],
     (``temp_root``, default the system temp dir) named after the run dir, because the
     Triton cache of an autotuned mm runs to hundreds of MB that do not belong in a
     results tree. ``keep_triton_cache``: ``cleanup()`` leaves the Triton cache for
-    ``zlbench ab`` to compare; it then calls ``discard_triton_cache()``.
+    ``zlbench ab`` to compare; it then calls ``discard_kept_triton_cache()``.
     """
     if not isolate:
         triton_dir = environ.get("TRITON_CACHE_DIR")
@@ -91,7 +101,7 @@ def plan_tuner_cache(run_dir: Path, isolate: bool, environ: Mapping[str, str],
             description=f"shared:{shared_cache_path(environ)}",
             triton_cache_dir=Path(triton_dir) if triton_dir else None,
         )
-    prefix = f"zlbench-tuner-{re.sub(r'[^A-Za-z0-9_.-]', '-', Path(run_dir).name)}-"
+    prefix = f"{ISOLATED_ROOT_PREFIX}{re.sub(r'[^A-Za-z0-9_.-]', '-', Path(run_dir).name)}-"
     root = Path(tempfile.mkdtemp(prefix=prefix, dir=str(temp_root) if temp_root else None))
     flaggems_dir = root / "flaggems"
     triton_dir = root / "triton"
@@ -100,7 +110,7 @@ def plan_tuner_cache(run_dir: Path, isolate: bool, environ: Mapping[str, str],
     env = {"FLAGGEMS_CACHE_DIR": str(flaggems_dir), "TRITON_CACHE_DIR": str(triton_dir)}
     if environ.get("FLAGGEMS_DB_URL"):
         # The URL wins over FLAGGEMS_CACHE_DIR inside FlagGems: point it here as well.
-        db = flaggems_dir / "config_cache" / "TunedConfig.db"
+        db = flaggems_db_path(flaggems_dir)
         db.parent.mkdir()
         env["FLAGGEMS_DB_URL"] = f"sqlite:///{db}"
     return TunerCachePlan(env=env, description=ISOLATED, triton_cache_dir=triton_dir,

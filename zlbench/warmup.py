@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from . import autotune_records as ar
+from .backends.base import _split  # visibility lists parse as the backends parse them
 from .markers import PARALLEL_WARMUP_REFUSED, format_marker
-from .ops.scan import find_construction, resolve_shape_key, scan_module
+from .ops.scan import find_construction, scan_module, shape_key_for
 from .ops.tree import BenchTree, TreeError
+from .tuner_cache import flaggems_db_path
 
 # Refusal reasons (PARALLEL_WARMUP_REFUSED reason=...).
 LEVEL_COMPREHENSIVE = "level_comprehensive"
@@ -53,17 +55,6 @@ class Refusal(NamedTuple):
         return format_marker(PARALLEL_WARMUP_REFUSED, reason=self.reason, **self.fields)
 
 
-def parse_gpus(text: Optional[str]) -> int:
-    """PARALLEL_WARMUP_GPUS: unset or empty is 0 (off)."""
-    value = (text or "").strip()
-    if not value:
-        return 0
-    n = int(value)
-    if n < 0:
-        raise ValueError(f"PARALLEL_WARMUP_GPUS={text!r}: expected N >= 0")
-    return n
-
-
 # ---- where shards run ----------------------------------------------------------
 
 def device_pool(environ: Mapping[str, str]) -> Tuple[Optional[str], List[str]]:
@@ -84,10 +75,6 @@ def shard_devices(pool: Sequence[str], n: int) -> List[Optional[str]]:
     if not pool:
         return [None] * n
     return [pool[i % len(pool)] for i in range(n)]
-
-
-def _split(text: str) -> List[str]:
-    return [p.strip() for p in text.split(",") if p.strip()]
 
 
 # ---- which shape keys the selected tests read ----------------------------------
@@ -164,6 +151,7 @@ def _op_from_param_id(func: str) -> Optional[str]:
 def resolve_keys(root: Path, args: Sequence[str], markexpr: str,
                  shapes: Mapping[str, Any]) -> List[Resolution]:
     """One Resolution per selected test (or one carrying the selection's problem)."""
+
     try:
         tests, problems = selected_tests(root, args, markexpr)
     except TreeError as e:
@@ -178,7 +166,8 @@ def resolve_keys(root: Path, args: Sequence[str], markexpr: str,
             elif construction.shapes_from != "shape file":
                 res.shapes_from = construction.shapes_from
             else:
-                res.key, res.candidates_tried = resolve_shape_key(root, rel, func, shapes, op)
+                # The construction in hand: resolve_shape_key would scan the module again.
+                res.key, res.candidates_tried = shape_key_for(construction, shapes)
         except (FileNotFoundError, LookupError) as e:
             res.problem = str(e)
         out.append(res)
@@ -335,7 +324,7 @@ def shard_env(environ: Mapping[str, str], shard_dir: Path, visible_key: Optional
         cache = Path(isolated) / f"warmup-{shard_dir.name}"
         env["FLAGGEMS_CACHE_DIR"] = str(cache)
         if environ.get("FLAGGEMS_DB_URL"):  # the URL wins over the dir inside FlagGems
-            env["FLAGGEMS_DB_URL"] = f"sqlite:///{cache / 'config_cache' / 'TunedConfig.db'}"
+            env["FLAGGEMS_DB_URL"] = f"sqlite:///{flaggems_db_path(cache)}"
     return env
 
 

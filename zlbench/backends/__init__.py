@@ -46,7 +46,7 @@ def detect_backend() -> Backend:
 
 
 def choose_timer(backend: Backend, enable_cudagraph: bool = True) -> str:
-    return "graph" if backend.can_graph_capture and enable_cudagraph else "direct"
+    return backend.default_timer if enable_cudagraph else "direct"
 
 
 def plugin_plan(backend: Backend, enable_cudagraph: bool = True) -> List[str]:

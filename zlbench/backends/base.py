@@ -83,17 +83,19 @@ class Backend:
             return []
         return self.parse_tool_output(out.stdout)
 
-    def devices(self, environ: Mapping[str, str], selection: Optional[Sequence[str]] = None
-                ) -> List[Device]:
+    def devices(self, environ: Mapping[str, str], selection: Optional[Sequence[str]] = None,
+                probed: Optional[List[Tuple[str, str]]] = None) -> List[Device]:
         """The devices a run or batch may use, in the caller's numbering.
 
         With a visibility variable already set, index i means its i-th entry (as the
         vendor runtime numbers them), so a caller who chose 6,7 is never moved to 0,1.
+        ``probed``: ``probe_devices()`` already run, for a caller asking twice.
         """
         if self.slots_only:
             return _slots(selection)
         caller = _split(environ.get(self.visible_key, "")) if self.visible_key else []
-        probed = self.probe_devices()
+        if probed is None:
+            probed = self.probe_devices()
         models = dict(probed)
         if caller:
             universe = [(str(i), v) for i, v in enumerate(caller)]

@@ -13,18 +13,28 @@ from __future__ import annotations
 import re
 import signal
 from dataclasses import dataclass
-from typing import Iterable, Optional, Tuple
+from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from ..markers import PREFLIGHT_FAILED, parse_marker
 
 EXIT_OK = 0
-EXIT_BENCH_FAILED = 1
 EXIT_PREFLIGHT = 3
 EXIT_NO_TESTS = 5
 
 OK, FAILED, TIMEOUT, CRASHED, SKIPPED, DISMISSED = (
     "ok", "failed", "timeout", "crashed", "skipped", "dismissed")
 STATUSES = (OK, FAILED, TIMEOUT, CRASHED, SKIPPED, DISMISSED)
+# Statuses that make a batch exit 1; an operator without a row yet is "not run".
+BAD = (FAILED, TIMEOUT, CRASHED)
+NOT_RUN = "not run"
+
+
+def count_statuses(rows: Mapping[str, Mapping[str, str]], planned: Sequence[str]) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    for op in planned:
+        status = rows.get(op, {}).get("status") or NOT_RUN
+        counts[status] = counts.get(status, 0) + 1
+    return counts
 
 # Error text that usually means the device or driver hiccuped, not the operator.
 TRANSIENT_TEXT = re.compile(

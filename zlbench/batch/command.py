@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -13,7 +11,7 @@ from click.core import ParameterSource
 
 from .. import knobs
 from .config import (DEFAULT_FALLBACK_DTYPES, DEFAULT_KILL_GRACE_S, DEFAULT_RETRIES,
-                     DEFAULT_TIMEOUT_S, BatchConfig)
+                     DEFAULT_TIMEOUT_S, BatchConfig, default_out_dir, parse_devices_flag)
 from .driver import load_plan, run_batch
 from .oplist import default_dismiss_path, parse_op_timeouts, parse_ops_flag
 from .report import render_report
@@ -36,21 +34,11 @@ def parse_fallback_dtypes(values: Sequence[str]) -> Tuple[Tuple[str, ...], ...]:
     return tuple(levels)
 
 
-def _flag_text(value) -> Optional[str]:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, (list, tuple)):
-        return ",".join(map(str, value))
-    return str(value)
-
-
 def _given(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
 
 
-@click.command("batch")
+@click.command("batch", short_help="Measure many operators across devices, surviving hangs, crashes and restarts.")
 @knobs.knob_options(knobs.MEASURE_KNOBS)
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Batch dir: <out>/<op>/ per operator, ops_status.csv, plan.json. "
@@ -151,21 +139,20 @@ def build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_t
         # The plan's settings, unless a flag is given now (a mismatch is refused later).
         for name, value in saved.get("settings", {}).items():
             if name in flags and not _given(ctx, name):
-                flags[name] = _flag_text(value)
+                flags[name] = knobs.flag_text(value)
         environ = {}
     settings = knobs.resolve(flags, environ, names=knobs.MEASURE_KNOBS)
     plan_ops = [p["op"] for p in (saved or {}).get("ops", [])] + list((saved or {}).get("dismissed", {}))
 
     if out is None:
-        root = os.environ.get(knobs.BY_NAME["out"].env) or knobs.BY_NAME["out"].default
-        out = Path(root) / time.strftime("batch-%Y%m%d-%H%M%S")
+        out = default_out_dir("batch")
     op_names: Optional[List[str]] = parse_ops_flag(ops) if ops else None
     if op_names is None and op_list is None and saved:
         op_names = plan_ops
     if devices is None and saved:
         device_list = saved.get("devices")
     else:
-        device_list = [d for d in (devices or "").replace(" ", ",").split(",") if d] or None
+        device_list = parse_devices_flag(devices)
     dismiss_path = _dismiss_path(dismiss, saved)
     op_timeouts: Dict[str, float] = dict((saved or {}).get("op_timeouts", {}))
     op_timeouts.update(parse_op_timeouts(op_timeout))

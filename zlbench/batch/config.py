@@ -6,7 +6,9 @@ call ``run_batch`` without going through click.
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -21,6 +23,17 @@ DEFAULT_KILL_GRACE_S = 10.0
 
 def default_run_command() -> List[str]:
     return [sys.executable, "-m", "zlbench", "run"]
+
+
+def default_out_dir(prefix: str) -> Path:
+    """``<ZL_OUT or runs>/<prefix>-<timestamp>``: where a batch (or an A/B) goes unless told."""
+    out = knobs.BY_NAME["out"]
+    return Path(os.environ.get(out.env) or out.default) / time.strftime(f"{prefix}-%Y%m%d-%H%M%S")
+
+
+def parse_devices_flag(text: Optional[str]) -> Optional[List[str]]:
+    """``--devices 0,1`` (spaces separate too); None when not given."""
+    return [d for d in (text or "").replace(" ", ",").split(",") if d] or None
 
 
 @dataclass
@@ -76,11 +89,9 @@ class BatchResult:
     devices: List[str] = field(default_factory=list)
 
     def counts(self) -> Dict[str, int]:
-        out: Dict[str, int] = {}
-        for op in self.planned:
-            status = self.rows.get(op, {}).get("status", "not run")
-            out[status] = out.get(status, 0) + 1
-        return out
+        from .classify import count_statuses
+
+        return count_statuses(self.rows, self.planned)
 
     @property
     def exit_code(self) -> int:
@@ -88,5 +99,6 @@ class BatchResult:
         130 interrupted (resume with --resume)."""
         if self.interrupted:
             return 130
-        bad = {"failed", "timeout", "crashed", "not run"}
-        return 1 if any(s in bad for s in self.counts()) else 0
+        from .classify import BAD, NOT_RUN
+
+        return 1 if any(s in (*BAD, NOT_RUN) for s in self.counts()) else 0

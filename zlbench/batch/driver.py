@@ -22,7 +22,7 @@ from ..backends import DeviceError
 from . import procs
 from .config import BatchConfig, BatchResult
 from .execute import BATCH_TAG, ExecContext, Stopper, child_environ, dtype_ladder, run_operator
-from .oplist import DismissEntry, check_op_name, dedupe, load_dismiss, read_op_list
+from .oplist import check_op_name, dedupe, load_dismiss, read_op_list
 from .plan import OpPlan, Plan, make_plan
 from .progress import Progress
 from .state import (BATCH_LOG, PLAN_FILE, BatchError, DriverLock, Journal, StatusFile,
@@ -140,16 +140,12 @@ def _replay_root(settings) -> Optional[Path]:
     return root
 
 
-def _dismissed(config: BatchConfig) -> Dict[str, DismissEntry]:
-    return load_dismiss(Path(config.dismiss)) if config.dismiss else {}
-
-
 def _settings_doc(settings) -> Dict[str, object]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in sorted(settings.values.items())}
 
 
 def plan_document(config: BatchConfig, plan: Plan, settings, backend_name: str, timer: str,
-                  dismissed: Mapping[str, DismissEntry], op_timeouts: Mapping[str, float]) -> dict:
+                  op_timeouts: Mapping[str, float]) -> dict:
     return {
         "format": PLAN_FORMAT,
         "backend": backend_name,
@@ -165,7 +161,7 @@ def plan_document(config: BatchConfig, plan: Plan, settings, backend_name: str, 
         "run_command": list(config.run_command),
         "ops": [{"op": p.op, "device": p.device, "timeout_s": p.timeout_s,
                  "replay_from": p.replay_from} for p in plan.ops],
-        "dismissed": {op: dismissed[op].reason for op in plan.dismissed},
+        "dismissed": dict(plan.dismissed),
     }
 
 
@@ -285,17 +281,17 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
                          "to run on this machine's CPU")
     _check_extra_env(config.extra_env)
     ops, file_timeouts = _operators(config, settings, log)
-    dismissed = _dismissed(config)
+    dismissed = load_dismiss(Path(config.dismiss)) if config.dismiss else {}
     timer = backends.choose_timer(backend, settings.values.get("enable_cudagraph", True))
     replay_root = _replay_root(settings)
     op_timeouts = {**file_timeouts, **config.op_timeouts}
-    plan = make_plan(ops, [d.index for d in found], {op: e.reason for op, e in dismissed.items()},
+    plan = make_plan(ops, [d.index for d in found], dismissed,
                      config.timeout_s, op_timeouts, replay_root,
                      {op: Path(p) for op, p in config.replay_dirs.items()})
     if replay_root and plan.ops and all(p.replay_note for p in plan.ops):
         log(f"--replay-from {replay_root} has no <op>/autotune_records for any operator; is it "
             "an earlier batch dir? Every operator runs without replay.", show=True)
-    doc = plan_document(config, plan, settings, backend.name, timer, dismissed, op_timeouts)
+    doc = plan_document(config, plan, settings, backend.name, timer, op_timeouts)
     return _Prepared(settings, backend.name, timer, ops, plan, doc)
 
 
@@ -352,7 +348,7 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
         log.screen = None if quiet else _print_line
         stopper.close()
     journal.record("session_end", interrupted=interrupted)
-    return BatchResult(batch_dir, status.read(), sorted(set(prep.ops)), interrupted,
+    return BatchResult(batch_dir, status.read(), sorted(prep.ops), interrupted,
                        time.monotonic() - started, measured, list(plan.devices))
 
 

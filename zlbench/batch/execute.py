@@ -25,7 +25,7 @@ from .plan import OpPlan
 from .state import LOGS_DIR, Journal, is_complete, read_identity, set_aside, tail_lines
 
 # Child environment variables that would override the flags the batch passes.
-_STRIP_ENV = {k.env for k in knobs.KNOBS} | {"ZL_RUN_DIR", "ZL_DEVICES"}
+_STRIP_ENV = {k.env for k in knobs.KNOBS} | {"ZL_RUN_DIR"}
 # Inherited by every process of a batch, so a later driver finds what a killed one left.
 BATCH_TAG = "ZL_BATCH_DIR"
 
@@ -37,16 +37,9 @@ def knob_args(settings: knobs.Settings, skip: Sequence[str] = ()) -> List[str]:
     for name in knobs.MEASURE_KNOBS:
         if name in skip or name not in settings.values:
             continue
-        value = settings.values[name]
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            text = "1" if value else "0"
-        elif isinstance(value, (tuple, list)):
-            text = ",".join(value)
-        else:
-            text = str(value)
-        args += [knobs.BY_NAME[name].flag, text]
+        text = knobs.flag_text(settings.values[name])
+        if text is not None:
+            args += [knobs.BY_NAME[name].flag, text]
     return args
 
 

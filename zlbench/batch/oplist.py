@@ -11,7 +11,6 @@ seconds (``mm 1800``); blank lines and ``#`` comments are ignored::
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -19,12 +18,6 @@ from .state import RESERVED, BatchError
 
 # Operator names become directory names under the batch dir.
 _OP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
-
-
-@dataclass(frozen=True)
-class DismissEntry:
-    operator: str
-    reason: str
 
 
 def check_op_name(op: str, where: str) -> str:
@@ -101,12 +94,12 @@ def default_dismiss_path() -> Optional[Path]:
     return next((p for p in candidates if p.is_file()), None)
 
 
-def load_dismiss(path: Path) -> Dict[str, DismissEntry]:
-    """The dismiss list, read by zlbench.ops.dismiss (the format is defined there)."""
+def load_dismiss(path: Path) -> Dict[str, str]:
+    """operator -> why it is dismissed, read by zlbench.ops.dismiss (the format is defined there)."""
     from zlbench.ops.dismiss import DismissError, load_dismiss as load_entries
 
     try:
         entries = load_entries(Path(path))
     except DismissError as e:
         raise BatchError(f"--dismiss {path}: {e}") from None
-    return {op: DismissEntry(op, str(entry.get("reason", "")).strip()) for op, entry in entries.items()}
+    return {op: str(entry.get("reason", "")).strip() for op, entry in entries.items()}

@@ -83,5 +83,6 @@ def make_plan(ops: Sequence[str], devices: Sequence[str], dismissed: Mapping[str
         limit = op_timeouts.get(op, timeout_s)
         replay, note = replay_for(op, replay_root, replay_dirs or {})
         items.append(OpPlan(op, where[op], limit or None, replay, note))
-    shown = {op: reason for op, reason in dismissed.items() if op in set(ops)}
+    listed = set(ops)
+    shown = {op: reason for op, reason in dismissed.items() if op in listed}
     return Plan(items, ordered, dict(sorted(shown.items())))

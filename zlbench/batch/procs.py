@@ -14,6 +14,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,14 +35,13 @@ class Finished:
     leftovers_killed: int       # group members still alive after the leader exited
 
 
-def start_group(cmd: Sequence[str], env: Mapping[str, str], log_path: Path,
-                cwd: Optional[str] = None) -> subprocess.Popen:
+def start_group(cmd: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
     """Start ``cmd`` as the leader of a new session (and so a new process group), with
     stdout and stderr to ``log_path``. Ctrl-C in the terminal does not reach it: the
     driver decides when children stop."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        return subprocess.Popen(list(cmd), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
+        return subprocess.Popen(list(cmd), env=dict(env), stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -164,10 +164,23 @@ def is_alive(pid: int) -> bool:
     return fields[0] not in ("Z", "X")
 
 
+_warned_no_proc = False
+
+
+def _warn_no_proc(what: str) -> None:
+    """Without /proc (not Linux) the batch cannot see whole process groups: say so once."""
+    global _warned_no_proc
+    if not _warned_no_proc:
+        _warned_no_proc = True
+        print(f"zlbench: WARNING: no /proc on this system: {what} cannot be found; "
+              "only Linux gives the batch full process cleanup", file=sys.stderr)
+
+
 def live_group_members(pgid: int) -> List[int]:
     """Pids in group ``pgid`` that are not zombies (a zombie holds no memory or device;
     some container inits never reap them)."""
     if not Path("/proc/self/stat").exists():
+        _warn_no_proc("processes an operator's run left behind in its group")
         try:
             os.killpg(pgid, 0)
             return [pgid]
@@ -189,6 +202,7 @@ def tagged_processes(key: str, value: str) -> Dict[int, int]:
     needle = f"{key}={value}".encode()
     found: Dict[int, int] = {}
     if not Path("/proc/self/environ").exists():
+        _warn_no_proc("processes a killed driver left running")
         return found
     me = os.getpid()
     for entry in os.scandir("/proc"):

@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, TextIO
 
-FAILED_STATUSES = ("failed", "timeout", "crashed")
+from .classify import BAD
+
 
 
 @dataclass
@@ -139,7 +140,7 @@ class Progress:
         with self.state.lock:
             dev = self.state.devices[device]
             dev.done += 1
-            dev.failed += status in FAILED_STATUSES
+            dev.failed += status in BAD
             dev.current = None
             try:
                 self.state.durations.append(float(row.get("total_s") or 0.0))

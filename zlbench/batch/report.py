@@ -4,12 +4,10 @@ with its reason. Plain text, so it reads the same on a terminal and in a CI log.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Mapping, Sequence
+from typing import List, Mapping, Sequence
 
-from .classify import STATUSES
+from .classify import BAD, NOT_RUN, STATUSES, count_statuses
 from .progress import fmt_duration
-
-BAD = ("failed", "timeout", "crashed")
 
 
 def _seconds(row: Mapping[str, str]) -> float:
@@ -22,11 +20,8 @@ def _seconds(row: Mapping[str, str]) -> float:
 def render_report(out: Path, rows: Mapping[str, Mapping[str, str]], planned: Sequence[str],
                   wall_s: float, interrupted: bool, slowest: int = 5, max_failures: int = 25,
                   devices: Sequence[str] = ()) -> str:
-    counts: Dict[str, int] = {}
-    for op in planned:
-        status = rows.get(op, {}).get("status") or "not run"
-        counts[status] = counts.get(status, 0) + 1
-    order = [s for s in (*STATUSES, "not run") if counts.get(s)]
+    counts = count_statuses(rows, planned)
+    order = [s for s in (*STATUSES, NOT_RUN) if counts.get(s)]
     lines: List[str] = [
         f"zlbench batch: {out}",
         f"  {len(planned)} operators in {fmt_duration(wall_s)}"
@@ -57,6 +52,6 @@ def render_report(out: Path, rows: Mapping[str, Mapping[str, str]], planned: Seq
         lines.append(f"Measured with fallback dtypes ({len(fell_back)}): "
                      + ", ".join(f"{op} (level {rows[op]['dtype_level']})" for op in fell_back))
     lines.append(f"Status table: {out / 'ops_status.csv'}")
-    if interrupted or counts.get("not run"):
+    if interrupted or counts.get(NOT_RUN):
         lines.append(f"Not finished. Continue with: zlbench batch --resume --out {out}")
     return "\n".join(lines)

@@ -27,6 +27,8 @@ from typing import Dict, Iterable, Iterator, List, Mapping, Optional
 
 from filelock import FileLock, Timeout
 
+from ..atomic import write_atomic
+
 COLUMNS = ["operator", "status", "attempts", "dtype_level", "dtypes", "backend", "device",
            "timer", "duration_s", "total_s", "exit_code", "reason", "notes", "run_dir"]
 STATUS_FILE = "ops_status.csv"
@@ -43,16 +45,6 @@ RESERVED = {SET_ASIDE_DIR, LOGS_DIR}
 
 class BatchError(Exception):
     """A batch that cannot start or continue; the message says what to change."""
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Readers see the old file or the new one, never half of either."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def is_complete(run_dir: Path) -> bool:

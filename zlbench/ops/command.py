@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import click
 
@@ -15,6 +15,7 @@ from . import inventory as inv
 from . import shapes as shapes_mod
 from .collect import format_comparison
 from .paths import OpsDataError, inventory_path
+from .tree import BenchTree
 
 
 class _OpsError(click.ClickException):
@@ -30,6 +31,20 @@ def _repo_arg(text: str) -> Tuple[str, Path]:
     if not root.is_dir():
         raise click.BadParameter(f"{root} is not a directory", param_hint="--repo")
     return name, root
+
+
+def _warn_unparsed(root, errors: Dict[str, str], left_out: str) -> None:
+    """A file that does not parse drops out of every scan: never silently."""
+    for rel, why in sorted(errors.items()):
+        click.echo(f"warning: {root}: {rel} does not parse; its {left_out} are left out: {why}",
+                   err=True)
+
+
+def _bench_tree(root: Path) -> BenchTree:
+    try:
+        return BenchTree(root)
+    except OpsDataError as exc:
+        raise _OpsError(str(exc)) from exc
 
 
 @click.group("ops")
@@ -68,18 +83,18 @@ def scan_command(repos, verify, python, refs, out_dir):
         if not sep or not ref:
             raise click.BadParameter(f"{text!r}: give NAME=REF", param_hint="--ref")
         ref_of[name] = ref
-    names = [_repo_arg(text)[0] for text in repos]
-    unknown = sorted(set(ref_of) - set(names))
+    parsed = [_repo_arg(text) for text in repos]
+    unknown = sorted(set(ref_of) - {name for name, _ in parsed})
     if unknown:
         raise click.BadParameter(f"no --repo named {', '.join(unknown)}", param_hint="--ref")
     failed = False
-    for text in repos:
-        name, root = _repo_arg(text)
+    for name, root in parsed:
         try:
             inventory, cmp = inv.inventory_from_tree(root, name, verify=verify, python=python,
                                                      ref=ref_of.get(name))
-        except (OpsDataError, shapes_mod.ShapeFileError, OSError) as exc:
+        except (OpsDataError, OSError) as exc:
             raise _OpsError(str(exc)) from exc
+        _warn_unparsed(root, inventory["verified"].get("unparsed_files", {}), "tests")
         path = (out_dir / f"{name}.yaml") if out_dir else inventory_path(name)
         inv.write_inventory(inventory, path)
         counts = inventory["counts"]
@@ -108,6 +123,7 @@ def diff_command(old, new, tree):
         before = inv.load_inventory(old)
         if tree is not None:
             after, _ = inv.inventory_from_tree(tree, before.get("repo", "flaggems"), verify=False)
+            _warn_unparsed(tree, after["verified"].get("unparsed_files", {}), "tests")
             new = str(tree)
         else:
             after = inv.load_inventory(new)
@@ -158,7 +174,9 @@ def check_command(inventory_name, dismiss_file, tree):
     except OpsDataError as exc:
         raise _OpsError(str(exc)) from exc
     if tree is not None:
-        undecided, stale = guards_mod.coverage(table, guards_mod.find_guards(tree), tree)
+        bench = _bench_tree(tree)
+        undecided, stale = guards_mod.coverage(table, guards_mod.find_guards(bench), tree)
+        _warn_unparsed(tree, bench.parse_errors, "guards")
         problems += [f"undecided guard {g.file}:{g.line} ({g.kind} "
                      f"{g.test or g.where}, reason {g.reason!r}): add it to "
                      "ops/compat/musa_skip_overrides.yaml" for g in undecided]
@@ -181,7 +199,9 @@ def guards_command(tree):
     except OpsDataError as exc:
         raise _OpsError(str(exc)) from exc
     decided = {guards_mod.entry_key(e): e["decision"] for e in table["guards"]}
-    found = guards_mod.find_guards(tree)
+    bench = _bench_tree(tree)
+    found = guards_mod.find_guards(bench)
+    _warn_unparsed(tree, bench.parse_errors, "guards")
     for g in found:
         decision = decided.get(g.key, "UNDECIDED")
         what = g.test if g.kind in guards_mod.MARKER_KINDS else g.where
@@ -215,7 +235,7 @@ def shapes_check_command(file, upstream, inventory_name):
                                 "give --upstream")
         known = _known_keys(inventory) if inventory else None
         result = shapes_mod.check_shape_file(file, keys, known)
-    except (OpsDataError, shapes_mod.ShapeFileError) as exc:
+    except OpsDataError as exc:
         raise _OpsError(str(exc)) from exc
     for key in result.unknown_keys:
         click.echo(f"warning: {file}: key {key!r} is neither an operator nor a class key", err=True)
@@ -237,7 +257,7 @@ def shapes_merge_command(file, upstream, output):
     try:
         upstream_data = shapes_mod.load_shape_file(shapes_mod.upstream_shapes_path(upstream))
         added = shapes_mod.merge_class_keys(file, upstream_data, output)
-    except shapes_mod.ShapeFileError as exc:
+    except OpsDataError as exc:
         raise _OpsError(str(exc)) from exc
     target = output or file
     if added:
@@ -249,9 +269,12 @@ def shapes_merge_command(file, upstream, output):
 def _optional_inventory(name: str, required: bool) -> Optional[dict]:
     try:
         return inv.load_inventory(name)
-    except OpsDataError:
+    except OpsDataError as exc:
         if required:
             raise
+        # Not fatal with --upstream, but the check it feeds must not vanish unseen.
+        click.echo(f"warning: unknown-key check skipped, the {name} inventory cannot be read: "
+                   f"{exc}", err=True)
         return None
 
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-
 from .paths import OpsDataError, compat_table_path, read_yaml
 from .tree import BenchTree, Module
 
@@ -42,9 +41,9 @@ class Guard:
     condition: str       # the skipif condition or the enclosing statement's source
 
     @property
-    def key(self) -> Tuple[str, str, Optional[str], Optional[str]]:
-        return (self.file, self.kind, self.test if self.kind in MARKER_KINDS else self.where,
-                self.reason if self.kind in MARKER_KINDS else None)
+    def key(self) -> Tuple:
+        # The same key as a table entry's, so coverage can match the two.
+        return entry_key(vars(self))
 
 
 class CompatTableError(OpsDataError):
@@ -55,8 +54,10 @@ class CompatTableError(OpsDataError):
 # finding guards
 
 
-def find_guards(root: Path) -> List[Guard]:
-    tree = BenchTree(Path(root))
+def find_guards(root: Union[Path, BenchTree]) -> List[Guard]:
+    """Every guard of the tree; given a BenchTree, its ``parse_errors`` then names the
+    files left out because they do not parse."""
+    tree = root if isinstance(root, BenchTree) else BenchTree(Path(root))
     out: List[Guard] = []
     for _, module in sorted(tree.modules.items()):
         out.extend(_module_guards(module))
@@ -185,6 +186,7 @@ def table_errors(data: Any, path: Path) -> List[str]:
 
 
 def entry_key(entry: Dict[str, Any]) -> Tuple:
+    """What identifies a guard: a marker by its test and reason, any other by where it is."""
     kind = entry.get("kind")
     if kind in MARKER_KINDS:
         return (entry.get("file"), kind, entry.get("test"), entry.get("reason"))

@@ -21,11 +21,12 @@ from typing import Any, Dict, List, Optional, Union
 
 import yaml
 
+from ..atomic import write_atomic
 from .collect import Comparison, compare, run_collect
-from .paths import OpsDataError, inventory_path
-from .scan import MIRROR_FILES, OpCase, TestEntry, scan_tree
+from .paths import OpsDataError, inventory_path, read_yaml
+from .scan import MIRROR_FILES, OpCase, TestEntry, scan_tree, shape_key_for
 from .shapes import class_keys, load_shape_file, upstream_shapes_path
-from .tree import detect_layout
+from .tree import BenchTree, detect_layout
 
 FORMAT = 1
 # libyaml's loader where PyYAML has it: the HEAD inventory is ~400 kB.
@@ -66,12 +67,13 @@ def inventory_from_tree(root: Path, repo: str, verify: bool = True, python: str 
     Returns ``(inventory, comparison)``; comparison is None without ``verify``.
     """
     root = Path(root).resolve()
-    entries = scan_tree(root)
+    tree = BenchTree(root)
+    entries = scan_tree(tree)
     comparison = compare(entries, run_collect(root, python=python)) if verify else None
     shapes_file = upstream_shapes_path(root)
     upstream = load_shape_file(shapes_file) if shapes_file.is_file() else None
     inventory = build_inventory(entries, repo, detect_layout(root), ref or git_ref(root),
-                                comparison, upstream)
+                                comparison, upstream, tree.parse_errors)
     return inventory, comparison
 
 
@@ -94,7 +96,9 @@ def git_ref(root: Path) -> str:
 
 def build_inventory(entries: List[TestEntry], repo: str, layout: str, ref: str,
                     comparison: Optional[Comparison] = None,
-                    upstream_shapes: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                    upstream_shapes: Optional[Dict[str, Any]] = None,
+                    parse_errors: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """``parse_errors``: checkout-relative files the scan could not parse -> why."""
     unverified_files = set(comparison.unverified_files) if comparison and comparison.verified else set()
     per_op: Dict[str, List[tuple]] = {}
     for entry in entries:
@@ -118,7 +122,7 @@ def build_inventory(entries: List[TestEntry], repo: str, layout: str, ref: str,
         "layout": layout,
         "ref": ref,
         "counts": {"test_functions": len(entries), "operators": len(ops)},
-        "verified": _verified_block(comparison),
+        "verified": _verified_block(comparison, parse_errors or {}),
     }
     if upstream_shapes is not None:
         inventory["shape_class_keys"] = class_keys(upstream_shapes)
@@ -176,20 +180,23 @@ def _test_record(node: str, cases: List[OpCase], entry: TestEntry,
     elif first.shapes_from != "shape file":
         record["shapes_from"] = first.shapes_from
     elif upstream_shapes is not None:
-        record["shape_key"] = _shape_key(first, upstream_shapes)
+        record["shape_key"] = shape_key_for(first, upstream_shapes)[0]
     if entry.file in unverified_files:
         record["unverified"] = True
     return record
 
 
-def _shape_key(construction, shapes: Dict[str, Any]) -> Optional[str]:
-    for key in ([construction.op_name] if construction.op_name else []) + construction.class_chain:
-        if key in shapes:
-            return key
-    return None
+def _verified_block(cmp: Optional[Comparison], parse_errors: Dict[str, str]) -> Dict[str, Any]:
+    block = _collect_block(cmp)
+    if parse_errors:
+        # Their tests are missing from ops whatever pytest collected: never "verified".
+        if block["status"] == "verified":
+            block["status"] = "partial"
+        block["unparsed_files"] = dict(sorted(parse_errors.items()))
+    return block
 
 
-def _verified_block(cmp: Optional[Comparison]) -> Dict[str, Any]:
+def _collect_block(cmp: Optional[Comparison]) -> Dict[str, Any]:
     if cmp is None:
         return {"status": "unverified", "reason": "pytest --collect-only was not run (--no-verify)"}
     if not cmp.verified:
@@ -245,19 +252,16 @@ def dump_inventory(inventory: Dict[str, Any]) -> str:
 def write_inventory(inventory: Dict[str, Any], path: Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(dump_inventory(inventory), encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, dump_inventory(inventory))
 
 
 def load_inventory(name: Union[str, Path] = "flaggems") -> Dict[str, Any]:
     """An inventory by name (``flaggems`` -> ops/inventory/flaggems.yaml) or by path."""
     text = str(name)
     path = Path(text) if (text.endswith((".yaml", ".yml")) or "/" in text) else inventory_path(text)
-    if not path.is_file():
-        raise OpsDataError(f"no inventory at {path}; run `zlbench ops scan --repo {Path(text).stem}=DIR` "
-                           "to write it")
-    data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+    data = read_yaml(path, OpsDataError,
+                     f"no inventory at {path}; run `zlbench ops scan --repo {Path(text).stem}=DIR` "
+                     "to write it", "inventory ", loader=_Loader)
     if not isinstance(data, dict) or data.get("format") != FORMAT or "ops" not in data:
         raise OpsDataError(f"{path} is not a format-{FORMAT} inventory; regenerate it with "
                            "`zlbench ops scan`")
@@ -269,15 +273,6 @@ def select_op(inventory: Dict[str, Any], op: str) -> OpSelection:
     return OpSelection(op=op, nodes=list(record["nodes"]), files=list(record["files"]),
                        mark=record.get("mark"),
                        duplicates=[d["node"] for d in record.get("duplicates", [])])
-
-
-def nodes_for_op(inventory: Dict[str, Any], op: str) -> List[str]:
-    """Checkout-relative pytest node ids that measure ``op``.
-
-    Where the nodes also measure other operators (v5.0.2's parametrized tests), add
-    ``-m <op>``: ``select_op(...).pytest_args`` gives both.
-    """
-    return list(_record(inventory, op)["nodes"])
 
 
 def _record(inventory: Dict[str, Any], op: str) -> Dict[str, Any]:

@@ -16,17 +16,23 @@ class OpsDataError(Exception):
     """Missing or malformed ops/ data; the message names the file and the fix."""
 
 
-def read_yaml(path: Path, error: type, missing: str, what: str = ""):
+def read_yaml(path: Path, error: type, missing: str, what: str = "", loader=None):
     """The YAML document at ``path``; ``error(message)`` when it is absent or invalid.
 
     ``missing`` is the whole message for an absent file; ``what`` prefixes the path in
-    the invalid-YAML message ("shape file ")."""
-    import yaml
-
+    the invalid-YAML message ("shape file "). ``loader`` is a safe yaml Loader class
+    (default ``yaml.SafeLoader``)."""
     if not path.is_file():
         raise error(missing)
+    return parse_yaml(path.read_text(encoding="utf-8"), path, error, what, loader)
+
+
+def parse_yaml(text: str, path: Path, error: type, what: str = "", loader=None):
+    """``read_yaml`` for text already read from ``path``."""
+    import yaml
+
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(text, Loader=loader or yaml.SafeLoader)
     except yaml.YAMLError as exc:
         raise error(f"{what}{path} is not valid YAML: {exc}") from exc
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
-from .static_eval import Evaluator, Mark, Opaque, Template
+from .static_eval import Evaluator, Opaque, Template, marks_of
 from .tree import ROOT_CLASS, BenchTree, ClassRef, FuncRef, Module, bench_dir_name
 
 # FlagGems' own list of marks that are not operators (conftest BUILTIN_MARKS), plus
@@ -86,9 +86,12 @@ class TestEntry:
 # public entry points
 
 
-def scan_tree(root: Path) -> List[TestEntry]:
-    """Every benchmark test function under ``<root>/benchmark``, sorted by node id."""
-    tree = BenchTree(Path(root))
+def scan_tree(root: Union[Path, BenchTree]) -> List[TestEntry]:
+    """Every benchmark test function under ``<root>/benchmark``, sorted by node id.
+
+    Files that do not parse are left out; given a BenchTree, its ``parse_errors``
+    names them afterwards."""
+    tree = root if isinstance(root, BenchTree) else BenchTree(Path(root))
     entries: List[TestEntry] = []
     for _, module in sorted(tree.modules.items()):
         if Path(module.rel).name.startswith("test_") or Path(module.rel).name.endswith("_test.py"):
@@ -98,7 +101,7 @@ def scan_tree(root: Path) -> List[TestEntry]:
 
 def scan_module(tree: BenchTree, module: Module) -> List[TestEntry]:
     ev = Evaluator(tree, module)
-    module_marks = _marks_from_value(ev.eval(module.assigns.get("pytestmark")))
+    module_marks = [m.name for m in marks_of(ev.eval(module.assigns.get("pytestmark")))]
     out = []
     for node in module.tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
@@ -127,11 +130,18 @@ def resolve_shape_key(root: Path, test_file: str, test_func: str, shapes_yaml_di
     construction = find_construction(root, test_file, test_func, op)
     if construction is None or construction.shapes_from != "shape file":
         return None, []
+    return shape_key_for(construction, shapes_yaml_dict)
+
+
+def shape_key_for(construction: Construction, shapes: Dict[str, Any]
+                  ) -> Tuple[Optional[str], List[str]]:
+    """``(key, candidates_tried)``: the op name, then each class name along the chain,
+    as ``Benchmark.set_shapes`` looks them up; key is None when none is in ``shapes``."""
     candidates = ([construction.op_name] if construction.op_name else []) + construction.class_chain
     tried: List[str] = []
     for key in candidates:
         tried.append(key)
-        if key in shapes_yaml_dict:
+        if key in shapes:
             return key, tried
     return None, tried
 
@@ -345,9 +355,7 @@ def _kw_value(ev: Evaluator, call: ast.Call, name: str, env: Dict[str, Any]) -> 
 def _as_name(value: Any) -> Tuple[Optional[str], Optional[str]]:
     if isinstance(value, str):
         return value, None
-    if isinstance(value, Template):
-        return None, value.text
-    if isinstance(value, Opaque):
+    if isinstance(value, (Template, Opaque)):
         return None, value.text
     return None, None
 
@@ -363,14 +371,6 @@ def _decorator_marks(ev: Evaluator, decorators: List[ast.expr]) -> List[str]:
         if name is not None and name != "parametrize":
             out.append(name)
     return out
-
-
-def _marks_from_value(value: Any) -> List[str]:
-    if isinstance(value, Mark):
-        return [value.name]
-    if isinstance(value, (list, tuple)):
-        return [v.name for v in value if isinstance(v, Mark)]
-    return []
 
 
 def _operator_marks(names: Iterable[str]) -> List[str]:

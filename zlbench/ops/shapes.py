@@ -15,18 +15,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
-from .paths import read_yaml
+from .paths import OpsDataError, parse_yaml
 from .tree import bench_dir_name
 
 UPSTREAM_SHAPES = "core_shapes.yaml"
 _CLASS_KEY = re.compile(r"^[A-Z][A-Za-z0-9_]*$")
 
 
-class ShapeFileError(Exception):
+class ShapeFileError(OpsDataError):
     pass
 
 
@@ -50,14 +50,21 @@ def class_keys(shapes: Dict[str, Any]) -> List[str]:
 
 
 def load_shape_file(path: Path) -> Dict[str, Any]:
-    path = Path(path)
-    data = read_yaml(path, ShapeFileError, f"shape file {path} does not exist", "shape file ")
+    return _read_shape_file(Path(path))[1]
+
+
+def _read_shape_file(path: Path) -> Tuple[str, Dict[str, Any]]:
+    """(text, keys) of a shape file; merge keeps the text, so it is read once."""
+    if not path.is_file():
+        raise ShapeFileError(f"shape file {path} does not exist")
+    text = path.read_text(encoding="utf-8")
+    data = parse_yaml(text, path, ShapeFileError, "shape file ")
     if data is None:
-        return {}
+        return text, {}
     if not isinstance(data, dict):
         raise ShapeFileError(f"shape file {path} must map keys to {{shapes: [...]}}, "
                              f"found a {type(data).__name__}")
-    return data
+    return text, data
 
 
 def upstream_shapes_path(upstream: Path) -> Path:
@@ -87,10 +94,9 @@ def merge_class_keys(path: Path, upstream: Dict[str, Any], out: Optional[Path] =
     end, as plain YAML, and the result is re-read to make sure it parses.
     """
     path = Path(path)
-    data = load_shape_file(path)
+    text, data = _read_shape_file(path)
     missing = [k for k in class_keys(upstream) if k not in data]
     target = Path(out) if out else path
-    text = path.read_text(encoding="utf-8")
     if missing:
         block = yaml.safe_dump({k: upstream[k] for k in missing}, sort_keys=False,
                                default_flow_style=None, width=100)

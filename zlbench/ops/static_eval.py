@@ -212,7 +212,7 @@ class Evaluator:
             marks: Tuple[Mark, ...] = ()
             for kw in expr.keywords:
                 if kw.arg == "marks":
-                    marks = _marks_of(self._eval(kw.value, env))
+                    marks = marks_of(self._eval(kw.value, env))
             return Param(values, marks)
         if isinstance(func, ast.Name) and func.id == "getattr" and len(expr.args) >= 2 \
                 and self.is_mark_namespace(expr.args[0]):
@@ -261,6 +261,13 @@ class Evaluator:
                     vals = tuple(Opaque(n) for n in names)
                 group.append(Case(dict(zip(names, vals)), marks))
             groups.append(group or [Case({n: Opaque(n) for n in names})])
+        total = 1
+        for group in groups:
+            total *= len(group)
+        if total > _MAX_CASES:
+            # Cases past the cap are not scanned: their marks and constructions are unknown.
+            notes.append(f"parametrize product has {total} cases; only the first "
+                         f"{_MAX_CASES} were scanned")
         cases = [Case()]
         for group in groups:
             cases = [Case({**a.bindings, **b.bindings}, a.marks + b.marks)
@@ -275,7 +282,8 @@ def _plain(value: Any) -> bool:
     return isinstance(value, (str, int, float, bool, type(None)))
 
 
-def _marks_of(value: Any) -> Tuple[Mark, ...]:
+def marks_of(value: Any) -> Tuple[Mark, ...]:
+    """The marks in a ``marks=`` value or a ``pytestmark``: one mark or a list of them."""
     if isinstance(value, Mark):
         return (value,)
     if isinstance(value, (list, tuple)):

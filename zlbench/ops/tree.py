@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from .paths import OpsDataError
+
 BENCH_DIR = "benchmark"
 # HEAD's wheel ships the same tree as this package.
 PACKAGED_BENCH_DIR = "flaggems_benchmark"
@@ -68,8 +70,8 @@ class Package:
     name: str
 
 
-class TreeError(Exception):
-    pass
+class TreeError(OpsDataError):
+    """A path that is not a FlagGems benchmark tree."""
 
 
 def _module_name(root: Path, path: Path) -> str:
@@ -134,6 +136,8 @@ class BenchTree:
         self._paths: Dict[str, Path] = {
             _module_name(self.root, p): p for p in sorted(bench.rglob("*.py"))}
         self._parsed: Dict[str, Optional[Module]] = {}
+        # checkout-relative path -> why it did not parse; such a module is left out of
+        # every scan, so callers report these rather than lose the file silently.
         self.parse_errors: Dict[str, str] = {}
 
     def module(self, name: str) -> Optional[Module]:
@@ -260,9 +264,6 @@ class BenchTree:
                 if isinstance(item, ast.FunctionDef) and item.name == name:
                     return cls, item
         return None
-
-    def all_class_names(self) -> List[str]:
-        return sorted({name for m in self.modules.values() for name in m.classes})
 
 
 def _c3(ref: ClassRef, bases_of, seen: set) -> List[ClassRef]:

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from ..atomic import write_atomic
+
 
 def importable_pythonpath(pythonpath: Optional[str]) -> str:
     """PYTHONPATH for a child that loads these plugins with ``-p``.
@@ -47,9 +49,7 @@ def write_plugin_json(plugin: str, data: dict) -> Optional[Path]:
     out_dir = root / "plugins"
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{plugin}.json"
-    tmp = out_dir / f".{plugin}.json.tmp"
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
     return path
 
 

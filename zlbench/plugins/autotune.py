@@ -32,6 +32,7 @@ Writes ``$ZL_RUN_DIR/autotune_records/<kernel>.json`` (zlbench.autotune_records)
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -232,6 +233,7 @@ class AutotuneSession:
         self.records: Dict[str, ar.KernelRecords] = {}
         self.replay: Dict[str, ar.KernelRecords] = {}
         self.replay_problems: List[str] = []
+        self.replay_flagtune: List[str] = []  # USE_FLAGTUNE values the replay was recorded with
         self.asked: Set[Tuple[str, str]] = set()
         self.markers: List[str] = []
         self.patched: List[Tuple[type, Any]] = []
@@ -257,11 +259,11 @@ class AutotuneSession:
         self.replay, self.replay_problems = ar.load_records(src)
         if not self.replay:
             self.emit(format_marker(AUTOTUNE_REPLAY_NONE, reason="no_records", path=src))
-        recorded = sorted({r.use_flagtune for r in self.replay.values()
-                           if r.use_flagtune is not None})
-        if recorded and recorded != [self.settings.use_flagtune]:
+        self.replay_flagtune = sorted({r.use_flagtune for r in self.replay.values()
+                                       if r.use_flagtune is not None})
+        if self.replay_flagtune and self.replay_flagtune != [self.settings.use_flagtune]:
             self.emit(format_marker(AUTOTUNE_REPLAY_MISMATCH, knob="USE_FLAGTUNE",
-                                    recorded=",".join(recorded),
+                                    recorded=",".join(self.replay_flagtune),
                                     current=self.settings.use_flagtune))
 
     def patch(self, modules: Mapping[str, Any]) -> List[str]:
@@ -447,8 +449,7 @@ class AutotuneSession:
             out["replay_from"] = str(self.settings.replay_from) if self.settings.replay_from else None
             out["records_unused"] = ar.unused_records(self.replay, self.asked)
             out["records_problems"] = list(self.replay_problems)
-            out["use_flagtune_recorded"] = sorted({r.use_flagtune for r in self.replay.values()
-                                                  if r.use_flagtune is not None})
+            out["use_flagtune_recorded"] = list(self.replay_flagtune)
         return out
 
     def write_report(self) -> Optional[Path]:
@@ -456,15 +457,13 @@ class AutotuneSession:
 
 
 def _wrap_run(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
     def run(self, *args, **kwargs):
         session = _SESSION
         if session is None:
             return original(self, *args, **kwargs)
         return session.call(original, self, args, kwargs)
 
-    run.__name__ = getattr(original, "__name__", "run")
-    run.__qualname__ = getattr(original, "__qualname__", "run")
-    run.__doc__ = getattr(original, "__doc__", None)
     setattr(run, _ORIGINAL, original)
     return run
 

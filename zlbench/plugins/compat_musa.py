@@ -46,6 +46,8 @@ PLUGIN = "compat_musa"
 BACKEND = "musa"
 VENDOR = "mthreads"
 REMOVED_MARKER = "COMPAT_SKIP_REMOVED"
+# ops.tree's BENCH_DIR and PACKAGED_BENCH_DIR, spelled out: importing ops.tree here would
+# about double this plugin's import time (tests/test_plugin_compat_musa.py keeps them equal).
 BENCH_DIRS = ("benchmark", "flaggems_benchmark")
 
 

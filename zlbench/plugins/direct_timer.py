@@ -109,6 +109,7 @@ class DirectTimer:
         self.timings_single_by_request = 0   # quantiles or return_mode="all" asked
 
     def measure(self, original: Callable, fn: Callable, args: tuple, kwargs: dict) -> Any:
+        timing = row_context.current()
         opts = call_options(original, fn, args, kwargs)
         result, calls = repeat_median(
             lambda: original(fn, *args, **kwargs),
@@ -120,6 +121,9 @@ class DirectTimer:
             self.timings_repeated += 1
         elif self.repeat > 1:
             self.timings_single_by_request += 1
+        # The graph timer's fallbacks land here too; it reports its own counts, not these.
+        if timing is not None:
+            self.record(timing.row_id)
         return result
 
     def record(self, row_id: int) -> None:
@@ -137,16 +141,15 @@ class DirectTimer:
         }
 
 
-def make_direct_replacement(timer: DirectTimer) -> Callable[[Callable], Callable]:
+def make_replacement(timer: Any) -> Callable[[Callable], Callable]:
+    """``make`` for patch_do_bench: rows inside get_latency go to ``timer.measure``."""
     def make(original: Callable) -> Callable:
         @functools.wraps(original)
         def do_bench(fn, *args, **kwargs):
             if not should_intercept():
                 return original(fn, *args, **kwargs)
-            timing = row_context.current()
             with timing_in_progress():
                 result = timer.measure(original, fn, args, kwargs)
-            timer.record(timing.row_id)
             row_context.mark_timed()
             return result
 
@@ -162,12 +165,10 @@ class TimerSession:
     the timer sites once the benchmark classes are imported, write counts after every
     test (a killed run keeps them), print the footer, undo everything at the end."""
 
-    def __init__(self, plugin: str, make_timer: Callable[[int], Any], targets,
-                 make_replacement: Callable[[Any], Callable[[Callable], Callable]]):
+    def __init__(self, plugin: str, make_timer: Callable[[int], Any], targets):
         self.plugin = plugin
         self.make_timer = make_timer
         self.targets = targets
-        self.make_replacement = make_replacement
         self.timer: Optional[Any] = None
         self.info: Dict[str, Any] = {}
 
@@ -190,7 +191,7 @@ class TimerSession:
             return
         bases = row_context.install()
         self.info["benchmark_classes"] = [f"{b.__module__}.{b.__qualname__}" for b in bases]
-        self.info["patched"] = patch_do_bench(self.targets, self.make_replacement(self.timer))
+        self.info["patched"] = patch_do_bench(self.targets, make_replacement(self.timer))
 
     def pytest_runtest_logfinish(self, nodeid, location) -> None:
         if self.timer is not None:
@@ -212,7 +213,7 @@ class TimerSession:
         self.timer = None
 
 
-_session = TimerSession(PLUGIN, DirectTimer, DIRECT_TARGETS, make_direct_replacement)
+_session = TimerSession(PLUGIN, DirectTimer, DIRECT_TARGETS)
 pytest_configure = _session.pytest_configure
 pytest_collection_finish = _session.pytest_collection_finish
 pytest_runtest_logfinish = _session.pytest_runtest_logfinish

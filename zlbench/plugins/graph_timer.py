@@ -20,7 +20,6 @@ error (illegal address, device-side assert, ...) is re-raised.
 
 from __future__ import annotations
 
-import functools
 import gc
 import statistics
 import time
@@ -28,15 +27,10 @@ import warnings
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, List, Optional
 
-from zlbench.plugins import print_line, row_context, write_plugin_json
-from zlbench.plugins.direct_timer import (
-    DirectTimer,
-    TimerSession,
-    call_options,
-    should_intercept,
-    timing_in_progress,
-)
+from zlbench.plugins import print_line, row_context
+from zlbench.plugins.direct_timer import DirectTimer, TimerSession, call_options
 from zlbench.timing import (
+    clear_grads,
     fallback_decision,
     fallback_marker,
     plan_graph,
@@ -65,12 +59,6 @@ class ContextNotClean(RuntimeError):
 
 
 # --- torch glue ------------------------------------------------------------------------
-
-def _clear_grads(grad_to_none) -> None:
-    if grad_to_none is not None:
-        for x in grad_to_none:
-            x.grad = None
-
 
 @contextmanager
 def throwaway_rng(torch):
@@ -134,7 +122,7 @@ def capture(torch, fn: Callable, calls: int, stream, grad_to_none):
         graph.capture_begin()
         try:
             for _ in range(calls):
-                _clear_grads(grad_to_none)
+                clear_grads(grad_to_none)
                 fn()
         except BaseException as exc:  # noqa: BLE001 - re-raised below after cleanup
             error = exc
@@ -176,7 +164,7 @@ def time_replays(torch, graph, replays: int, stream) -> List[float]:
 def warmup(torch, fn: Callable, warmup_ms: float, stream, grad_to_none) -> float:
     """Eager calls until the budget is spent and per-call time is stable; returns ms."""
     with torch.cuda.stream(stream):
-        _clear_grads(grad_to_none)
+        clear_grads(grad_to_none)
         fn()  # JIT compilation and autotuning happen here
         stream.synchronize()
         begin = time.perf_counter()
@@ -186,7 +174,7 @@ def warmup(torch, fn: Callable, warmup_ms: float, stream, grad_to_none) -> float
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(calls):
-                _clear_grads(grad_to_none)
+                clear_grads(grad_to_none)
                 fn()
             end.record()
             end.synchronize()
@@ -273,7 +261,6 @@ class GraphTimer:
                                        repeat=self.direct.repeat, reason=decision.reason))
             self.timings_fallback += 1
             self.row_modes.setdefault(timing.row_id, set()).add("direct")
-            write_plugin_json(PLUGIN, self.counts())
             return self.direct.measure(original, fn, args, kwargs)
         self.timings_graph += 1
         self.row_modes.setdefault(timing.row_id, set()).add("graph")
@@ -292,23 +279,7 @@ class GraphTimer:
         }
 
 
-def make_graph_replacement(timer: GraphTimer) -> Callable[[Callable], Callable]:
-    def make(original: Callable) -> Callable:
-        @functools.wraps(original)
-        def do_bench(fn, *args, **kwargs):
-            if not should_intercept():
-                return original(fn, *args, **kwargs)
-            with timing_in_progress():
-                result = timer.measure(original, fn, args, kwargs)
-            row_context.mark_timed()
-            return result
-
-        return do_bench
-
-    return make
-
-
-_session = TimerSession(PLUGIN, GraphTimer, GRAPH_TARGETS, make_graph_replacement)
+_session = TimerSession(PLUGIN, GraphTimer, GRAPH_TARGETS)
 pytest_configure = _session.pytest_configure
 pytest_collection_finish = _session.pytest_collection_finish
 pytest_runtest_logfinish = _session.pytest_runtest_logfinish

@@ -32,14 +32,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import pytest
-import yaml
 
-from zlbench import warmup
-from zlbench.ops.shapes import ShapeFileError, load_shape_file
 from zlbench.plugins import print_line, run_dir, write_plugin_json
+
+if TYPE_CHECKING:
+    from zlbench import warmup
+
+# yaml, zlbench.warmup (ops.scan, ops.tree) and ops.shapes are imported only once the
+# plugin is on: it is loaded into every benchmark process and is off in most of them.
 
 PLUGIN = "parallel_warmup"
 # How long a shard gets to exit after SIGTERM before its process group is killed.
@@ -47,15 +50,28 @@ GRACE_S = 5.0
 _CONFLICTS_KEPT = 50
 
 
+def parse_gpus(text: Optional[str]) -> int:
+    """PARALLEL_WARMUP_GPUS: unset or empty is 0 (off)."""
+    value = (text or "").strip()
+    if not value:
+        return 0
+    n = int(value)
+    if n < 0:
+        raise ValueError(f"PARALLEL_WARMUP_GPUS={text!r}: expected N >= 0")
+    return n
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config) -> None:
     try:
-        n = warmup.parse_gpus(os.environ.get("PARALLEL_WARMUP_GPUS"))
+        n = parse_gpus(os.environ.get("PARALLEL_WARMUP_GPUS"))
     except ValueError as e:
         raise pytest.UsageError(str(e))
     root = run_dir()
     if not n or root is None:
         return
+    from zlbench import warmup
+
     report: Dict[str, Any] = {"n": n, "refused": None}
     try:
         sweep(config, root, n, report)
@@ -82,6 +98,9 @@ def _finish(report: Dict[str, Any], refused: str) -> None:
 
 def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
     """Run the sharded sweep and switch this process to replay, or refuse. Fills report."""
+    from zlbench import warmup
+    from zlbench.ops.shapes import ShapeFileError, load_shape_file
+
     environ = os.environ
     cwd = Path(config.invocation_params.dir)
     raw = [str(a) for a in config.invocation_params.args]
@@ -145,6 +164,8 @@ def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
 
 def _adopt_merged(jobs: Sequence[Dict[str, Any]], warm_dir: Path, report: Dict[str, Any]) -> None:
     """Merge the shards' records and make this process's autotune plugin replay them."""
+    from zlbench import warmup
+
     merge = warmup.load_and_merge([j["dir"] / "autotune_records" for j in jobs])
     report.update(merged_keys=merge.keys, merged_kernels=len(merge.records),
                   conflicts=len(merge.conflicts),
@@ -163,6 +184,10 @@ def _adopt_merged(jobs: Sequence[Dict[str, Any]], warm_dir: Path, report: Dict[s
 
 def _prepare(i: int, warm_dir: Path, shapes: Dict[str, Any], subsets, raw: List[str], fast: bool,
              visible_key: Optional[str], device: Optional[str]) -> Dict[str, Any]:
+    import yaml
+
+    from zlbench import warmup
+
     shard_dir = warm_dir / f"shard-{i}"
     shard_dir.mkdir(parents=True)
     shape_path = shard_dir / "shapes.yaml"
@@ -188,6 +213,8 @@ def _refuse(report: Dict[str, Any], refusal: warmup.Refusal) -> None:
 
 
 def _shape_file(config, raw: Sequence[str], cwd: Path) -> Path:
+    from zlbench import warmup
+
     given = warmup.option_value(raw, "--shape_file")
     if given:
         return (cwd / given) if not Path(given).is_absolute() else Path(given)

@@ -15,6 +15,7 @@ import sys
 from typing import List, Optional, Tuple
 
 from zlbench.markers import parse_marker
+from zlbench.plugins import run_dir
 
 GREEN, RED, YELLOW, CYAN, DIM, RESET = (
     "\033[32m", "\033[31m", "\033[33m", "\033[36m", "\033[2m", "\033[0m",
@@ -147,7 +148,7 @@ class PrettyStream:
 def wants_pretty(config, stdout=None) -> bool:
     stdout = stdout or sys.stdout
     return (
-        bool(os.environ.get("ZL_RUN_DIR"))
+        run_dir() is not None
         and not os.environ.get("NO_COLOR")
         and config.getoption("capture", None) == "no"
         and hasattr(stdout, "isatty")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..ops.scan import MIRROR_FILES as V502_DUPLICATE_FILES  # -m mm would run BLAS twice
+from ..ops.tree import TreeError, bench_dir_name
 
 
 class ResolveError(Exception):
@@ -89,10 +90,13 @@ def _functions_with_mark(path: Path, op: str) -> List[str]:
 
 def resolve_node(root: Path, op: Optional[str], op_file: Optional[str],
                  test_node: Optional[str]) -> Target:
-    bench = root / "benchmark"
-    if not bench.is_dir():
-        raise ResolveError("benchmark_dir", bench,
-                           f"no benchmark/ under {root}: point --flaggems-dir at the FlagGems checkout root")
+    try:
+        # benchmark/ in a checkout, flaggems_benchmark/ in the installed package
+        bench = root / bench_dir_name(root)
+    except TreeError:
+        raise ResolveError("benchmark_dir", root / "benchmark",
+                           f"no benchmark/ under {root}: point --flaggems-dir at the FlagGems checkout root"
+                           ) from None
     layout = detect_layout(bench)
     upstream = bench / "core_shapes.yaml"
 

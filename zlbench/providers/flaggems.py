@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import List, Optional
 
+from ..ops.tree import TreeError, bench_dir_name
 from .base import ResolveError, Target, list_ops, resolve_node
 
 
@@ -33,9 +34,12 @@ class FlagGemsProvider:
             if not self.root.is_dir():
                 raise ResolveError("flaggems_dir", self.root,
                                    f"FLAGGEMS_DIR {flaggems_dir} is not a directory")
-            if not (self.root / "benchmark").is_dir():
+            try:
+                bench_dir_name(self.root)
+            except TreeError:
                 raise ResolveError("flaggems_dir", self.root / "benchmark",
-                                   f"{self.root} has no benchmark/: FLAGGEMS_DIR must be the checkout root")
+                                   f"{self.root} has no benchmark/: FLAGGEMS_DIR must be the checkout root"
+                                   ) from None
         else:
             root = installed_benchmark_root()
             if root is None:

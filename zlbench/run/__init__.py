@@ -12,11 +12,12 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, TextIO
 
 from .. import backends, knobs, providers, tuner_cache
+from ..atomic import write_atomic, write_json_atomic
 from ..backends import Backend, Device, DeviceError
 from ..plugins import importable_pythonpath
 from ..providers import ResolveError, Target
@@ -27,7 +28,6 @@ from .preflight import (EXIT_PREFLIGHT, PreflightFailed, check_replay_from, chec
 from .tee import pump
 
 EXIT_OK = 0
-EXIT_BENCH_FAILED = 1
 # How long a child gets to exit after SIGINT/SIGTERM before it is killed.
 CHILD_GRACE_S = 10.0
 
@@ -43,6 +43,12 @@ class RunPlan:
     shape_file: Path
     replay_from: Optional[Path]
     provider_versions: Dict[str, str]
+    # Parallel warmup only: visibility values of the caller's devices, the run's own first.
+    warmup_pool: List[str] = field(default_factory=list)
+
+    @property
+    def autotune_mode(self) -> str:
+        return "replay" if self.replay_from else "record"
 
 
 def plan_run(settings: knobs.Settings, environ=os.environ) -> RunPlan:
@@ -52,8 +58,10 @@ def plan_run(settings: knobs.Settings, environ=os.environ) -> RunPlan:
     except backends.UnknownBackend as e:
         raise PreflightFailed("ZL_BACKEND", str(e)) from None
     selection = [settings.device] if settings.device is not None else None
+    # One vendor-tool call, however many device lists the run needs.
+    probed = [] if backend.slots_only else backend.probe_devices()
     try:
-        found = backend.devices(environ, selection)
+        found = backend.devices(environ, selection, probed=probed)
     except DeviceError as e:
         raise PreflightFailed("device", str(e)) from None
     if not found:
@@ -71,8 +79,10 @@ def plan_run(settings: knobs.Settings, environ=os.environ) -> RunPlan:
     timer = backends.choose_timer(backend, settings.enable_cudagraph)
     plugins = backends.plugin_plan(backend, settings.enable_cudagraph)
     check_plugins_importable(plugins)
+    pool = (warmup_pool(found[0], backend.devices(environ, probed=probed))
+            if settings.parallel_warmup_gpus else [])
     return RunPlan(settings, backend, found[0], target, timer, plugins, shape_file, replay_from,
-                   provider.versions())
+                   provider.versions(), pool)
 
 
 def pytest_command(plan: RunPlan, color: bool) -> List[str]:
@@ -105,16 +115,14 @@ def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, 
         "ZL_BACKEND": plan.backend.name,
         "ZL_TIMER": plan.timer,
         "ZL_DIRECT_REPEAT": str(s.direct_repeat),
-        "ZL_AUTOTUNE_MODE": "replay" if plan.replay_from else "record",
+        "ZL_AUTOTUNE_MODE": plan.autotune_mode,
         "USE_FLAGTUNE": "1" if s.use_flagtune else "0",
         "ZL_ISOLATE_TUNER_CACHE": "1" if s.isolate_tuner_cache else "0",
         "PARALLEL_WARMUP_GPUS": str(s.parallel_warmup_gpus),
-        "ZL_DEVICES": os.environ.get("ZL_DEVICES", plan.device.index),
     })
     env["PYTHONPATH"] = importable_pythonpath(env.get("PYTHONPATH"))
-    if s.parallel_warmup_gpus:
-        # Only then: it asks the vendor tool for every device a second time.
-        env["ZL_WARMUP_DEVICES"] = ",".join(warmup_pool(plan))
+    if plan.warmup_pool:
+        env["ZL_WARMUP_DEVICES"] = ",".join(plan.warmup_pool)
     if plan.replay_from:
         env["REPLAY_FROM"] = str(plan.replay_from)
     else:
@@ -122,15 +130,11 @@ def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, 
     return env
 
 
-def warmup_pool(plan: RunPlan) -> List[str]:
+def warmup_pool(own_device: Device, every: List[Device]) -> List[str]:
     """Visibility values of the caller's devices, the run's own first: parallel warmup
     shard i runs on entry i, so a caller who chose 6,7 is never moved to 0,1."""
-    own = plan.device.visible or plan.device.index
-    try:
-        others = [d.visible or d.index for d in plan.backend.devices(os.environ)]
-    except DeviceError:
-        others = []
-    return [own] + [d for d in others if d != own]
+    own = own_device.visible or own_device.index
+    return [own] + [d for v in every if (d := v.visible or v.index) != own]
 
 
 def archive_shapes(plan: RunPlan, run_dir: Path) -> None:
@@ -158,7 +162,7 @@ def build_identity(plan: RunPlan, run_dir: Path, cache_description: str) -> dict
         "device": {"index": plan.device.index, "visible": plan.device.visible,
                    "model": plan.device.model},
         "timer": plan.timer,
-        "autotune_mode": "replay" if plan.replay_from else "record",
+        "autotune_mode": plan.autotune_mode,
         "replay_from": str(plan.replay_from) if plan.replay_from else None,
         "use_flagtune": s.use_flagtune,
         "tuner_cache": cache_description,
@@ -188,7 +192,8 @@ def _print(line: str, out: TextIO, log) -> None:
 
 def header_lines(plan: RunPlan, run_dir: Path, ident_data: dict, cmd: List[str]) -> List[str]:
     s = plan.settings
-    caliber = " ".join(f"{k}={_show(v)}" for k, v in ident_data["knobs"].items())
+    caliber = " ".join(f"{k}={'-' if v is None else knobs.flag_text(v)}"
+                       for k, v in ident_data["knobs"].items())
     return [
         f"=== zlbench run: {s.op or plan.target.test_node} ({s.provider}) started {ident_data['started']} ===",
         f"run dir      {run_dir}",
@@ -200,16 +205,6 @@ def header_lines(plan: RunPlan, run_dir: Path, ident_data: dict, cmd: List[str])
         f"plugins      {' '.join(plan.plugins)}",
         f"command      {' '.join(cmd)}",
     ]
-
-
-def _show(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    return str(value)
 
 
 def _launch(cmd, cwd, env, log, out: TextIO) -> int:
@@ -255,12 +250,12 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
     started = time.monotonic()
     try:
         plan = plan_run(settings)
+        run_dir = use_run_dir(run_dir) if run_dir else claim_run_dir(Path(settings.out), settings.op)
     except PreflightFailed as e:
         out.write(e.marker() + "\n")
         out.write(f"zlbench run: preflight failed ({e.check}): {e}\n")
         return EXIT_PREFLIGHT
 
-    run_dir = use_run_dir(run_dir) if run_dir else claim_run_dir(Path(settings.out), settings.op)
     # zlbench ab keeps each side's isolated Triton cache to check that its switch is live.
     keep_triton = os.environ.get("ZL_KEEP_TRITON_CACHE") == "1"
     cache = tuner_cache.plan_tuner_cache(run_dir, settings.isolate_tuner_cache, os.environ,
@@ -269,7 +264,7 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
     ident_data = build_identity(plan, run_dir, cache.description)
     if keep_triton and cache.triton_cache_dir is not None:
         ident_data["triton_cache_dir"] = str(cache.triton_cache_dir)
-    ident.write_json_atomic(run_dir / "run_identity.json", ident_data)
+    write_json_atomic(run_dir / "run_identity.json", ident_data)
 
     color = out.isatty() if hasattr(out, "isatty") else False
     cmd = pytest_command(plan, color)
@@ -280,6 +275,8 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
             _print(line, out, log)
         try:
             rc = _launch(cmd, str(plan.target.root), env, log, out)
+        except KeyboardInterrupt:
+            pass  # rc stays None: recorded as interrupted, and the exit code is 130
         finally:
             cache.cleanup()
             elapsed = time.monotonic() - started
@@ -297,7 +294,7 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
                 # The measurement replayed the sharded sweep's merged configs.
                 ident_data["autotune_mode"] = "replay(parallel_warmup)"
                 ident_data["replay_from"] = merged
-            ident.write_json_atomic(run_dir / "run_identity.json", ident_data)
+            write_json_atomic(run_dir / "run_identity.json", ident_data)
             _print(f"=== zlbench run: {settings.op or plan.target.test_node} finished: exit {code} "
                    f"({ident_data['status']}) in {elapsed:.1f} s ===", out, log)
     if code == EXIT_OK:
@@ -316,6 +313,4 @@ def _exit_code(rc: Optional[int]) -> int:
 
 
 def _mark_complete(run_dir: Path) -> None:
-    tmp = run_dir / ".complete.tmp"
-    tmp.write_text(ident.now_iso() + "\n")
-    os.replace(tmp, run_dir / ".complete")
+    write_atomic(run_dir / ".complete", ident.now_iso() + "\n")

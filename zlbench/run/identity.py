@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import platform
 import sys
 import time
@@ -24,12 +23,6 @@ def package_versions() -> Dict[str, Optional[str]]:
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
 
 
 def collect_plugin_reports(run_dir: Path) -> Dict[str, Any]:

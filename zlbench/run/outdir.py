@@ -35,9 +35,12 @@ def claim_run_dir(root: Path, op: Optional[str], when: Optional[float] = None,
 
 
 def use_run_dir(path: Path) -> Path:
-    """An exact dir chosen by the caller (the batch's ``<batch>/<op>``)."""
-    path.mkdir(parents=True, exist_ok=True)
+    """An exact dir chosen by the caller (the batch's ``<batch>/<op>``). A finished run
+    there is a preflight failure (exit 3), not a failed benchmark."""
+    from .preflight import PreflightFailed
+
     if (path / ".complete").exists():
-        raise FileExistsError(f"{path} already holds a complete run (.complete); "
-                              "choose another --run-dir or remove it")
+        raise PreflightFailed("run_dir", f"{path} already holds a complete run (.complete); "
+                              "choose another --run-dir or remove it", path)
+    path.mkdir(parents=True, exist_ok=True)
     return path

@@ -34,8 +34,9 @@ def _summarize(path: str) -> Summary:
 def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
     summary = _summarize(path)
     target = Path(out) if out else summary.root / SUMMARY_CSV
-    _write(target, render_csv(summary), "choose another file with --out FILE")
-    click.echo(render_summary(summary, fmt_name), nl=False)
+    csv_text = render_csv(summary)
+    _write(target, csv_text, "choose another file with --out FILE")
+    click.echo(csv_text if fmt_name == "csv" else render_summary(summary, fmt_name), nl=False)
     click.echo(f"wrote {target} ({len(summary.rows)} rows, {len(summary.issues)} issues)",
                err=True)
 

@@ -155,7 +155,6 @@ class _Table:
     def __init__(self, op: str, dtype: str, mode: str, level: str, lineno: int) -> None:
         self.op, self.dtype, self.mode, self.level = op, dtype, mode, level
         self.line = lineno
-        self.has_columns = False
         self.rows = 0
 
 
@@ -207,10 +206,8 @@ def parse_log(text: str, source: str = "") -> ParsedLog:
                     out.rows.append(row)
                     table.rows += 1
                 continue
-            if line.startswith("Status") and "Size Detail" in line:
-                table.has_columns = True
-                continue
-            if line.strip("-") == "":
+            # Column titles and the rule under them.
+            if (line.startswith("Status") and "Size Detail" in line) or line.strip("-") == "":
                 continue
         header = HEADER_RE.match(line)
         if header:

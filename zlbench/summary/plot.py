@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List
 
-from zlbench.summary.ab import ABResult, PairedRow
+from zlbench.summary.ab import ABResult, GainRange, PairedRow
 
 MAX_OPS = 40
 
@@ -28,13 +28,10 @@ def pyplot():
     return plt
 
 
-def _ops_to_draw(by_op: Dict[str, List[PairedRow]], limit: int) -> List[str]:
+def _ops_to_draw(ranges: List[GainRange], limit: int) -> List[str]:
     """Operators by median gain; past ``limit``, the lowest and highest halves."""
-    def median(op: str) -> float:
-        gains = sorted(p.gain for p in by_op[op])
-        return gains[len(gains) // 2]
-
-    ordered = sorted(by_op, key=median)
+    # Stable sort on the medians the tables print, so the picture agrees with them.
+    ordered = [r.name for r in sorted(ranges, key=lambda r: r.median)]
     if len(ordered) <= limit:
         return ordered
     return ordered[:limit // 2] + ordered[-(limit - limit // 2):]
@@ -45,7 +42,7 @@ def plot_gains(result: ABResult, path: Path, max_ops: int = MAX_OPS) -> None:
     by_op: Dict[str, List[PairedRow]] = {}
     for pair in result.pairs:
         by_op.setdefault(pair.a.op, []).append(pair)
-    ops = _ops_to_draw(by_op, max_ops)
+    ops = _ops_to_draw(result.by_op, max_ops)
     fig, ax = plt.subplots(figsize=(9, 1.5 + 0.32 * max(len(ops), 1)))
     if result.noise_p95 is not None:
         p95 = result.noise_p95 * 100

@@ -10,6 +10,7 @@ from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, Marker
 from zlbench.summary.parse import Issue, ParsedLog, Row, parse_log
 from zlbench.summary.sources import RunLog, find_runs
 
+# The marker fields that name a row (and that a row's own columns already show).
 ROW_FIELDS = ("op", "dtype", "shape")
 
 

@@ -13,15 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from zlbench.batch.state import LOGS_DIR, SET_ASIDE_DIR
+from zlbench.batch.state import RESERVED, is_complete
 from zlbench.batch.state import STATUS_FILE as OPS_STATUS
 from zlbench.summary.parse import Issue
 
 RUN_LOG = "run.log"
 IDENTITY = "run_identity.json"
 COMPLETE = ".complete"
-# Earlier attempts and raw attempt logs: their rows are not the batch's result.
-NOT_RUN_DIRS = {SET_ASIDE_DIR, LOGS_DIR}
 OK_STATUS = "ok"
 
 
@@ -43,7 +41,8 @@ class RunLog:
 def _walk_logs(root: Path) -> List[Path]:
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in NOT_RUN_DIRS)
+        # Earlier attempts and raw attempt logs: their rows are not the batch's result.
+        dirnames[:] = sorted(d for d in dirnames if d not in RESERVED)
         if RUN_LOG in filenames:
             found.append(Path(dirpath) / RUN_LOG)
     return found
@@ -88,7 +87,7 @@ def find_runs(path: Path) -> Tuple[Path, List[RunLog], List[Issue]]:
     for log in logs:
         run_dir = log.parent
         identity = _read_identity(run_dir, issues)
-        complete = None if identity is None else (run_dir / COMPLETE).exists()
+        complete = None if identity is None else is_complete(run_dir)
         if complete is False:
             issues.append(Issue("incomplete_run",
                                 f"{run_dir} has no {COMPLETE}: the run did not finish "
@@ -107,8 +106,7 @@ def read_ops_status(root: Path) -> List[Issue]:
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         fields = reader.fieldnames or []
-        op_column = next((c for c in ("operator", "op") if c in fields), None)
-        if op_column is None or "status" not in fields:
+        if "operator" not in fields or "status" not in fields:
             return [Issue("bad_ops_status",
                           f"{OPS_STATUS} has no 'operator' and 'status' columns (found: "
                           f"{', '.join(fields) or 'none'}); operator outcomes not checked",
@@ -122,5 +120,5 @@ def read_ops_status(root: Path) -> List[Issue]:
                                         (rec.get("notes") or "").strip()) if t)
             issues.append(Issue(f"op_{status}", f"batch status {status}"
                                 + (f": {why}" if why else ""),
-                                op=rec.get(op_column), line=lineno, source=str(path)))
+                                op=rec.get("operator"), line=lineno, source=str(path)))
         return issues

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Iterable, List, Optional, Sequence
 
 from zlbench.markers import Marker, format_marker
-
-ROW_NAMING_FIELDS = ("op", "dtype", "shape")
+from zlbench.summary.rows import ROW_FIELDS
 
 
 def fmt(value: Optional[float], digits: int = 6) -> str:
@@ -23,7 +22,7 @@ def marker_text(markers: Iterable[Marker]) -> str:
     """Each distinct marker once, without the op/dtype/shape its row already shows."""
     seen: List[str] = []
     for m in markers:
-        rest = {k: v for k, v in m.fields.items() if k not in ROW_NAMING_FIELDS}
+        rest = {k: v for k, v in m.fields.items() if k not in ROW_FIELDS}
         text = format_marker(m.name, **rest)
         if text not in seen:
             seen.append(text)
