@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -11,11 +12,13 @@ from click.core import ParameterSource
 
 from .. import knobs
 from .config import (DEFAULT_FALLBACK_DTYPES, DEFAULT_KILL_GRACE_S, DEFAULT_RETRIES,
-                     DEFAULT_TIMEOUT_S, BatchConfig, default_out_dir, parse_devices_flag)
+                     DEFAULT_TIMEOUT_S, BatchConfig, default_out_dir, parse_devices_flag,
+                     resolve_shard)
 from .driver import load_plan, run_batch
 from .oplist import default_dismiss_path, parse_op_timeouts, parse_ops_flag
+from .plan import HostShard
 from .report import render_report
-from .state import BatchError
+from .state import PLAN_FILE, BatchError, shard_dir_name
 
 
 def parse_fallback_dtypes(values: Sequence[str]) -> Tuple[Tuple[str, ...], ...]:
@@ -72,12 +75,22 @@ def _given(ctx: click.Context, name: str) -> bool:
                    "dtypes (repeatable; 'none' disables). [default: float32, then float16]")
 @click.option("--kill-grace", "kill_grace", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help=f"Between SIGTERM and SIGKILL when a group is stopped. [default: {DEFAULT_KILL_GRACE_S:g}]")
+@click.option("--shard", "shard", default=None, metavar="K/N|auto",
+              help="Run host shard K of N (0 <= K < N) of a screen spread over hosts: the "
+                   "operators whose stable hash is K mod N, into <out>/shard-K-of-N/; running "
+                   "it again resumes it. auto: K (and N) from a Slurm array task "
+                   "(SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) or a Kubernetes indexed job "
+                   "(JOB_COMPLETION_INDEX, with --shards N). Needs --out.")
+@click.option("--shards", "shards", type=click.IntRange(min=1), default=None, metavar="N",
+              help="With --shard auto: the screen's shard count (required for Kubernetes; "
+                   "for Slurm it wins over SLURM_ARRAY_TASK_COUNT, e.g. when a resubmission "
+                   "runs only some array indices).")
 @click.option("--progress", "progress", type=click.Choice(["auto", "live", "plain", "off"]),
               default="auto", show_default=True,
               help="Live table on a terminal, plain lines otherwise.")
 @click.pass_context
 def batch_command(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_timeout, retries,
-                  fallback_dtypes, kill_grace, progress, **flags):
+                  fallback_dtypes, kill_grace, shard, shards, progress, **flags):
     """Measure many operators across devices: every operator of the corpus (or --ops /
     --op-list), one `zlbench run` each, sharded over --devices, surviving hangs, crashes
     and restarts.
@@ -88,13 +101,19 @@ def batch_command(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_
 
     \b
     Writes <out>/ops_status.csv (status ok/failed/timeout/crashed/skipped/dismissed,
-    attempts, dtype level, ...), <out>/plan.json and <out>/<op>/ run dirs.
+    attempts, dtype level, ...), <out>/plan.json and <out>/<op>/ run dirs; with
+    --shard K/N all of it goes to <out>/shard-K-of-N/ (`zlbench summary <out>` reads
+    the shards as one batch; `zlbench slurm submit` runs them as a Slurm array).
     Exit codes: 0 every operator ok, skipped or dismissed; 1 some failed, timed out
     or crashed; 2 the batch could not start; 130 interrupted (continue with --resume).
     """
     try:
         config = build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_timeout,
-                              retries, fallback_dtypes, kill_grace, progress, flags)
+                              retries, fallback_dtypes, kill_grace, progress, flags,
+                              shard=shard, shards=shards)
+        if config.shard.count > 1:
+            click.echo(f"zlbench batch: shard {config.shard} into {config.out}"
+                       + (" (resuming)" if config.resume else ""), err=True)
         result = run_batch(config)
     except BatchError as e:
         raise BatchStartError(str(e)) from None
@@ -128,12 +147,24 @@ def _dismiss_path(flag: Optional[str], saved: Optional[dict]) -> Optional[Path]:
 
 
 def build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_timeout, retries,
-                 fallback_dtypes, kill_grace, progress, flags) -> BatchConfig:
+                 fallback_dtypes, kill_grace, progress, flags, shard=None, shards=None,
+                 environ=None) -> BatchConfig:
+    """The BatchConfig of batch's flags; ``environ`` (default os.environ) feeds --shard auto."""
+    host = resolve_shard(shard, shards, os.environ if environ is None else environ)
+    if host.count > 1:
+        if out is None:
+            raise BatchError(f"--shard {shard} needs --out DIR: every shard of the screen "
+                             "writes DIR/shard-K-of-N/ on a file system all hosts share")
+        out = Path(out) / shard_dir_name(host.index, host.count)
+        # A shard runs again where it stopped: the command line is the same every time.
+        resume = resume or (out / PLAN_FILE).is_file()
     saved = None
     if resume:
         if out is None:
             raise BatchError("--resume needs --out DIR: the batch to continue")
         saved = load_plan(out)
+        if saved and host.count == 1 and saved.get("shard"):
+            host = HostShard(*saved["shard"])
     environ = None
     if saved:
         # The plan's settings, unless a flag is given now (a mismatch is refused later).
@@ -171,4 +202,4 @@ def build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_t
         fallback_dtypes=fallback, resume=resume,
         extra_env=dict((saved or {}).get("extra_env", {})),
         kill_grace_s=kill_grace if kill_grace is not None else DEFAULT_KILL_GRACE_S,
-        progress=progress)
+        progress=progress, shard=host)

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import knobs
+from .plan import WHOLE, HostShard
+from .state import BatchError
 
 DEFAULT_TIMEOUT_S = 1800.0
 DEFAULT_RETRIES = 1
@@ -36,6 +38,74 @@ def parse_devices_flag(text: Optional[str]) -> Optional[List[str]]:
     return [d for d in (text or "").replace(" ", ",").split(",") if d] or None
 
 
+_AUTO_HELP = ("give --shard K/N, or run inside a Slurm array task (SLURM_ARRAY_TASK_ID) or a "
+              "Kubernetes indexed job (JOB_COMPLETION_INDEX, with --shards N)")
+
+
+def _count(environ: Mapping[str, str], name: str) -> Optional[int]:
+    value = environ.get(name, "").strip()
+    if not value:
+        return None
+    if not value.isdigit():
+        raise BatchError(f"--shard auto: {name}={value!r} is not a whole number; {_AUTO_HELP}")
+    return int(value)
+
+
+def resolve_shard(text: Optional[str], shards: Optional[int],
+                  environ: Mapping[str, str]) -> HostShard:
+    """``--shard K/N``, or ``--shard auto`` from the scheduler's variables.
+
+    auto: a Slurm array task gives K = SLURM_ARRAY_TASK_ID and N = --shards, else
+    SLURM_ARRAY_TASK_COUNT (the array must then be 0..N-1: MIN 0, MAX N-1); a Kubernetes
+    indexed job gives K = JOB_COMPLETION_INDEX and needs --shards N (its pods do not see
+    the completion count).
+    """
+    if text is None:
+        if shards is not None:
+            raise BatchError("--shards N goes with --shard auto; for a fixed shard give "
+                             "--shard K/N")
+        return WHOLE
+    text = text.strip()
+    if text.lower() == "auto":
+        index = _count(environ, "SLURM_ARRAY_TASK_ID")
+        if index is not None:
+            count = shards
+            if count is None:
+                count = _count(environ, "SLURM_ARRAY_TASK_COUNT")
+                low = _count(environ, "SLURM_ARRAY_TASK_MIN")
+                high = _count(environ, "SLURM_ARRAY_TASK_MAX")
+                if count is None and low is not None and high is not None:
+                    count = high + 1
+                if count is None or (low not in (None, 0)) or (high not in (None, count - 1)):
+                    raise BatchError(
+                        "--shard auto: this Slurm array is not 0..N-1 "
+                        f"(SLURM_ARRAY_TASK_MIN={low}, MAX={high}, COUNT={count}); give "
+                        "--shards N with the screen's shard count")
+            source = "SLURM_ARRAY_TASK_ID"
+        else:
+            index = _count(environ, "JOB_COMPLETION_INDEX")
+            if index is None:
+                raise BatchError(f"--shard auto: no SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX "
+                                 f"in the environment; {_AUTO_HELP}")
+            if shards is None:
+                raise BatchError("--shard auto in a Kubernetes indexed job "
+                                 "(JOB_COMPLETION_INDEX) needs --shards N: the job's "
+                                 "completions")
+            count, source = shards, "JOB_COMPLETION_INDEX"
+        if not 0 <= index < count:
+            raise BatchError(f"--shard auto: {source}={index} is outside 0..{count - 1} "
+                             f"for {count} shards; check --shards")
+        return HostShard(index, count)
+    if shards is not None:
+        raise BatchError(f"--shards goes with --shard auto; --shard {text} already gives N")
+    k, sep, n = text.partition("/")
+    if not sep or not k.strip().isdigit() or not n.strip().isdigit() or \
+            not 0 <= int(k) < int(n):
+        raise BatchError(f"--shard {text}: expected K/N with 0 <= K < N (--shard 0/4), "
+                         "or 'auto'")
+    return HostShard(int(k), int(n))
+
+
 @dataclass
 class BatchConfig:
     """Everything one batch needs.
@@ -55,6 +125,8 @@ class BatchConfig:
     extra_env    added to every child's environment (recorded in plan.json)
     replay_dirs  op -> autotune_records dir, overriding settings.replay_from for that op
     progress     "auto" (live on a terminal, plain lines otherwise), "live", "plain", "off"
+    shard        this batch's host shard: only operators with h % N == K (plan.py); the
+                 caller puts ``out`` at ``<screen>/shard-K-of-N``
     run_command  how to start one operator's run; the batch appends --run-dir, --op,
                  --backend, --device and the knob flags
     """
@@ -75,6 +147,7 @@ class BatchConfig:
     kill_grace_s: float = DEFAULT_KILL_GRACE_S
     progress: str = "auto"
     run_command: Sequence[str] = field(default_factory=default_run_command)
+    shard: HostShard = WHOLE
     environ: Optional[Mapping[str, str]] = None   # base environment; default os.environ
 
 

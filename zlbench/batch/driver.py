@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import threading
 import time
 import traceback
@@ -31,7 +32,7 @@ from .state import (BATCH_LOG, PLAN_FILE, BatchError, DriverLock, Journal, Statu
 
 PLAN_FORMAT = 1
 # Plan keys that define what a number means: a resumed batch must not change them.
-_SAME_ON_RESUME = ("settings", "backend", "extra_env")
+_SAME_ON_RESUME = ("settings", "backend", "extra_env", "shard")
 
 
 class _Log:
@@ -151,6 +152,7 @@ def plan_document(config: BatchConfig, plan: Plan, settings, backend_name: str, 
         "backend": backend_name,
         "timer": timer,
         "devices": plan.devices,
+        "shard": [config.shard.index, config.shard.count] if config.shard.count > 1 else None,
         "settings": _settings_doc(settings),
         "extra_env": dict(sorted(config.extra_env.items())),
         "timeout_s": config.timeout_s or None,
@@ -175,8 +177,8 @@ def load_plan(batch_dir: Path) -> Optional[dict]:
                          "restore it or start a new --out") from None
 
 
-def _check_resume(saved: dict, doc: dict, batch_dir: Path) -> List[str]:
-    """Refuse a resume that would measure differently; return warnings."""
+def caliber_diffs(saved: dict, doc: dict) -> List[str]:
+    """What differs between two plan documents in what a number means ("name: a -> b")."""
     diffs = []
     for key in _SAME_ON_RESUME:
         old, new = saved.get(key), doc.get(key)
@@ -186,6 +188,12 @@ def _check_resume(saved: dict, doc: dict, batch_dir: Path) -> List[str]:
                     diffs.append(f"{name}: {(old or {}).get(name)!r} -> {(new or {}).get(name)!r}")
         elif old != new:
             diffs.append(f"{key}: {old!r} -> {new!r}")
+    return diffs
+
+
+def _check_resume(saved: dict, doc: dict, batch_dir: Path) -> List[str]:
+    """Refuse a resume that would measure differently; return warnings."""
+    diffs = caliber_diffs(saved, doc)
     if diffs:
         raise BatchError(f"--resume {batch_dir}: the batch was started with other settings "
                          f"({'; '.join(diffs)}); resume with the same flags and environment, "
@@ -281,13 +289,14 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
                          "to run on this machine's CPU")
     _check_extra_env(config.extra_env)
     ops, file_timeouts = _operators(config, settings, log)
+    ops = [op for op in ops if config.shard.holds(op)]
     dismissed = load_dismiss(Path(config.dismiss)) if config.dismiss else {}
     timer = backends.choose_timer(backend, settings.values.get("enable_cudagraph", True))
     replay_root = _replay_root(settings)
     op_timeouts = {**file_timeouts, **config.op_timeouts}
     plan = make_plan(ops, [d.index for d in found], dismissed,
                      config.timeout_s, op_timeouts, replay_root,
-                     {op: Path(p) for op, p in config.replay_dirs.items()})
+                     {op: Path(p) for op, p in config.replay_dirs.items()}, config.shard)
     if replay_root and plan.ops and all(p.replay_note for p in plan.ops):
         log(f"--replay-from {replay_root} has no <op>/autotune_records for any operator; is it "
             "an earlier batch dir? Every operator runs without replay.", show=True)
@@ -306,7 +315,8 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
     warnings = _check_resume(saved, prep.doc, batch_dir) if saved else []
     session = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     prep.doc["sessions"] = [*(saved or {}).get("sessions", []),
-                            {"session": session, "pid": os.getpid(), "resume": bool(saved)}]
+                            {"session": session, "pid": os.getpid(), "resume": bool(saved),
+                             "host": socket.gethostname(), **_scheduler_job(environ)}]
     write_atomic(batch_dir / PLAN_FILE, json.dumps(prep.doc, indent=2) + "\n")
 
     journal = Journal(batch_dir, session)
@@ -350,6 +360,17 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
     journal.record("session_end", interrupted=interrupted)
     return BatchResult(batch_dir, status.read(), sorted(prep.ops), interrupted,
                        time.monotonic() - started, measured, list(plan.devices))
+
+
+def _scheduler_job(environ: Mapping[str, str]) -> Dict[str, str]:
+    """The Slurm array task or Kubernetes pod this driver runs in, for `slurm status`."""
+    if environ.get("SLURM_ARRAY_JOB_ID"):
+        return {"slurm_job": f"{environ['SLURM_ARRAY_JOB_ID']}_{environ.get('SLURM_ARRAY_TASK_ID', '')}"}
+    if environ.get("SLURM_JOB_ID"):
+        return {"slurm_job": environ["SLURM_JOB_ID"]}
+    if environ.get("JOB_COMPLETION_INDEX"):
+        return {"pod": environ.get("HOSTNAME", ""), "completion_index": environ["JOB_COMPLETION_INDEX"]}
+    return {}
 
 
 def _print_line(line: str) -> None:

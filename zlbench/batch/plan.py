@@ -1,9 +1,13 @@
-"""The batch plan: which device measures which operator, and with what.
+"""The batch plan: which host shard and which device measure an operator, and with what.
 
-An operator goes to ``devices[h(op) % len(devices)]`` where h is SHA-256 of the name
-and the devices are in numeric order. Python's ``hash()`` is salted per process, and
-list positions change when the corpus grows; neither is used, so an A and a B batch
-with the same device list measure each operator on the same card.
+With h the first 8 bytes of SHA-256 of the name, an operator belongs to host shard
+``h % N`` (``--shard K/N``; N=1 without it) and, within its shard, goes to
+``devices[(h // N) % len(devices)]`` with the devices in numeric order. Dividing by N
+first keeps the two choices independent: without it, shard K would only ever see the
+devices d with d = K mod gcd(N, len(devices)). Python's ``hash()`` is salted per process,
+and list positions change when the corpus grows; neither is used, so an A and a B
+screen with the same N and device list measure each operator on the same host shard
+and the same card.
 """
 
 from __future__ import annotations
@@ -25,11 +29,33 @@ def device_order(devices: Sequence[str]) -> List[str]:
     return sorted(set(devices), key=lambda d: (0, int(d), "") if d.isdigit() else (1, 0, d))
 
 
-def shard(ops: Sequence[str], devices: Sequence[str]) -> Dict[str, str]:
+@dataclass(frozen=True)
+class HostShard:
+    """Shard ``index`` of ``count`` (``--shard K/N``): the operators with h % N == K."""
+
+    index: int
+    count: int
+
+    def __post_init__(self):
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"shard {self.index}/{self.count}: need 0 <= K < N")
+
+    def holds(self, op: str) -> bool:
+        return stable_hash(op) % self.count == self.index
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+WHOLE = HostShard(0, 1)
+
+
+def shard(ops: Sequence[str], devices: Sequence[str], host: HostShard = WHOLE) -> Dict[str, str]:
+    """Device of each operator (all of ``ops``; the caller keeps its host shard's)."""
     ordered = device_order(devices)
     if not ordered:
         raise ValueError("no device to shard over")
-    return {op: ordered[stable_hash(op) % len(ordered)] for op in ops}
+    return {op: ordered[(stable_hash(op) // host.count) % len(ordered)] for op in ops}
 
 
 @dataclass(frozen=True)
@@ -74,10 +100,13 @@ def replay_for(op: str, replay_root: Optional[Path],
 def make_plan(ops: Sequence[str], devices: Sequence[str], dismissed: Mapping[str, str],
               timeout_s: Optional[float], op_timeouts: Mapping[str, float],
               replay_root: Optional[Path] = None,
-              replay_dirs: Optional[Mapping[str, Path]] = None) -> Plan:
+              replay_dirs: Optional[Mapping[str, Path]] = None,
+              host: HostShard = WHOLE) -> Plan:
+    """The plan of host shard ``host``: only its operators (dismissed ones too) appear."""
     ordered = device_order(devices)
+    ops = [op for op in ops if host.holds(op)]
     to_run = [op for op in ops if op not in dismissed]
-    where = shard(to_run, ordered) if to_run else {}
+    where = shard(to_run, ordered, host) if to_run else {}
     items = []
     for op in sorted(to_run):
         limit = op_timeouts.get(op, timeout_s)

@@ -10,12 +10,16 @@ Layout of a batch dir::
     logs/<op>/...        stdout+stderr of every attempt of ``zlbench run``
     set-aside/<op>/...   run dirs of earlier attempts and of interrupted drivers
     batch.log            the driver's own event lines (markers included)
+
+A sharded screen (``--shard K/N --out OUT``) is one such batch dir per host shard,
+``OUT/shard-K-of-N/``, and ``OUT/slurm/`` when Slurm ran it (``zlbench slurm``).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 import json
 import os
 import shutil
@@ -41,6 +45,19 @@ DRIVER_LOCK = ".driver.lock"
 DRIVER_INFO = "driver.json"
 # Names inside a batch dir that are not operator run dirs.
 RESERVED = {SET_ASIDE_DIR, LOGS_DIR}
+SLURM_DIR = "slurm"
+SHARD_DIR_RE = re.compile(r"^shard-(\d+)-of-(\d+)$")
+
+
+def shard_dir_name(index: int, count: int) -> str:
+    """``shard-K-of-N``: host shard K's batch dir inside a sharded screen's dir."""
+    return f"shard-{index}-of-{count}"
+
+
+def parse_shard_dir_name(name: str) -> Optional[tuple]:
+    """(K, N) of a ``shard-K-of-N`` name, else None."""
+    m = SHARD_DIR_RE.match(name)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 class BatchError(Exception):

@@ -12,7 +12,7 @@ from zlbench.summary.plot import PlotUnavailable, plot_gains, pyplot
 from zlbench.summary.render import FORMATS, render_csv, render_summary
 from zlbench.summary.render_ab import caliber_lines, render_ab, render_ab_csv
 from zlbench.summary.rows import Summary, summarize
-from zlbench.summary.sources import SummaryInputError
+from zlbench.summary.sources import OPS_STATUS, SummaryInputError
 
 SUMMARY_CSV = "summary.csv"
 
@@ -36,6 +36,11 @@ def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
     target = Path(out) if out else summary.root / SUMMARY_CSV
     csv_text = render_csv(summary)
     _write(target, csv_text, "choose another file with --out FILE")
+    if summary.screen is not None:
+        merged = summary.root / OPS_STATUS
+        _write(merged, summary.screen.status_csv(), f"check the permissions of {summary.root}")
+        click.echo(f"wrote {merged} ({len(summary.screen.rows)} operators of "
+                   f"{summary.screen.count} shards merged)", err=True)
     click.echo(csv_text if fmt_name == "csv" else render_summary(summary, fmt_name), nl=False)
     click.echo(f"wrote {target} ({len(summary.rows)} rows, {len(summary.issues)} issues)",
                err=True)
@@ -85,7 +90,13 @@ def run_ab(a: str, b: str, fmt_name: str, out: Optional[str], plot: Optional[str
 def summary_command(path: Optional[str], ab: Optional[Tuple[str, str]], fmt_name: str,
                     out: Optional[str], plot: Optional[str],
                     allow_caliber_mismatch: bool) -> None:
-    """Tables from run logs: PATH is a run.log, a run dir or a batch dir."""
+    """Tables from run logs: PATH is a run.log, a run dir or a batch dir.
+
+    A sharded screen (the DIR of `zlbench batch --shard K/N --out DIR` or of `zlbench
+    slurm submit`) reads as one batch: its shards' rows merged, a missing or unfinished
+    shard and an operator in two shards listed under Issues, and the merged status
+    written to DIR/ops_status.csv.
+    """
     if ab and path:
         raise click.UsageError("give either PATH or --ab A B, not both")
     if not ab:

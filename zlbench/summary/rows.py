@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, Marker
 from zlbench.summary.parse import Issue, ParsedLog, Row, parse_log
+from zlbench.summary.screen import Screen, read_screen
 from zlbench.summary.sources import RunLog, find_runs
 
 # The marker fields that name a row (and that a row's own columns already show).
@@ -22,6 +23,8 @@ class Summary:
     runs: List[RunLog]
     rows: List[Row] = field(default_factory=list)
     issues: List[Issue] = field(default_factory=list)
+    # The shards and their merged status when the input is a sharded screen.
+    screen: Optional[Screen] = None
 
 
 def _rows_for(marker: Marker, rows: Sequence[Row], index: Dict[Tuple, List[Row]]
@@ -78,12 +81,14 @@ def rows_of_run(run: RunLog) -> Tuple[List[Row], List[Issue]]:
 
 
 def summarize(path) -> Summary:
-    """Every row and issue of a log file, a run dir or a batch dir (searched recursively).
+    """Every row and issue of a log file, a run dir, a batch dir (searched recursively)
+    or a sharded screen (its shards merged, as ``read_screen`` does).
 
     Raises SummaryInputError when the path is missing or holds no run.log.
     """
-    root, runs, issues = find_runs(Path(path))
-    summary = Summary(Path(path), root, runs, issues=issues)
+    screen = read_screen(Path(path)) if Path(path).is_dir() else None
+    root, runs, issues = find_runs(Path(path), screen)
+    summary = Summary(Path(path), root, runs, issues=issues, screen=screen)
     for run in runs:
         rows, run_issues = rows_of_run(run)
         summary.rows.extend(rows)

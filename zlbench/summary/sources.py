@@ -1,7 +1,9 @@
-"""Find the logs behind a summary input: a log file, a run dir, or a batch dir.
+"""Find the logs behind a summary input: a log file, a run dir, a batch dir, or a
+sharded screen.
 
 A run dir holds run.log, run_identity.json and (when the run succeeded) .complete; a
-batch dir holds run dirs below it (searched recursively) and ops_status.csv.
+batch dir holds run dirs below it (searched recursively) and ops_status.csv; a sharded
+screen holds one batch dir per host shard (screen.py reads it as one batch).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import List, Optional, Tuple
 from zlbench.batch.state import RESERVED, is_complete
 from zlbench.batch.state import STATUS_FILE as OPS_STATUS
 from zlbench.summary.parse import Issue
+from zlbench.summary.screen import Screen
 
 RUN_LOG = "run.log"
 IDENTITY = "run_identity.json"
@@ -65,13 +68,41 @@ def _read_identity(run_dir: Path, issues: List[Issue]) -> Optional[dict]:
     return identity
 
 
-def find_runs(path: Path) -> Tuple[Path, List[RunLog], List[Issue]]:
-    """(root, runs, issues) for a log file, a run dir or a batch dir.
+def _screen_logs(screen: Screen) -> List[Tuple[Path, Path]]:
+    """(log, its shard dir) of every shard; an operator's logs from the shard whose row
+    the merged status holds (an operator in two shards is an issue already)."""
+    found = []
+    for shard in screen.shards.values():
+        for log in _walk_logs(shard.path):
+            op = Path(os.path.relpath(log.parent, shard.path)).parts[0]
+            owner = (screen.rows.get(op) or {}).get("run_dir", "")
+            if owner and not owner.startswith(shard.name + "/"):
+                continue
+            found.append((log, shard.path))
+    return found
 
-    The root is where summary.csv goes by default: the dir given, or a file's dir.
+
+def find_runs(path: Path, screen: Optional[Screen] = None
+              ) -> Tuple[Path, List[RunLog], List[Issue]]:
+    """(root, runs, issues) for a log file, a run dir, a batch dir or, when ``screen`` is
+    given, the sharded screen at path.
+
+    The root is where summary.csv goes by default: the dir given, or a file's dir. A run's
+    ``rel`` in a screen is its path below its shard dir, so that A/B pairs operators
+    whatever the shard counts of A and B.
     """
     path = Path(path)
     issues: List[Issue] = []
+    if screen is not None:
+        issues.extend(screen.issues)
+        pairs = _screen_logs(screen)
+        if not pairs:
+            raise SummaryInputError(f"no {RUN_LOG} in the shard dirs of {path}: no shard has "
+                                    "measured an operator yet (zlbench slurm status shows why)")
+        runs = [_run_log(log, base, issues) for log, base in pairs]
+        for shard in screen.shards.values():
+            issues.extend(read_ops_status(shard.path))
+        return path, runs, issues
     if path.is_file():
         root, logs = path.parent, [path]
     elif path.is_dir():
@@ -83,19 +114,20 @@ def find_runs(path: Path) -> Tuple[Path, List[RunLog], List[Issue]]:
     else:
         raise SummaryInputError(
             f"{path} does not exist: pass a run.log file, a run dir or a batch dir")
-    runs = []
-    for log in logs:
-        run_dir = log.parent
-        identity = _read_identity(run_dir, issues)
-        complete = None if identity is None else is_complete(run_dir)
-        if complete is False:
-            issues.append(Issue("incomplete_run",
-                                f"{run_dir} has no {COMPLETE}: the run did not finish "
-                                "successfully", source=str(run_dir)))
-        rel = os.path.relpath(run_dir, root)
-        runs.append(RunLog(log, run_dir, rel, identity, complete))
+    runs = [_run_log(log, root, issues) for log in logs]
     issues.extend(read_ops_status(root))
     return root, runs, issues
+
+
+def _run_log(log: Path, base: Path, issues: List[Issue]) -> RunLog:
+    run_dir = log.parent
+    identity = _read_identity(run_dir, issues)
+    complete = None if identity is None else is_complete(run_dir)
+    if complete is False:
+        issues.append(Issue("incomplete_run",
+                            f"{run_dir} has no {COMPLETE}: the run did not finish "
+                            "successfully", source=str(run_dir)))
+    return RunLog(log, run_dir, os.path.relpath(run_dir, base), identity, complete)
 
 
 def read_ops_status(root: Path) -> List[Issue]:
