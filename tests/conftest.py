@@ -37,3 +37,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# One real batch of the bundled sample corpus per test session, shared by the report and
+# history tests: four operators of four families, float32, two worker slots.
+SAMPLE_OPS = "abs,add,mm,softmax"
+
+
+@pytest.fixture(scope="session")
+def sample_screen(tmp_path_factory):
+    out = tmp_path_factory.mktemp("screen") / "batch"
+    zlbench("batch", "--backend", "cpu", "--ops", SAMPLE_OPS, "--dtypes", "float32",
+            "--devices", "0,1", "--progress", "off", "--out", out, timeout=600, check=True)
+    return out

@@ -58,4 +58,8 @@ def test_report_counts_slowest_and_failures(tmp_path):
     assert "Failures (1):" in text and "timed out" in text
     assert "sum (level 1)" in text
     assert "--resume --out /b" in text   # silu never ran
+    # The closing lines name the next commands, ready to paste.
+    assert text.splitlines()[-2:] == [
+        "Next: zlbench summary /b  (the tables, and summary.csv)",
+        "      zlbench report /b -o /b/report.html  (one HTML page: plots, every row, failures)"]
     assert fmt_duration(3725) == "1:02:05"

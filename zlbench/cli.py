@@ -23,6 +23,8 @@ SUBCOMMANDS = {
               "Measure many operators across devices, surviving hangs, crashes and restarts."),
     "summary": ("zlbench.summary.command:summary_command",
                 "Tables from run logs: PATH is a run.log, a run dir or a batch dir."),
+    "report": ("zlbench.report.command:report_command",
+               "One HTML page for a batch (or run) dir: counts, plots, every row, failures."),
     "ab": ("zlbench.ab:ab_command", "Compare a build switch: A (ENV=0) records, B (ENV=1) replays A's configs."),
     "ops": ("zlbench.ops.command:ops_group",
             "Operator inventories, curated shape files, the dismiss list, compat guards."),

@@ -3,6 +3,7 @@ with its reason. Plain text, so it reads the same on a terminal and in a CI log.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import List, Mapping, Sequence
 
@@ -54,4 +55,13 @@ def render_report(out: Path, rows: Mapping[str, Mapping[str, str]], planned: Seq
     lines.append(f"Status table: {out / 'ops_status.csv'}")
     if interrupted or counts.get(NOT_RUN):
         lines.append(f"Not finished. Continue with: zlbench batch --resume --out {out}")
+    lines += next_commands(out)
     return "\n".join(lines)
+
+
+def next_commands(out: Path) -> List[str]:
+    """The closing lines: what to run on this batch dir next."""
+    quoted = shlex.quote(str(out))
+    return [f"Next: zlbench summary {quoted}  (the tables, and summary.csv)",
+            f"      zlbench report {quoted} -o {shlex.quote(str(out / 'report.html'))}"
+            "  (one HTML page: plots, every row, failures)"]

@@ -53,23 +53,48 @@ def _lookup(identity: Optional[dict], path: Sequence[str]) -> str:
     return text
 
 
+def caliber_values(identity: Optional[dict]) -> Dict[str, str]:
+    """How one run measured: every caliber field and knob that compare_calibers compares,
+    as text ("unknown" where the identity does not say)."""
+    values = {label: _lookup(identity, path) for label, path in CALIBER_FIELDS}
+    knobs = (identity or {}).get("knobs") or {}
+    for name in sorted(set(knobs) - NOT_COMPARED_KNOBS):
+        values[f"knobs.{name}"] = _lookup(knobs, (name,))
+    return values
+
+
+def batch_caliber(runs: Sequence[RunLog]) -> Dict[str, str]:
+    """The caliber of a whole input: each field's value where every run agrees, else
+    "mixed: <value> (<n> runs), ..." so a page never shows one run's value as all's."""
+    seen: Dict[str, Dict[str, int]] = {}
+    for run in runs:
+        for name, value in caliber_values(run.identity).items():
+            counts = seen.setdefault(name, {})
+            counts[value] = counts.get(value, 0) + 1
+    out = {}
+    for name, counts in seen.items():
+        if len(counts) == 1:
+            out[name] = next(iter(counts))
+        else:
+            out[name] = "mixed: " + ", ".join(
+                f"{v} ({n} runs)" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return out
+
+
 def compare_calibers(a: Optional[dict], b: Optional[dict]) -> List[CaliberDiff]:
     """Caliber fields (and every knob) whose values differ between two identities.
 
     A key missing on one side (an older run) reads "unknown" and counts as a difference:
     nothing says the two runs agree on it.
     """
+    va, vb = caliber_values(a), caliber_values(b)
+    fields = [label for label, _ in CALIBER_FIELDS]
+    fields += sorted((set(va) | set(vb)) - set(fields))
     diffs = []
-    for label, path in CALIBER_FIELDS:
-        va, vb = _lookup(a, path), _lookup(b, path)
-        if va != vb:
-            diffs.append(CaliberDiff(label, va, vb))
-    knobs_a = (a or {}).get("knobs") or {}
-    knobs_b = (b or {}).get("knobs") or {}
-    for name in sorted((set(knobs_a) | set(knobs_b)) - NOT_COMPARED_KNOBS):
-        va, vb = _lookup(knobs_a, (name,)), _lookup(knobs_b, (name,))
-        if va != vb:
-            diffs.append(CaliberDiff(f"knobs.{name}", va, vb))
+    for name in fields:
+        x, y = va.get(name, UNKNOWN), vb.get(name, UNKNOWN)
+        if x != y:
+            diffs.append(CaliberDiff(name, x, y))
     return diffs
 
 

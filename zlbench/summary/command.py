@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import click
 
-from zlbench.summary.ab import pair_summaries
+from zlbench.summary.ab import ABResult, pair_summaries
 from zlbench.summary.plot import PlotUnavailable, plot_gains, pyplot
 from zlbench.summary.render import FORMATS, render_csv, render_summary
 from zlbench.summary.render_ab import caliber_lines, render_ab, render_ab_csv
@@ -46,6 +46,18 @@ def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
                err=True)
 
 
+def check_caliber(result: ABResult, allow_mismatch: bool) -> List[str]:
+    """The caliber warning lines; refuse the A/B when they say A and B were measured
+    differently and --allow-caliber-mismatch was not given."""
+    warning = caliber_lines(result.caliber)
+    if result.caliber.mismatch and not allow_mismatch:
+        raise click.ClickException(
+            "\n".join(warning) + "\nRefusing to compare: the gains would mix the build "
+            "with the measurement. Re-run one side with the other's settings, or pass "
+            "--allow-caliber-mismatch to compare anyway.")
+    return warning
+
+
 def run_ab(a: str, b: str, fmt_name: str, out: Optional[str], plot: Optional[str],
            allow_mismatch: bool) -> None:
     if plot:
@@ -55,12 +67,7 @@ def run_ab(a: str, b: str, fmt_name: str, out: Optional[str], plot: Optional[str
         except PlotUnavailable as e:
             raise click.ClickException(str(e)) from None
     result = pair_summaries(_summarize(a), _summarize(b))
-    warning = caliber_lines(result.caliber)
-    if result.caliber.mismatch and not allow_mismatch:
-        raise click.ClickException(
-            "\n".join(warning) + "\nRefusing to compare: the gains would mix the build "
-            "with the measurement. Re-run one side with the other's settings, or pass "
-            "--allow-caliber-mismatch to compare anyway.")
+    warning = check_caliber(result, allow_mismatch)
     if warning and fmt_name in ("csv", "json"):
         # table and markdown open with these lines; machine formats keep stdout clean.
         click.echo("\n".join(warning), err=True)

@@ -1,0 +1,167 @@
+"""`zlbench report`: the page of a real sample batch, opened in headless Chromium and
+read as a person reads it (sorting, filtering, plots), plus the page's data for failures
+and for a 30,000-row screen."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import zlbench
+from report_browser import browser_missing, open_page
+
+pytest.importorskip("jinja2")
+pytest.importorskip("matplotlib")
+
+
+def _browser():
+    missing = browser_missing()
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the browser tests: {missing}")
+        pytest.skip(missing)
+
+
+def _artifacts(tmp_path) -> Path:
+    """Where screenshots go: $ZL_TEST_ARTIFACTS (kept by CI) or the test's tmp dir."""
+    path = Path(os.environ.get("ZL_TEST_ARTIFACTS") or tmp_path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _numbers(texts):
+    return [float(t) for t in texts if t]
+
+
+def _blob(html: str, table_id: str) -> dict:
+    m = re.search(r'id="%s">.*?<script type="application/json" class="zl-data">(.*?)</script>'
+                  % table_id, html, re.S)
+    return json.loads(m[1])
+
+
+def test_batch_report_in_a_browser(sample_screen, tmp_path):
+    _browser()
+    html = tmp_path / "report.html"
+    proc = zlbench("report", sample_screen, "-o", html, check=True)
+    assert f"wrote {html}" in proc.stderr
+    text = html.read_text()
+    # Self-contained: nothing is fetched from anywhere.
+    assert not re.search(r'<(script|link|img)[^>]+(src|href)=', text)
+    rows = _blob(text, "rows-table")["rows"]
+    assert {r[0] for r in rows} == {"abs", "add", "mm", "softmax"}
+    with open_page(html) as page:
+        total = page.shown_rows("rows-table")
+        assert total == len(rows) > 8
+        # What the headline says a person can check against the batch.
+        cards = page.driver.find_element("id", "headline").text
+        assert "4\noperators ok" in cards and f"{total} of {total}\nrows measured" in cards
+
+        # Click "gems ms": sorted descending (numbers first), click again: ascending.
+        page.click_header("rows-table", "gems_ms")
+        down = _numbers(page.column("rows-table", "gems_ms"))
+        assert down == sorted(down, reverse=True) and len(down) == min(total, 100)
+        page.click_header("rows-table", "gems_ms")
+        up = _numbers(page.column("rows-table", "gems_ms"))
+        assert up == sorted(up) and up[0] == min(r[5] for r in rows)
+        page.click_header("rows-table", "op")
+        ops = page.column("rows-table", "op")
+        assert ops == sorted(ops)
+
+        # Typing in the filter narrows the rows to what matches.
+        page.type_filter("rows-table", "softmax")
+        shown = page.shown_rows("rows-table")
+        assert 0 < shown < total and shown == sum(1 for r in rows if r[0] == "softmax")
+        assert set(page.column("rows-table", "op")) == {"softmax"}
+        page.type_filter("rows-table", "family:blas")
+        assert set(page.column("rows-table", "op")) == {"mm"}
+
+        # The plot is drawn: an inline SVG with paths and a real size.
+        sizes = page.plot_sizes()
+        assert sizes and all(w > 300 and h > 100 for w, h in sizes)
+        labels = page.driver.find_element("id", "distribution").text
+        assert "Families: Benchmark classes scanned in" in labels
+        page.type_filter("rows-table", "")
+        page.screenshot(_artifacts(tmp_path) / "report-batch.png")
+    assert (_artifacts(tmp_path) / "report-batch.png").stat().st_size > 20_000
+
+
+def test_ab_report_in_a_browser(sample_screen, tmp_path):
+    _browser()
+    # B: the same screen with mm made twice as slow, so its rows must come first.
+    b = tmp_path / "b"
+    shutil.copytree(sample_screen, b)
+    log = b / "mm" / "run.log"
+    log.write_text(_scale_gems(log.read_text(), 2.0))
+    html = tmp_path / "ab.html"
+    zlbench("report", sample_screen, "--ab", b, "-o", html, check=True)
+    blob = _blob(html.read_text(), "rows-table")
+    with open_page(html) as page:
+        top = page.column("rows-table", "op")
+        n_mm = sum(1 for r in blob["rows"] if r[0] == "mm")
+        assert top[:n_mm] == ["mm"] * n_mm and set(top[n_mm:]) <= {"abs", "add", "softmax"}
+        gains = page.column("rows-table", "gain")
+        assert all(g == "-50.0%" for g in gains[:n_mm])
+        assert all(g == "+0.0%" for g in gains[n_mm:])
+        # Ranges per operator: B's loss on mm, nothing elsewhere.
+        assert page.column("ranges-table", "op")[-1] == "mm"   # geomean, best first
+        page.click_header("ranges-table", "geomean")
+        assert page.column("ranges-table", "op")[0] == "mm"
+        cards = page.driver.find_element("id", "headline").text
+        assert "noise band (p95 |gain|)" in cards
+        assert page.plot_sizes()
+        page.screenshot(_artifacts(tmp_path) / "report-ab.png")
+
+
+def _scale_gems(text: str, factor: float) -> str:
+    """Multiply the Gems Latency cell of every row (20 columns, right-aligned)."""
+    out = []
+    for line in text.split("\n"):
+        if line.startswith("SUCCESS "):
+            cell = line[30:50]
+            line = line[:30] + f"{float(cell) * factor:>20.6f}" + line[50:]
+        out.append(line)
+    return "\n".join(out)
+
+
+def test_failures_show_the_tail_of_their_log(sample_screen, tmp_path):
+    from zlbench.report.model import batch_page
+    from zlbench.summary import summarize
+
+    batch = tmp_path / "batch"
+    shutil.copytree(sample_screen, batch)
+    status = (batch / "ops_status.csv").read_text().splitlines()
+    status = [re.sub(r"^add,ok,", "add,crashed,", line) for line in status]
+    (batch / "ops_status.csv").write_text("\n".join(status) + "\n")
+    (batch / "logs" / "add" / "zz-a2-l0.log").write_text(
+        "".join(f"line {i}\n" for i in range(100)) + "RuntimeError: CUDA error: boom\n")
+    page = batch_page(summarize(batch))
+    (failure,) = page.failures
+    assert failure.op == "add" and failure.status == "crashed"
+    assert failure.tail.endswith("RuntimeError: CUDA error: boom") and "line 61" in failure.tail
+    assert "line 60" not in failure.tail
+    assert ("operators crashed", "1", "bad") in page.headline
+
+
+def test_missing_libraries_are_one_line(monkeypatch, tmp_path):
+    import importlib.util
+
+    from zlbench.report import ReportUnavailable, require
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    with pytest.raises(ReportUnavailable) as info:
+        require()
+    assert str(info.value) == ("zlbench report needs matplotlib, which is not installed: "
+                               "pip install 'zlbench[report]'")
+
+
+def test_bad_input_is_one_line(tmp_path):
+    proc = zlbench("report", tmp_path / "nope", "-o", tmp_path / "r.html")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "does not exist" in proc.stderr

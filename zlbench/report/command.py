@@ -1,0 +1,61 @@
+"""`zlbench report DIR [--ab B] -o report.html`: the screen as one HTML page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from zlbench.report import ReportUnavailable
+from zlbench.summary.sources import SummaryInputError
+
+
+def build_report(path: str, ab: Optional[str], out: Path, allow_mismatch: bool = False) -> str:
+    """Write the page; return a one-line description of what was written."""
+    from zlbench.report import require
+    from zlbench.report.model import ab_page, batch_page
+    from zlbench.report.page import render_page
+    from zlbench.summary.ab import pair_summaries
+    from zlbench.summary.command import check_caliber
+    from zlbench.summary.rows import summarize
+
+    require()
+    summary = summarize(path)
+    if ab:
+        result = pair_summaries(summary, summarize(ab))
+        check_caliber(result, allow_mismatch)
+        page = ab_page(result)
+        history = None
+        what = f"A/B of {len(result.pairs)} paired rows"
+    else:
+        page = batch_page(summary)
+        history = None
+        what = f"{len(summary.rows)} rows"
+    html = render_page(page, history)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(html, encoding="utf-8")
+    return f"wrote {out} ({what}, {len(html) / 1e6:.1f} MB)"
+
+
+@click.command("report")
+@click.argument("path", type=click.Path())
+@click.option("--ab", "ab", type=click.Path(), default=None, metavar="B",
+              help="Compare PATH (A) with B: gains, the noise band, per-row verdicts where "
+                   "the rows carry them, biggest changes first.")
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("report.html"), show_default=True,
+              help="The HTML file to write (self-contained: open it from disk or keep it "
+                   "as a CI artifact).")
+@click.option("--allow-caliber-mismatch", is_flag=True,
+              help="With --ab: compare even when the two runs were measured differently.")
+def report_command(path: str, ab: Optional[str], out: Path,
+                   allow_caliber_mismatch: bool) -> None:
+    """One HTML page for a batch (or run) dir: counts, plots, every row, failures."""
+    try:
+        click.echo(build_report(path, ab, out, allow_caliber_mismatch), err=True)
+    except (SummaryInputError, ReportUnavailable) as e:
+        raise click.ClickException(str(e)) from None
+    except OSError as e:
+        raise click.ClickException(f"cannot write {out}: {e.strerror}; choose another "
+                                   "file with -o FILE") from None

@@ -1,0 +1,92 @@
+"""Operator families for the report's plots: the FlagGems Benchmark class an operator's
+test builds on (UnaryPointwise, BinaryPointwise, Blas, Norm, Reduction, Generic, ...).
+
+Read from the corpus the batch ran when it is on this machine (an AST scan, no import),
+else from the curated inventory in ops/inventory/; the page says which, and operators
+found in neither are drawn as "other".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence
+
+OTHER = "other"
+BASE = "Benchmark"
+# Inventory file by the corpus layout run_identity.json records.
+INVENTORIES = {"head": "flaggems", "v5.0.2": "flaggems-v5.0.2"}
+
+
+@dataclass
+class Families:
+    of: Dict[str, str] = field(default_factory=dict)
+    source: str = "none found"
+
+    def get(self, op: str) -> str:
+        return self.of.get(op, OTHER)
+
+
+def family_of_chain(chain: Sequence[str]) -> str:
+    """The class right below the base Benchmark (mixins skipped), without "Benchmark"."""
+    chain = list(chain)
+    if chain and chain[-1] == BASE:
+        chain = chain[:-1]
+    chain = [c for c in chain if not c.endswith("Mixin")]
+    if not chain:
+        return BASE
+    name = chain[-1]
+    return name[:-len(BASE)] if name.endswith(BASE) and name != BASE else name
+
+
+def _from_scan(root: Path) -> Dict[str, str]:
+    from zlbench.ops.scan import scan_tree
+
+    out: Dict[str, str] = {}
+    for entry in scan_tree(root):
+        for op in entry.op_names + entry.marks:
+            out.setdefault(op, family_of_chain(entry.class_chain))
+    return out
+
+
+def _from_inventory(name: str) -> Dict[str, str]:
+    from zlbench.ops.inventory import load_inventory
+
+    out: Dict[str, str] = {}
+    for op, entry in (load_inventory(name).get("ops") or {}).items():
+        for test in entry.get("tests") or []:
+            family = family_of_chain(test.get("class_chain") or [])
+            for printed in (test.get("op_names") or []) + [op]:
+                out.setdefault(printed, family)
+    return out
+
+
+def operator_families(ops: Iterable[str], corpus_roots: Iterable[Optional[str]],
+                      layouts: Iterable[Optional[str]]) -> Families:
+    """Families of ``ops``, from the first corpus root that is on this machine, else the
+    inventory of the recorded layout."""
+    wanted = set(ops)
+    notes: List[str] = []
+    for root in dict.fromkeys(r for r in corpus_roots if r):
+        if (Path(root) / "benchmark").is_dir():
+            try:
+                found = _from_scan(Path(root))
+            except Exception as e:  # a corpus the scanner cannot read: say so, go on
+                notes.append(f"scan of {root} failed ({type(e).__name__}: {e})")
+                continue
+            if wanted & set(found):
+                return Families(found, f"Benchmark classes scanned in {root}")
+    for layout in dict.fromkeys(l for l in layouts if l):
+        name = INVENTORIES.get(layout)
+        if name is None:
+            continue
+        try:
+            found = _from_inventory(name)
+        except Exception as e:
+            notes.append(f"inventory {name} unreadable ({type(e).__name__}: {e})")
+            continue
+        if wanted & set(found):
+            return Families(found, f"ops/inventory/{name}.yaml (the corpus is not on this "
+                                   "machine)")
+    return Families(source="; ".join(notes) or "neither the corpus nor an inventory is "
+                    "available: every operator is drawn as 'other'")

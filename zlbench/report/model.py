@@ -1,0 +1,337 @@
+"""What the report page shows, as plain data: built from summary's Summary and ABResult
+(no second parser), rendered by page.py. Nothing here imports Jinja2 or matplotlib.
+
+Rows travel to the page as one JSON blob of columns and value arrays; the page's script
+sorts, filters and pages them, so a 30,000-row nightly screen is never 30,000 DOM rows.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from zlbench.batch.classify import BAD, NOT_RUN, STATUSES, count_statuses
+from zlbench.batch.driver import load_plan
+from zlbench.batch.state import LOGS_DIR, StatusFile, tail_lines
+from zlbench.report.families import Families, operator_families
+from zlbench.summary.ab import ABResult
+from zlbench.summary.caliber import batch_caliber
+from zlbench.summary.parse import Row
+from zlbench.summary.render_ab import GAIN_NOTE, caliber_lines
+from zlbench.summary.rows import Summary
+from zlbench.summary.tables import marker_text
+
+# Lines of an operator's last attempt log shown under a failure.
+TAIL_LINES = 40
+VERSION_KEYS = ("flag_gems", "triton", "torch", "python", "pytest", "corpus", "flagtree",
+                "torch_musa", "torch_npu")
+
+
+@dataclass
+class Column:
+    key: str
+    label: str
+    # "text", "num" (a float shown with `digits`), "pct" (a ratio - 1 shown as +x.x%)
+    kind: str = "text"
+    digits: int = 4
+    title: str = ""
+    # How the page colours a cell: "ratio" (vs 1), "sign" (vs 0), "status", or none.
+    tone: str = ""
+
+
+@dataclass
+class Table:
+    columns: List[Column]
+    rows: List[List[Any]]
+    sort: str
+    descending: bool = False
+
+    def blob(self) -> Dict[str, Any]:
+        return {"columns": [vars(c) for c in self.columns], "rows": self.rows,
+                "sort": self.sort, "descending": self.descending}
+
+
+@dataclass
+class Failure:
+    op: str
+    status: str
+    attempts: str
+    reason: str
+    log: str
+    tail: str
+
+
+@dataclass
+class Page:
+    kind: str                       # "batch" or "ab"
+    title: str
+    inputs: List[Tuple[str, str]]   # (label, path)
+    headline: List[Tuple[str, str, str]]  # (label, value, css class)
+    caliber: List[Tuple[str, str]]
+    versions: List[Tuple[str, str]]
+    table: Table
+    families: Families
+    notes: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    failures: List[Failure] = field(default_factory=list)
+    issues: Optional[Table] = None
+    # (family, values) for the distribution plot; values are speedups or A/B ratios.
+    distribution: List[Tuple[str, List[float]]] = field(default_factory=list)
+    band: Optional[Tuple[float, float]] = None
+    ranges: Optional[Table] = None
+
+
+def _finite(value: Optional[float]) -> Optional[float]:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _dtype(text: str) -> str:
+    return text[len("torch."):] if text.startswith("torch.") else text
+
+
+def _rel(path: str, root: Path) -> str:
+    try:
+        return os.path.relpath(path, root)
+    except ValueError:
+        return path
+
+
+def families_for(summaries: Sequence[Summary]) -> Families:
+    runs = [r for s in summaries for r in s.runs]
+    ops = {row.op for s in summaries for row in s.rows}
+    return operator_families(ops, [(r.identity or {}).get("corpus_root") for r in runs],
+                             [(r.identity or {}).get("layout") for r in runs])
+
+
+def versions(summary: Summary) -> List[Tuple[str, str]]:
+    seen: Dict[str, Dict[str, int]] = {}
+    for run in summary.runs:
+        for key in VERSION_KEYS:
+            value = ((run.identity or {}).get("versions") or {}).get(key)
+            if value:
+                counts = seen.setdefault(key, {})
+                counts[str(value)] = counts.get(str(value), 0) + 1
+    return [(k, ", ".join(seen[k])) for k in VERSION_KEYS if k in seen]
+
+
+def _by_family(values: Sequence[Tuple[str, float]], limit: int = 24
+               ) -> List[Tuple[str, List[float]]]:
+    """Values grouped by family, biggest families first; past ``limit``, one 'other'."""
+    groups: Dict[str, List[float]] = {}
+    for family, value in values:
+        groups.setdefault(family, []).append(value)
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    if len(ordered) <= limit:
+        return ordered
+    rest = [v for _, vs in ordered[limit - 1:] for v in vs]
+    return ordered[:limit - 1] + [(f"{len(ordered) - limit + 1} more families", rest)]
+
+
+def _failures(root: Path, status: Dict[str, Dict[str, str]]) -> List[Failure]:
+    out = []
+    for op in sorted(status):
+        row = status[op]
+        if row.get("status") not in BAD:
+            continue
+        logs = sorted((root / LOGS_DIR / op).glob("*.log"), key=lambda p: p.stat().st_mtime)
+        if logs:
+            tail = "\n".join(tail_lines(logs[-1])[-TAIL_LINES:])
+            log = _rel(str(logs[-1]), root)
+        else:
+            tail, log = "(no attempt log under logs/)", ""
+        out.append(Failure(op, row.get("status", ""), row.get("attempts", ""),
+                           row.get("reason", ""), log, tail))
+    return out
+
+
+def _status_counts(root: Path) -> Tuple[Dict[str, Dict[str, str]], Dict[str, int], List[str]]:
+    status = StatusFile(root).read()
+    notes = []
+    try:
+        plan = load_plan(root) or {}
+    except Exception as e:  # an unreadable plan: count what ops_status.csv says
+        plan = {}
+        notes.append(str(e))
+    planned = [p["op"] for p in plan.get("ops", [])] + list(plan.get("dismissed", {}))
+    planned = list(dict.fromkeys(planned + sorted(status)))
+    return status, count_statuses(status, planned), notes
+
+
+BATCH_COLUMNS = [
+    Column("op", "operator"), Column("family", "family"), Column("dtype", "dtype"),
+    Column("shape", "shape"),
+    Column("torch_ms", "torch ms", "num", 6), Column("gems_ms", "gems ms", "num", 6),
+    Column("speedup", "speedup", "num", 3, "torch ms / gems ms (> 1: gems faster)",
+           "ratio"),
+    Column("status", "status", tone="status"), Column("timer", "timer"), Column("markers", "markers"),
+    Column("run", "run dir"),
+]
+
+
+def _spread_columns(rows: Sequence[Row]) -> List[Column]:
+    """Per-row sample count and spread, where the rows carry them."""
+    cols = []
+    for key, label in (("samples", "samples"), ("spread", "spread")):
+        if any(getattr(r, key, None) is not None for r in rows):
+            cols.append(Column(key, label, "num" if key == "spread" else "text", 4))
+    return cols
+
+
+def batch_page(summary: Summary, families: Optional[Families] = None) -> Page:
+    families = families or families_for([summary])
+    root = summary.root
+    status, counts, notes = _status_counts(root)
+    rows = summary.rows
+    spread = _spread_columns(rows)
+    columns = BATCH_COLUMNS + spread
+    table_rows = []
+    for r in rows:
+        cells = [r.op, families.get(r.op), _dtype(r.dtype), r.shape, _finite(r.torch_ms),
+                 _finite(r.gems_ms), _finite(r.speedup), r.status,
+                 r.timer + (" (fallback)" if r.fallback else ""), marker_text(r.markers),
+                 _rel(r.run_dir, root) if r.run_dir else ""]
+        cells += [getattr(r, c.key, None) for c in spread]
+        table_rows.append(cells)
+
+    ok_rows = sum(1 for r in rows if r.status == "SUCCESS")
+    fallback_rows = sum(1 for r in rows if r.fallback)
+    dtype_fallback = sorted(op for op, s in status.items()
+                            if s.get("status") == "ok" and s.get("dtype_level") not in ("0", "", None))
+    headline = []
+    if status:
+        for name in (*STATUSES, NOT_RUN):
+            if counts.get(name):
+                css = "bad" if name in BAD or name == NOT_RUN else (
+                    "ok" if name == "ok" else "muted")
+                headline.append((f"operators {name}", str(counts[name]), css))
+    headline += [
+        ("rows measured", f"{ok_rows} of {len(rows)}", "ok" if ok_rows == len(rows) else "warn"),
+        ("rows timed by the direct fallback", str(fallback_rows),
+         "warn" if fallback_rows else "muted"),
+        ("operators on fallback dtypes", str(len(dtype_fallback)),
+         "warn" if dtype_fallback else "muted"),
+        ("issues", str(len(summary.issues)), "warn" if summary.issues else "muted"),
+    ]
+    if dtype_fallback:
+        notes.append("Measured with fallback dtypes: " + ", ".join(
+            f"{op} (level {status[op]['dtype_level']})" for op in dtype_fallback))
+    distribution = _by_family([(families.get(r.op), r.speedup) for r in rows
+                               if r.status == "SUCCESS" and r.speedup and r.speedup > 0
+                               and math.isfinite(r.speedup)])
+    return Page(
+        kind="batch", title=f"zlbench batch {root.name}",
+        inputs=[("batch", str(summary.input))], headline=headline,
+        caliber=list(batch_caliber(summary.runs).items()), versions=versions(summary),
+        table=Table(columns, table_rows, "speedup"), families=families, notes=notes,
+        failures=_failures(root, status),
+        issues=Table(ISSUE_COLUMNS, _issue_rows(summary), "kind"),
+        distribution=distribution)
+
+
+ISSUE_COLUMNS = [Column("kind", "kind"), Column("op", "operator"), Column("what", "what"),
+                 Column("where", "where")]
+
+
+def _issue_rows(summary: Summary, side: str = "") -> List[List[Any]]:
+    return [[(side + " " if side else "") + i.kind, i.op or "", i.message, i.where()]
+            for i in summary.issues]
+
+
+AB_COLUMNS = [
+    Column("op", "operator"), Column("family", "family"), Column("dtype", "dtype"),
+    Column("shape", "shape"), Column("a_ms", "A gems ms", "num", 6),
+    Column("b_ms", "B gems ms", "num", 6),
+    Column("gain", "gain", "pct", 1, GAIN_NOTE, "sign"),
+    Column("change", "|change|", "num", 3, "|log2(A ms / B ms)|: the size of the change "
+           "either way (1 = twice as fast or slow)"),
+    Column("band", "vs noise band", "text", 0, "inside or outside the p95 |gain| band",
+           "status"),
+    Column("timer", "timers A/B"),
+]
+
+
+def _verdict_column(result: ABResult) -> Optional[Column]:
+    if any(getattr(p, "verdict", None) for p in result.pairs):
+        return Column("verdict", "verdict", "text", 0, "SAME / FASTER / SLOWER from the "
+                      "two rows' spreads and the A/A floor", "status")
+    return None
+
+
+def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
+    families = families or families_for([result.a, result.b])
+    p95 = result.noise_p95
+    verdict = _verdict_column(result)
+    columns = AB_COLUMNS[:7] + ([verdict] if verdict else []) + AB_COLUMNS[7:]
+    rows = []
+    for p in result.pairs:
+        ratio = p.gain + 1.0
+        change = abs(math.log2(ratio)) if ratio > 0 else None
+        band = ("" if p95 is None else "inside" if abs(p.gain) <= p95 else
+                "faster" if p.gain > 0 else "slower")
+        cells = [p.a.op, families.get(p.a.op), _dtype(p.a.dtype), p.a.shape,
+                 _finite(p.a.gems_ms), _finite(p.b.gems_ms), p.gain]
+        if verdict:
+            cells.append(getattr(p, "verdict", None) or "")
+        cells += [change, band, f"{p.a.timer}/{p.b.timer}"
+                  + (" (fallback)" if p.fallback else "")]
+        rows.append(cells)
+    c = len(result.pairs)
+    faster = sum(1 for p in result.pairs if p95 is not None and p.gain > p95)
+    slower = sum(1 for p in result.pairs if p95 is not None and p.gain < -p95)
+    overall = result.overall
+
+    def pct(v: Optional[float], sign: bool = True) -> str:
+        return "n/a" if v is None else (f"{v * 100:+.1f}%" if sign else f"{v * 100:.1f}%")
+
+    headline = [
+        ("rows paired", f"{c} (A {len(result.a.rows)}, B {len(result.b.rows)})", "muted"),
+        ("geomean gain", pct(overall.geomean if overall else None), "ok"),
+        ("median gain", pct(overall.median if overall else None), "muted"),
+        ("noise band (p95 |gain|)", pct(p95, sign=False), "muted"),
+        ("beyond the band, B faster", str(faster), "ok" if faster else "muted"),
+        ("beyond the band, B slower", str(slower), "bad" if slower else "muted"),
+        ("only in A / only in B", f"{len(result.only_a)} / {len(result.only_b)}",
+         "warn" if result.only_a or result.only_b else "muted"),
+        ("not comparable", str(len(result.not_comparable)),
+         "warn" if result.not_comparable else "muted"),
+    ]
+    if verdict:
+        for name in ("FASTER", "SLOWER", "SAME"):
+            n = sum(1 for p in result.pairs if getattr(p, "verdict", None) == name)
+            headline.append((f"verdict {name}", str(n),
+                             {"FASTER": "ok", "SLOWER": "bad"}.get(name, "muted")))
+    notes = [GAIN_NOTE + ".",
+             "The noise band is the p95 |gain| of this pair; it is the noise floor only "
+             "when A and B are the same build (an A/A pair)."]
+    if not verdict:
+        notes.append("No per-row verdicts: these runs carry no per-row spread.")
+    unpaired = ([("only in A", r.op, r.dtype, r.shape) for r in result.only_a]
+                + [("only in B", r.op, r.dtype, r.shape) for r in result.only_b]
+                + [(f"not comparable: {n.reason}", n.a.op, n.a.dtype, n.a.shape)
+                   for n in result.not_comparable])
+    issues = _issue_rows(result.a, "A") + _issue_rows(result.b, "B")
+    issues += [[why, op, f"{_dtype(dtype)} {shape}", ""] for why, op, dtype, shape in unpaired]
+    ranges = Table([Column("op", "operator"), Column("family", "family"),
+                    Column("count", "rows", "num", 0), Column("min", "min", "pct", 1, tone="sign"),
+                    Column("median", "median", "pct", 1, tone="sign"),
+                    Column("max", "max", "pct", 1, tone="sign"),
+                    Column("geomean", "geomean", "pct", 1, tone="sign"),
+                    Column("fallback", "fallback rows", "num", 0,
+                           "rows timed by the direct fallback on either side")],
+                   [[r.name, families.get(r.name), r.count, r.min, r.median, r.max, r.geomean,
+                     r.fallback_rows] for r in result.by_op], "geomean", descending=True)
+    return Page(
+        kind="ab", title=f"zlbench A/B {Path(result.a.input).name} vs {Path(result.b.input).name}",
+        inputs=[("A", str(result.a.input)), ("B", str(result.b.input))],
+        headline=headline, caliber=list(batch_caliber(result.a.runs).items()),
+        versions=[(f"A {k}", v) for k, v in versions(result.a)]
+        + [(f"B {k}", v) for k, v in versions(result.b)],
+        table=Table(columns, rows, "change", descending=True), families=families,
+        notes=notes, warnings=caliber_lines(result.caliber),
+        issues=Table(ISSUE_COLUMNS, issues, "kind"),
+        distribution=_by_family([(families.get(p.a.op), p.gain + 1.0) for p in result.pairs
+                                 if p.gain > -1.0]),
+        band=None if p95 is None else (1.0 / (1.0 + p95), 1.0 + p95), ranges=ranges)
