@@ -128,23 +128,29 @@ def _scale_gems(text: str, factor: float) -> str:
     return "\n".join(out)
 
 
-def test_failures_show_the_tail_of_their_log(sample_screen, tmp_path):
+@pytest.mark.parametrize("sharded", [False, True])
+def test_failures_show_the_tail_of_their_log(sample_screen, tmp_path, sharded):
     from zlbench.report.model import batch_page
     from zlbench.summary import summarize
 
-    batch = tmp_path / "batch"
+    top = tmp_path / "screen"
+    # A sharded screen (batch --shard K/N) keeps one batch dir per shard below DIR.
+    batch = top / "shard-0-of-1" if sharded else top
     shutil.copytree(sample_screen, batch)
     status = (batch / "ops_status.csv").read_text().splitlines()
     status = [re.sub(r"^add,ok,", "add,crashed,", line) for line in status]
     (batch / "ops_status.csv").write_text("\n".join(status) + "\n")
     (batch / "logs" / "add" / "zz-a2-l0.log").write_text(
         "".join(f"line {i}\n" for i in range(100)) + "RuntimeError: CUDA error: boom\n")
-    page = batch_page(summarize(batch))
+    page = batch_page(summarize(top))
     (failure,) = page.failures
     assert failure.op == "add" and failure.status == "crashed"
     assert failure.tail.endswith("RuntimeError: CUDA error: boom") and "line 61" in failure.tail
     assert "line 60" not in failure.tail
+    assert failure.log == ("shard-0-of-1/" if sharded else "") + "logs/add/zz-a2-l0.log"
     assert ("operators crashed", "1", "bad") in page.headline
+    assert ("operators ok", "3", "ok") in page.headline
+    assert len(page.table.rows) == len(summarize(sample_screen).rows)
 
 
 def test_missing_libraries_are_one_line(monkeypatch, tmp_path):

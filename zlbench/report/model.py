@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from zlbench.batch.classify import BAD, NOT_RUN, STATUSES, count_statuses
 from zlbench.batch.driver import load_plan
-from zlbench.batch.state import LOGS_DIR, StatusFile, tail_lines
+from zlbench.batch.state import LOGS_DIR, BatchError, StatusFile, tail_lines
 from zlbench.report.families import Families, operator_families
 from zlbench.summary.ab import ABResult
 from zlbench.summary.caliber import batch_caliber
@@ -136,7 +136,10 @@ def _failures(root: Path, status: Dict[str, Dict[str, str]]) -> List[Failure]:
         row = status[op]
         if row.get("status") not in BAD:
             continue
-        logs = sorted((root / LOGS_DIR / op).glob("*.log"), key=lambda p: p.stat().st_mtime)
+        # The batch dir holding the op's run dir: the root, or its shard of a screen.
+        batch_dir = root / Path(row.get("run_dir") or op).parent
+        logs = sorted((batch_dir / LOGS_DIR / op).glob("*.log"),
+                      key=lambda p: p.stat().st_mtime)
         if logs:
             tail = "\n".join(tail_lines(logs[-1])[-TAIL_LINES:])
             log = _rel(str(logs[-1]), root)
@@ -147,15 +150,22 @@ def _failures(root: Path, status: Dict[str, Dict[str, str]]) -> List[Failure]:
     return out
 
 
-def _status_counts(root: Path) -> Tuple[Dict[str, Dict[str, str]], Dict[str, int], List[str]]:
-    status = StatusFile(root).read()
+def _status_counts(summary: Summary
+                   ) -> Tuple[Dict[str, Dict[str, str]], Dict[str, int], List[str]]:
+    """Operators' batch statuses and their counts: a batch's ops_status.csv and plan, or
+    a sharded screen's merged rows and every shard's plan."""
     notes = []
-    try:
-        plan = load_plan(root) or {}
-    except Exception as e:  # an unreadable plan: count what ops_status.csv says
-        plan = {}
-        notes.append(str(e))
-    planned = [p["op"] for p in plan.get("ops", [])] + list(plan.get("dismissed", {}))
+    if summary.screen is not None:
+        status = summary.screen.rows
+        planned = [op for shard in summary.screen.shards.values() for op in shard.planned]
+    else:
+        status = StatusFile(summary.root).read()
+        try:
+            plan = load_plan(summary.root) or {}
+        except BatchError as e:  # an unreadable plan: count what ops_status.csv says
+            plan = {}
+            notes.append(str(e))
+        planned = [p["op"] for p in plan.get("ops", [])] + list(plan.get("dismissed", {}))
     planned = list(dict.fromkeys(planned + sorted(status)))
     return status, count_statuses(status, planned), notes
 
@@ -183,7 +193,7 @@ def _spread_columns(rows: Sequence[Row]) -> List[Column]:
 def batch_page(summary: Summary, families: Optional[Families] = None) -> Page:
     families = families or families_for([summary])
     root = summary.root
-    status, counts, notes = _status_counts(root)
+    status, counts, notes = _status_counts(summary)
     rows = summary.rows
     spread = _spread_columns(rows)
     columns = BATCH_COLUMNS + spread
