@@ -80,7 +80,8 @@ def _given(ctx: click.Context, name: str) -> bool:
                    "operators whose stable hash is K mod N, into <out>/shard-K-of-N/; running "
                    "it again resumes it. auto: K (and N) from a Slurm array task "
                    "(SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) or a Kubernetes indexed job "
-                   "(JOB_COMPLETION_INDEX, with --shards N). Needs --out.")
+                   "(JOB_COMPLETION_INDEX, with --shards N). Needs --out. Run again, a shard "
+                   "measures only operators without a status; with --resume, failed ones too.")
 @click.option("--shards", "shards", type=click.IntRange(min=1), default=None, metavar="N",
               help="With --shard auto: the screen's shard count (required for Kubernetes; "
                    "for Slurm it wins over SLURM_ARRAY_TASK_COUNT, e.g. when a resubmission "
@@ -112,8 +113,9 @@ def batch_command(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_
                               retries, fallback_dtypes, kill_grace, progress, flags,
                               shard=shard, shards=shards)
         if config.shard.count > 1:
-            click.echo(f"zlbench batch: shard {config.shard} into {config.out}"
-                       + (" (resuming)" if config.resume else ""), err=True)
+            how = (" (continuing: operators without a status)" if config.keep_failed else
+                   " (resuming)" if config.resume else "")
+            click.echo(f"zlbench batch: shard {config.shard} into {config.out}{how}", err=True)
         result = run_batch(config)
     except BatchError as e:
         raise BatchStartError(str(e)) from None
@@ -150,14 +152,17 @@ def build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_t
                  fallback_dtypes, kill_grace, progress, flags, shard=None, shards=None,
                  environ=None) -> BatchConfig:
     """The BatchConfig of batch's flags; ``environ`` (default os.environ) feeds --shard auto."""
+    keep_failed = False
     host = resolve_shard(shard, shards, os.environ if environ is None else environ)
     if host.count > 1:
         if out is None:
             raise BatchError(f"--shard {shard} needs --out DIR: every shard of the screen "
                              "writes DIR/shard-K-of-N/ on a file system all hosts share")
         out = Path(out) / shard_dir_name(host.index, host.count)
-        # A shard runs again where it stopped: the command line is the same every time.
-        resume = resume or (out / PLAN_FILE).is_file()
+        # A shard runs again where it stopped (the command line is the same every time):
+        # only operators without a status run; --resume also measures failed ones again.
+        keep_failed = not resume and (out / PLAN_FILE).is_file()
+        resume = resume or keep_failed
     saved = None
     if resume:
         if out is None:
@@ -202,4 +207,4 @@ def build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_t
         fallback_dtypes=fallback, resume=resume,
         extra_env=dict((saved or {}).get("extra_env", {})),
         kill_grace_s=kill_grace if kill_grace is not None else DEFAULT_KILL_GRACE_S,
-        progress=progress, shard=host)
+        progress=progress, shard=host, keep_failed=keep_failed)

@@ -148,6 +148,7 @@ class BatchConfig:
     progress: str = "auto"
     run_command: Sequence[str] = field(default_factory=default_run_command)
     shard: HostShard = WHOLE
+    keep_failed: bool = False   # on resume, keep failed/timeout/crashed rows too
     environ: Optional[Mapping[str, str]] = None   # base environment; default os.environ
 
 

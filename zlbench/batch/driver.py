@@ -22,6 +22,7 @@ from .. import backends, knobs, providers
 from ..backends import DeviceError
 from . import procs
 from .config import BatchConfig, BatchResult
+from .classify import BAD
 from .execute import BATCH_TAG, ExecContext, Stopper, child_environ, dtype_ladder, run_operator
 from .oplist import check_op_name, dedupe, load_dismiss, read_op_list
 from .plan import OpPlan, Plan, make_plan
@@ -221,8 +222,11 @@ def _reconstructed_row(op: str, item: OpPlan, batch_dir: Path, attempts: List[di
 
 
 def _prepare_resume(plan: Plan, batch_dir: Path, status: StatusFile, session: str,
-                    grace_s: float, backend: str, timer: str, log) -> List[OpPlan]:
-    """Stop what a killed driver left running, keep complete runs, set partial ones aside."""
+                    grace_s: float, backend: str, timer: str, log,
+                    keep_failed: bool = False) -> List[OpPlan]:
+    """Stop what a killed driver left running, keep complete runs, set partial ones aside.
+    ``keep_failed``: also keep operators whose row says failed/timeout/crashed (a shard
+    picking up where it stopped measures only operators without a status)."""
     left = procs.kill_tagged(BATCH_TAG, str(batch_dir), grace_s)
     if left:
         log(f"stopped {len(left)} process(es) an earlier driver left running "
@@ -230,6 +234,7 @@ def _prepare_resume(plan: Plan, batch_dir: Path, status: StatusFile, session: st
     rows = status.read()
     attempts = last_attempts(read_journal(batch_dir / "attempts.jsonl"))
     todo, restored = [], []
+    failed_kept = 0
     for item in plan.ops:
         run_dir = batch_dir / item.op
         if is_complete(run_dir):
@@ -237,14 +242,18 @@ def _prepare_resume(plan: Plan, batch_dir: Path, status: StatusFile, session: st
                 restored.append(_reconstructed_row(item.op, item, batch_dir,
                                                    attempts.get(item.op, []), backend, timer))
             continue
+        if keep_failed and rows.get(item.op, {}).get("status") in BAD:
+            failed_kept += 1
+            continue
         if run_dir.exists():
             prior = rows.get(item.op, {}).get("status") or "partial"
             moved = set_aside(batch_dir, item.op, f"resume-{session}-{prior}")
             log(f"{item.op}: earlier {prior} run dir set aside in {moved.relative_to(batch_dir)}")
         todo.append(item)
     status.update(restored)
-    done = len(plan.ops) - len(todo)
-    log(f"resume: {done} operator(s) complete and kept, {len(todo)} to run", show=True)
+    done = len(plan.ops) - len(todo) - failed_kept
+    kept = f", {failed_kept} failed and kept" if keep_failed else ""
+    log(f"resume: {done} operator(s) complete and kept{kept}, {len(todo)} to run", show=True)
     return todo
 
 
@@ -329,7 +338,8 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
     if config.resume and not saved:
         log(f"nothing to resume in {batch_dir} yet: starting the batch", show=True)
     todo = (_prepare_resume(plan, batch_dir, status, session, config.kill_grace_s,
-                            prep.backend_name, prep.timer, log) if saved else list(plan.ops))
+                            prep.backend_name, prep.timer, log, config.keep_failed)
+            if saved else list(plan.ops))
 
     stopper = Stopper()
     ctx = ExecContext(
