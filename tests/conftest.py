@@ -50,3 +50,30 @@ def sample_screen(tmp_path_factory):
     zlbench("batch", "--backend", "cpu", "--ops", SAMPLE_OPS, "--dtypes", "float32",
             "--devices", "0,1", "--progress", "off", "--out", out, timeout=600, check=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """A one-node Slurm cluster (munged, slurmctld, slurmd) on loopback for this session;
+    clients reach it through ``slurm.env``. Skipped where Debian's slurm-wlm and munge are
+    not installed; a failure under CI=true, which installs them (.ci/run)."""
+    from slurm_cluster import SlurmCluster, missing_binaries
+
+    missing = missing_binaries()
+    if missing:
+        reason = (f"Slurm tests need Debian's slurm-wlm and munge (missing: "
+                  f"{', '.join(missing)}): apt-get install -y slurm-wlm munge")
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    if os.geteuid() != 0:
+        reason = "the Slurm test cluster runs slurmd, which starts jobs, as root"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

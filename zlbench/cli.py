@@ -26,6 +26,8 @@ SUBCOMMANDS = {
     "report": ("zlbench.report.command:report_command",
                "One HTML page for a batch (or run) dir: counts, plots, every row, failures."),
     "ab": ("zlbench.ab:ab_command", "Compare a build switch: A (ENV=0) records, B (ENV=1) replays A's configs."),
+    "slurm": ("zlbench.slurm.command:slurm_group",
+              "Run a screen as a Slurm job array, one task per host shard; its status."),
     "ops": ("zlbench.ops.command:ops_group",
             "Operator inventories, curated shape files, the dismiss list, compat guards."),
     "backends": ("zlbench.cli:backends_command",

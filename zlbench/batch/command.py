@@ -208,3 +208,18 @@ def build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_t
         extra_env=dict((saved or {}).get("extra_env", {})),
         kill_grace_s=kill_grace if kill_grace is not None else DEFAULT_KILL_GRACE_S,
         progress=progress, shard=host, keep_failed=keep_failed)
+
+
+_NAMED = ("out", "resume", "devices", "ops", "op_list", "dismiss", "timeout", "op_timeout", "retries",
+          "fallback_dtypes", "kill_grace", "progress")
+
+
+def config_from_args(args: Sequence[str]) -> BatchConfig:
+    """The BatchConfig that `zlbench batch ARGS` would run, without running it (`zlbench
+    slurm submit` checks its batch options so). Raises click's errors and BatchError."""
+    ctx = batch_command.make_context("zlbench batch", list(args))
+    params = dict(ctx.params)
+    named = {name: params.pop(name) for name in _NAMED}
+    shard, shards = params.pop("shard"), params.pop("shards")
+    return build_config(ctx, *(named[n] for n in _NAMED[:-1]), named["progress"], params,
+                        shard=shard, shards=shards)

@@ -146,6 +146,11 @@ def _settings_doc(settings) -> Dict[str, object]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in sorted(settings.values.items())}
 
 
+def settings_document(settings) -> Dict[str, object]:
+    """The settings as plan.json records them (paths absolute): what resume compares."""
+    return _settings_doc(_absolute(settings))
+
+
 def plan_document(config: BatchConfig, plan: Plan, settings, backend_name: str, timer: str,
                   op_timeouts: Mapping[str, float]) -> dict:
     return {

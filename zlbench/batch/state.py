@@ -45,7 +45,12 @@ DRIVER_LOCK = ".driver.lock"
 DRIVER_INFO = "driver.json"
 # Names inside a batch dir that are not operator run dirs.
 RESERVED = {SET_ASIDE_DIR, LOGS_DIR}
+# A sharded screen run by Slurm keeps its scheduler files in <screen>/slurm/.
 SLURM_DIR = "slurm"
+SLURM_SCRIPT = "array.sbatch"            # the job script, rewritten by each submission
+SLURM_SUBMISSIONS = "submissions.jsonl"  # one line per sbatch: job id, array indices, argv
+SLURM_SCREEN = "screen.json"             # shard count and settings of the first submission
+SLURM_TASK_LOG = "shard-%a-job-%A.out"   # sbatch's --output pattern: one log per task
 SHARD_DIR_RE = re.compile(r"^shard-(\d+)-of-(\d+)$")
 
 
