@@ -129,3 +129,25 @@ def test_plugins_are_silent_without_a_run_dir(tmp_path):
     assert counts["GEMS_VENDOR"] is None
     assert markers(stdout) == [] and "zlbench[" not in stdout
     assert not (run_dir / "plugins").exists()
+
+
+def test_phase_markers_in_order_with_rows_and_plugins_recorded(tmp_path):
+    stdout, _, run_dir = run_fake(
+        tmp_path, ["zlbench.plugins.phases", "zlbench.plugins.device_setup",
+                   "zlbench.plugins.direct_timer"],
+        {"ZL_BACKEND": "cuda", "ZL_TIMER": "direct", "TRITON_CACHE_DIR": str(tmp_path / "tc")})
+    phases = [(m.get("phase"), float(m.get("t"))) for m in markers(stdout) if m.name == "RUN_PHASE"]
+    assert [p for p, _ in phases] == ["session_start", "collected", "first_row", "session_finish"]
+    times = [t for _, t in phases]
+    assert times == sorted(times)
+    data = json.loads((run_dir / "plugins" / "phases.json").read_text())
+    assert data["times"] == {p: pytest.approx(t, abs=1e-3) for p, t in phases}
+    assert data["rows_timed"] == TIMINGS
+    assert data["cache_dirs"][0] == str(tmp_path / "tc")
+    plugins = data["pytest_plugins"]
+    assert plugins["autoload"] is False and plugins["distributions"] == []
+    assert {"zlbench.plugins.phases", "zlbench.plugins.direct_timer"} <= set(plugins["modules"])
+    # The first row is timed after collection and before the last table line.
+    lines = stdout.splitlines()
+    first_row = next(i for i, ln in enumerate(lines) if ln.startswith("RUN_PHASE phase=first_row"))
+    assert first_row < max(i for i, ln in enumerate(lines) if ln.startswith("SUCCESS"))

@@ -41,6 +41,13 @@ def test_sample_run_records_identity_and_completes(tmp_path):
     timer = ident["plugins"]["direct_timer"]
     assert timer["timer"] == "direct" and timer["rows_direct"] == 3
     assert "autotune" in ident["plugins"]
+    # Third-party plugins stay off unless asked for; what loaded is recorded.
+    assert ident["pytest_plugins"]["autoload"] is False
+    assert ident["pytest_plugins"]["distributions"] == []
+    assert "zlbench.plugins.phases" in ident["pytest_plugins"]["modules"]
+    phases = [parse_marker(ln) for ln in log.splitlines() if ln.startswith("RUN_PHASE")]
+    assert [m.get("phase") for m in phases] == ["session_start", "collected", "first_row",
+                                                "session_finish"]
     shapes = (run_dir / "shapes.yaml").read_text()
     assert shapes.startswith("# zlbench: level=core")
 

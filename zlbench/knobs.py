@@ -84,6 +84,14 @@ def _dtypes(knob: "Knob", raw: str) -> Optional[Tuple[str, ...]]:
     return names or None
 
 
+def _names(knob: "Knob", raw: str) -> Optional[Tuple[str, ...]]:
+    names = tuple(n.strip() for n in raw.replace(" ", ",").split(",") if n.strip())
+    bad = [n for n in names if n.startswith("-")]
+    if bad:
+        raise KnobError(knob, raw, f"{', '.join(bad)}: give plugin names (xdist, my.plugin), not flags")
+    return names or None
+
+
 @dataclass(frozen=True)
 class Knob:
     name: str
@@ -140,6 +148,10 @@ KNOBS: List[Knob] = [
          "0 forces the direct timer on backends that can graph-capture (default 1)."),
     Knob("parallel_warmup_gpus", "PARALLEL_WARMUP_GPUS", "--parallel-warmup-gpus", 0, _nonneg_int, False,
          "Shard the autotune sweep over N devices before measuring on one (default 0: off)."),
+    Knob("pytest_plugins", "ZL_PYTEST_PLUGINS", "--pytest-plugins", None, _names, False,
+         "Third-party pytest plugins the benchmark process loads (-p each, comma list); "
+         "'autoload' loads every installed one as plain pytest does. Default: none "
+         "(PYTEST_DISABLE_PLUGIN_AUTOLOAD=1; the loaded ones are recorded in run_identity.json)."),
     Knob("out", "ZL_OUT", "--out", "runs", _text, False, "Root under which run dirs are created."),
 ]
 

@@ -58,6 +58,7 @@ def plugin_plan(backend: Backend, enable_cudagraph: bool = True) -> List[str]:
     timer = choose_timer(backend, enable_cudagraph)
     return [
         *backend.compat_plugins,
+        "zlbench.plugins.phases",
         "zlbench.plugins.device_setup",
         "zlbench.plugins.graph_timer" if timer == "graph" else "zlbench.plugins.direct_timer",
         "zlbench.plugins.autotune",

@@ -124,6 +124,8 @@ class BatchConfig:
     fallback_dtypes  dtype lists for levels 1, 2, ... after a deterministic failure
     extra_env    added to every child's environment (recorded in plan.json)
     replay_dirs  op -> autotune_records dir, overriding settings.replay_from for that op
+    balance_from an earlier batch dir: plan devices longest-first from its ops_status.csv
+                 durations instead of by the stable hash
     progress     "auto" (live on a terminal, plain lines otherwise), "live", "plain", "off"
     shard        this batch's host shard: only operators with h % N == K (plan.py); the
                  caller puts ``out`` at ``<screen>/shard-K-of-N``
@@ -145,6 +147,7 @@ class BatchConfig:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     replay_dirs: Mapping[str, Path] = field(default_factory=dict)
     kill_grace_s: float = DEFAULT_KILL_GRACE_S
+    balance_from: Optional[Path] = None
     progress: str = "auto"
     run_command: Sequence[str] = field(default_factory=default_run_command)
     shard: HostShard = WHOLE

@@ -28,8 +28,8 @@ from .oplist import check_op_name, dedupe, load_dismiss, read_op_list
 from .plan import OpPlan, Plan, make_plan
 from .progress import Progress
 from .state import (BATCH_LOG, PLAN_FILE, BatchError, DriverLock, Journal, StatusFile,
-                    is_complete, last_attempts, read_identity, read_journal, set_aside,
-                    write_atomic)
+                    is_complete, last_attempts, read_durations, read_identity, read_journal,
+                    set_aside, write_atomic)
 
 PLAN_FORMAT = 1
 # Plan keys that define what a number means: a resumed batch must not change them.
@@ -166,6 +166,7 @@ def plan_document(config: BatchConfig, plan: Plan, settings, backend_name: str, 
         "retries": config.retries,
         "fallback_dtypes": [list(f) for f in config.fallback_dtypes],
         "dismiss_file": str(Path(config.dismiss).resolve()) if config.dismiss else None,
+        "balance_from": str(Path(config.balance_from).resolve()) if config.balance_from else None,
         "run_command": list(config.run_command),
         "ops": [{"op": p.op, "device": p.device, "timeout_s": p.timeout_s,
                  "replay_from": p.replay_from} for p in plan.ops],
@@ -308,9 +309,10 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
     timer = backends.choose_timer(backend, settings.values.get("enable_cudagraph", True))
     replay_root = _replay_root(settings)
     op_timeouts = {**file_timeouts, **config.op_timeouts}
+    durations = read_durations(Path(config.balance_from)) if config.balance_from else None
     plan = make_plan(ops, [d.index for d in found], dismissed,
                      config.timeout_s, op_timeouts, replay_root,
-                     {op: Path(p) for op, p in config.replay_dirs.items()}, config.shard)
+                     {op: Path(p) for op, p in config.replay_dirs.items()}, config.shard, durations)
     if replay_root and plan.ops and all(p.replay_note for p in plan.ops):
         log(f"--replay-from {replay_root} has no <op>/autotune_records for any operator; is it "
             "an earlier batch dir? Every operator runs without replay.", show=True)

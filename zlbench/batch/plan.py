@@ -8,12 +8,18 @@ devices d with d = K mod gcd(N, len(devices)). Python's ``hash()`` is salted per
 and list positions change when the corpus grows; neither is used, so an A and a B
 screen with the same N and device list measure each operator on the same host shard
 and the same card.
+
+With durations from an earlier batch (``--balance-from``), the shard's operators are
+instead dealt longest first to the least-loaded device (LPT), ties broken by name and
+device order, so the same durations give the same assignment on side A and side B.
+The host shard is still chosen by the hash first: balancing only places its operators.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -58,6 +64,38 @@ def shard(ops: Sequence[str], devices: Sequence[str], host: HostShard = WHOLE) -
     return {op: ordered[(stable_hash(op) // host.count) % len(ordered)] for op in ops}
 
 
+def balance(ops: Sequence[str], devices: Sequence[str],
+            durations: Mapping[str, float]) -> Dict[str, str]:
+    """Longest-processing-time-first: each operator, longest first (ties by name), to the
+    device with the least planned work (ties by device order). An operator without a
+    duration is planned at the median of the known ones."""
+    ordered = device_order(devices)
+    if not ordered:
+        raise ValueError("no device to shard over")
+    estimate = estimated_durations(ops, durations)
+    load = {d: 0.0 for d in ordered}
+    where: Dict[str, str] = {}
+    for op in sorted(estimate, key=lambda o: (-estimate[o], o)):
+        device = min(ordered, key=lambda d: load[d])   # min() keeps the first of equals
+        where[op] = device
+        load[device] += estimate[op]
+    return where
+
+
+def estimated_durations(ops: Sequence[str], durations: Mapping[str, float]) -> Dict[str, float]:
+    known = [durations[op] for op in ops if op in durations]
+    fallback = statistics.median(known) if known else 1.0
+    return {op: float(durations.get(op, fallback)) for op in ops}
+
+
+def makespan(where: Mapping[str, str], durations: Mapping[str, float]) -> float:
+    """The busiest device's planned seconds."""
+    load: Dict[str, float] = {}
+    for op, device in where.items():
+        load[device] = load.get(device, 0.0) + durations[op]
+    return max(load.values(), default=0.0)
+
+
 @dataclass(frozen=True)
 class OpPlan:
     op: str
@@ -72,6 +110,8 @@ class Plan:
     ops: List[OpPlan]
     devices: List[str]
     dismissed: Dict[str, str]           # op -> reason
+    # Seconds each op is expected to take (--balance-from); empty without durations.
+    expected: Dict[str, float] = field(default_factory=dict)
 
     def queues(self) -> Dict[str, List[OpPlan]]:
         """Per device, its operators in name order (one measurement per card at a time)."""
@@ -101,12 +141,20 @@ def make_plan(ops: Sequence[str], devices: Sequence[str], dismissed: Mapping[str
               timeout_s: Optional[float], op_timeouts: Mapping[str, float],
               replay_root: Optional[Path] = None,
               replay_dirs: Optional[Mapping[str, Path]] = None,
-              host: HostShard = WHOLE) -> Plan:
-    """The plan of host shard ``host``: only its operators (dismissed ones too) appear."""
+              host: HostShard = WHOLE,
+              durations: Optional[Mapping[str, float]] = None) -> Plan:
+    """The plan of host shard ``host``: only its operators (dismissed ones too) appear.
+    ``durations`` (seconds per op, from an earlier batch): balance them over the devices
+    instead of hashing."""
     ordered = device_order(devices)
     ops = [op for op in ops if host.holds(op)]
     to_run = [op for op in ops if op not in dismissed]
-    where = shard(to_run, ordered, host) if to_run else {}
+    if not to_run:
+        where: Dict[str, str] = {}
+    elif durations is not None:
+        where = balance(to_run, ordered, durations)
+    else:
+        where = shard(to_run, ordered, host)
     items = []
     for op in sorted(to_run):
         limit = op_timeouts.get(op, timeout_s)
@@ -114,4 +162,5 @@ def make_plan(ops: Sequence[str], devices: Sequence[str], dismissed: Mapping[str
         items.append(OpPlan(op, where[op], limit or None, replay, note))
     listed = set(ops)
     shown = {op: reason for op, reason in dismissed.items() if op in listed}
-    return Plan(items, ordered, dict(sorted(shown.items())))
+    expected = estimated_durations(to_run, durations) if durations is not None else {}
+    return Plan(items, ordered, dict(sorted(shown.items())), expected)

@@ -105,6 +105,26 @@ class StatusFile:
             write_atomic(self.path, out.getvalue())
 
 
+def read_durations(batch_dir: Path) -> Dict[str, float]:
+    """Seconds each operator took in an earlier batch (``total_s``: every attempt), for
+    ``--balance-from``. Raises BatchError when the dir holds no ops_status.csv."""
+    path = Path(batch_dir) / STATUS_FILE
+    if not path.is_file():
+        raise BatchError(f"--balance-from {batch_dir}: no {STATUS_FILE} there; give an earlier "
+                         "batch dir")
+    out: Dict[str, float] = {}
+    for op, row in StatusFile(Path(batch_dir)).read().items():
+        try:
+            seconds = float(row.get("total_s") or row.get("duration_s") or "")
+        except ValueError:
+            continue   # dismissed, or never run: no duration to plan with
+        out[op] = seconds
+    if not out:
+        raise BatchError(f"--balance-from {batch_dir}: {STATUS_FILE} has no operator with a "
+                         "duration (total_s)")
+    return out
+
+
 def _cell(value: object) -> str:
     if value is None:
         return ""

@@ -46,6 +46,8 @@ _timed_in_call = False
 _installed: List[Tuple[type, str, Any]] = []
 _subclass_hooks: List[Tuple[type, Any]] = []
 stats: Dict[str, int] = {"latency_calls": 0, "latency_calls_untimed": 0}
+# Called with the Timing after every get_latency call (the phases plugin counts rows).
+after_latency: List[Any] = []
 
 
 def current() -> Optional[Timing]:
@@ -161,14 +163,17 @@ def _wrap_get_latency(original):
             return original(self, op, *args, **kwargs)
         _latency_depth = 1
         previous, _timed_in_call = _current, False
+        timing = None
         try:
-            _current = _row_for_call(self, args, kwargs)
+            _current = timing = _row_for_call(self, args, kwargs)
             stats["latency_calls"] += 1
             return original(self, op, *args, **kwargs)
         finally:
             if not _timed_in_call:
                 stats["latency_calls_untimed"] += 1
             _current, _latency_depth = previous, 0
+            for listener in after_latency:
+                listener(timing)
 
     return get_latency
 

@@ -93,6 +93,8 @@ def pytest_command(plan: RunPlan, color: bool) -> List[str]:
         cmd += ["-p", "no:logging"]
     for plugin in plan.plugins:
         cmd += ["-p", plugin]
+    for plugin in extra_pytest_plugins(s):
+        cmd += ["-p", plugin]
     cmd += plan.target.pytest_args
     cmd += ["--level", s.level, "--mode", "kernel"]
     for dtype in s.dtypes or ():
@@ -101,6 +103,20 @@ def pytest_command(plan: RunPlan, color: bool) -> List[str]:
         cmd += ["--shape_file", str(plan.shape_file)]
     cmd.append("--color=yes" if color else "--color=no")
     return cmd
+
+
+AUTOLOAD = "autoload"
+
+
+def extra_pytest_plugins(settings: knobs.Settings) -> List[str]:
+    """ZL_PYTEST_PLUGINS without the 'autoload' word: the -p names to add."""
+    return [n for n in (settings.values.get("pytest_plugins") or ()) if n != AUTOLOAD]
+
+
+def plugin_autoload(settings: knobs.Settings) -> bool:
+    """Installed third-party plugins cost seconds of start-up per operator (2.4 s on an
+    H200 host) and can change collection; they load only when ZL_PYTEST_PLUGINS asks."""
+    return AUTOLOAD in (settings.values.get("pytest_plugins") or ())
 
 
 def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, str]:
@@ -120,6 +136,10 @@ def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, 
         "ZL_ISOLATE_TUNER_CACHE": "1" if s.isolate_tuner_cache else "0",
         "PARALLEL_WARMUP_GPUS": str(s.parallel_warmup_gpus),
     })
+    if plugin_autoload(s):
+        env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+    else:
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env["PYTHONPATH"] = importable_pythonpath(env.get("PYTHONPATH"))
     if plan.warmup_pool:
         env["ZL_WARMUP_DEVICES"] = ",".join(plan.warmup_pool)
@@ -171,6 +191,7 @@ def build_identity(plan: RunPlan, run_dir: Path, cache_description: str) -> dict
         "repeat": s.direct_repeat,
         "shape_source": {"mode": s.shape_mode, "file": str(plan.shape_file)},
         "plugins_planned": plan.plugins,
+        "pytest_plugins": {"autoload": plugin_autoload(s), "requested": extra_pytest_plugins(s)},
         "knobs": s.caliber(),
         "knob_sources": {k: v for k, v in s.sources.items()},
         "versions": {**ident.package_versions(), **plan.provider_versions},
@@ -289,6 +310,9 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
                 "exit_code": code,
                 "plugins": reports,
             })
+            loaded = (reports.get("phases") or {}).get("pytest_plugins")
+            if loaded:
+                ident_data["pytest_plugins"].update(loaded)
             merged = (reports.get("parallel_warmup") or {}).get("merged_dir")
             if merged and not reports["parallel_warmup"].get("refused"):
                 # The measurement replayed the sharded sweep's merged configs.

@@ -1,0 +1,106 @@
+"""Where a run's time goes, as the benchmark process sees it.
+
+Prints a ``RUN_PHASE phase=<name> t=<epoch seconds>`` line at four points: the pytest
+session starts (imports, conftest and plugins are done), collection ends, the first row
+has been timed on the library's side (its kernels compiled and autotuned), the session
+ends. The batch reads them to split an attempt into start-up, collection, first-call
+compile/autotune and measurement. ``plugins/phases.json`` carries the same times, the
+rows timed so far (rewritten after each row: the batch's progress signal) and the
+pytest plugins this process loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from ..markers import RUN_PHASE, format_marker
+from . import print_line, row_context, run_dir, write_plugin_json
+
+PLUGIN = "phases"
+# Order in which the phases happen; a later one implies the earlier ones ran.
+PHASES = ("session_start", "collected", "first_row", "session_finish")
+
+
+class PhaseClock:
+    def __init__(self) -> None:
+        self.times: Dict[str, float] = {}
+        self.rows = 0
+        self.last_row_t: Optional[float] = None
+        self.plugins: Dict[str, Any] = {}
+        self.active = False
+
+    def mark(self, phase: str) -> None:
+        if not self.active or phase in self.times:
+            return
+        now = time.time()
+        self.times[phase] = now
+        print_line(format_marker(RUN_PHASE, phase=phase, t=f"{now:.3f}"))
+        self.write()
+
+    def on_row(self, timing: Any) -> None:
+        self.rows += 1
+        self.last_row_t = time.time()
+        side = getattr(getattr(timing, "row", None), "side", None)
+        if side != "torch":   # the library's side is where compile and autotune happen
+            self.mark("first_row")
+        self.write()
+
+    def write(self) -> None:
+        write_plugin_json(PLUGIN, {
+            "times": dict(self.times), "rows_timed": self.rows, "last_row_t": self.last_row_t,
+            "cache_dirs": cache_dirs(os.environ), "pytest_plugins": self.plugins})
+
+
+def cache_dirs(environ) -> List[str]:
+    """Where this process puts compiled kernels and tuned configs (the batch watches
+    them to tell compiling from hanging)."""
+    home = environ.get("HOME") or os.path.expanduser("~")
+    return [environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache"),
+            environ.get("FLAGGEMS_CACHE_DIR") or os.path.join(home, ".flaggems")]
+
+
+def loaded_plugins(config) -> Dict[str, Any]:
+    """Third-party plugins (setuptools entry points) and -p modules this session loaded."""
+    pm = config.pluginmanager
+    dists = sorted({f"{d.project_name}-{d.version}" for _, d in pm.list_plugin_distinfo()})
+    names = (getattr(p, "__name__", None) for _, p in pm.list_name_plugin() if p is not None)
+    modules = sorted({n for n in names if isinstance(n, str) and not n.endswith("conftest")
+                      and not n.startswith(("_pytest.", "pytest_", "pluggy"))})
+    return {"autoload": os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") in (None, ""),
+            "distributions": dists, "modules": modules}
+
+
+_clock = PhaseClock()
+
+
+def pytest_configure(config) -> None:
+    if run_dir() is None:
+        return
+    _clock.active = True
+    _clock.plugins = loaded_plugins(config)
+    row_context.after_latency.append(_clock.on_row)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session) -> None:
+    _clock.mark("session_start")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session) -> None:
+    _clock.mark("collected")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus) -> None:
+    _clock.mark("session_finish")
+
+
+def pytest_unconfigure(config) -> None:
+    if _clock.on_row in row_context.after_latency:
+        row_context.after_latency.remove(_clock.on_row)
+    _clock.active = False
