@@ -28,7 +28,7 @@ def settings(**flags):
 
 def config(out, ops, **kw):
     base = dict(out=out, settings=settings(), ops=ops, devices=["0", "1"], run_command=STANDIN,
-                progress="off", kill_grace_s=0.5)
+                run_mode="fresh", progress="off", kill_grace_s=0.5)
     base.update(kw)
     return BatchConfig(**base)
 
@@ -132,7 +132,8 @@ from zlbench import knobs
 from zlbench.batch import BatchConfig, run_batch
 settings = knobs.resolve({"backend": "cpu"}, {}, names=knobs.MEASURE_KNOBS)
 result = run_batch(BatchConfig(out=Path(sys.argv[1]), settings=settings, ops=sys.argv[2].split(","),
-                               devices=["0"], run_command=sys.argv[3:], progress="plain",
+                               devices=["0"], run_command=sys.argv[3:], run_mode="fresh",
+                               progress="plain",
                                kill_grace_s=0.5, resume="--resume" in os.environ.get("ARGS", "")))
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "triton", "flag_gems"))
 print("HEAVY", heavy)
@@ -194,5 +195,9 @@ def test_refusals(tmp_path):
                          devices=["99"], environ={"CUDA_VISIBLE_DEVICES": "0"}))
     with pytest.raises(BatchError, match=r"extra_env sets USE_FLAGTUNE \(--use-flagtune\)"):
         run_batch(config(tmp_path / "d", ["ok_1"], extra_env={"USE_FLAGTUNE": "1"}))
+    with pytest.raises(BatchError, match="custom run command needs --run-mode fresh"):
+        run_batch(config(tmp_path / "f", ["ok_1"], run_mode="worker"))
+    with pytest.raises(BatchError, match="--run-mode 'warm'"):
+        run_batch(config(tmp_path / "g", ["ok_1"], run_mode="warm"))
     with pytest.raises(BatchError, match="--replay-from .*not a directory"):
         run_batch(config(tmp_path / "e", ["ok_1"], settings=settings(replay_from=str(tmp_path / "nope"))))

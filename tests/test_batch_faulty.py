@@ -8,13 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from zlbench.batch.procs import is_alive, live_group_members
+import pytest
+
+from zlbench.batch.procs import is_alive, live_group_members, tagged_processes
 
 CORPUS = Path(__file__).parent / "fixtures" / "faulty_corpus"
 
 
 
-def test_each_failure_lands_with_its_status_attempts_and_dtype_level(tmp_path):
+@pytest.mark.parametrize("mode", ["worker", "fresh"])
+def test_each_failure_lands_with_its_status_attempts_and_dtype_level(tmp_path, mode):
     batch = tmp_path / "batch"
     state = tmp_path / "state"
     env = {**os.environ, "FAULTY_STATE_DIR": str(state),
@@ -23,7 +26,7 @@ def test_each_failure_lands_with_its_status_attempts_and_dtype_level(tmp_path):
     cmd = [sys.executable, "-m", "zlbench", "batch", "--flaggems-dir", str(CORPUS), "--backend", "cpu",
            "--devices", "0,1", "--out", str(batch), "--timeout", "120", "--op-timeout", "hang_op=8",
            "--kill-grace", "1", "--retries", "1", "--progress", "plain", "--dismiss", "none",
-           "--ops", "good_op,hang_op,crash_op,dtype_op,flaky_op,broken_op"]
+           "--ops", "good_op,hang_op,crash_op,dtype_op,flaky_op,broken_op", "--run-mode", mode]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 1, proc.stdout + proc.stderr
 
@@ -57,6 +60,18 @@ def test_each_failure_lands_with_its_status_attempts_and_dtype_level(tmp_path):
     hang_pids = [int(p) for line in (state / "hang_op.pids").read_text().splitlines()
                  for p in line.split()]
     assert hang_pids and not any(is_alive(p) for p in hang_pids)
+
+    # Every attempt ran as asked, and says where its time went.
+    assert {r["run_mode"] for r in rows.values()} == {mode}
+    assert {e["mode"] for e in events if e["event"] == "attempt"} == {mode}
+    assert rows["hang_op"]["timeout_kind"] == "timeout_measuring"
+    assert "timed out after 8 s while measuring" in rows["hang_op"]["reason"]
+    for op in ("good_op", "dtype_op", "flaky_op", "broken_op"):
+        for column in ("startup_s", "collect_s", "measure_s", "overhead_s"):
+            assert float(rows[op][column]) >= 0, (op, column)
+    # No worker (nor anything else carrying the batch's tag) outlives the batch.
+    assert tagged_processes("ZL_BATCH_DIR", str(batch.resolve())) == {}
+    assert bool(list((batch / "logs" / "workers").glob("worker-*.log"))) == (mode == "worker")
 
     assert "6 operators" in proc.stdout and "Failures (3):" in proc.stdout
     assert "ok 3, failed 1, timeout 1, crashed 1" in proc.stdout

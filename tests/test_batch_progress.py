@@ -18,6 +18,18 @@ def test_eta_is_the_slowest_device_at_the_mean_operator_time():
     assert state.eta(now=4.0) == 10.0 + 6.0
 
 
+def test_eta_projects_from_expected_durations_and_fills_gaps_with_the_mean():
+    # --balance-from gave device 0's queue 100, 50, ? and device 1's 30.
+    state = ProgressState({"0": 3, "1": 1}, expected={"0": [100.0, 50.0, None], "1": [30.0]})
+    assert state.eta(now=0.0) is None            # an unknown and no mean yet
+    state.devices["0"].done = 1
+    state.durations.append(80.0)
+    assert state.eta(now=0.0) == 50.0 + 80.0
+    state.devices["0"].current, state.devices["0"].started = "x", 0.0
+    assert state.eta(now=20.0) == 30.0 + 80.0    # the running one less its elapsed time
+    assert state.eta(now=90.0) == 0.0 + 80.0
+
+
 def test_plain_lines_name_device_operator_status_and_counts():
     out = io.StringIO()
     with Progress({"0": 1, "1": 1}, mode="plain", out=out, heartbeat_s=0) as progress:

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from zlbench.batch.procs import is_alive, tagged_processes
 
 CORPUS = Path(__file__).parent / "fixtures" / "faulty_corpus"
@@ -24,7 +26,8 @@ def _events(batch):
 
 
 
-def test_sigkill_driver_then_resume(tmp_path):
+@pytest.mark.parametrize("mode", ["worker", "fresh"])
+def test_sigkill_driver_then_resume(tmp_path, mode):
     batch = tmp_path / "batch"
     env = {**os.environ, "FAULTY_STATE_DIR": str(tmp_path / "state"),
            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "FAULTY_SLOW_S": "300"}
@@ -32,7 +35,7 @@ def test_sigkill_driver_then_resume(tmp_path):
     first = subprocess.Popen(
         [sys.executable, "-m", "zlbench", "batch", "--flaggems-dir", str(CORPUS), "--backend", "cpu",
          "--devices", "0", "--out", str(batch), "--ops", "good_op,slow_op", "--dismiss", "none",
-         "--kill-grace", "1", "--progress", "plain"],
+         "--kill-grace", "1", "--progress", "plain", "--run-mode", mode],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 90
     while not any(e["event"] == "attempt" and e["op"] == "slow_op" for e in _events(batch)):
@@ -68,3 +71,5 @@ def test_sigkill_driver_then_resume(tmp_path):
     plan = json.loads((batch / "plan.json").read_text())
     assert [s["resume"] for s in plan["sessions"]] == [False, True]
     assert "resume: 1 operator(s) complete and kept, 1 to run" in resumed.stdout
+    # The resumed driver ran as the plan says (plan.json keeps the run mode).
+    assert [e["mode"] for e in _events(batch) if e["event"] == "attempt"] == [mode] * 3

@@ -88,17 +88,9 @@ def run_command(run_dir, **flags):
     environment, not a broken operator); pytest's own 2/4/5 pass through.
     The last line printed is the run dir.
     """
-    from .run import execute_run
-    from .run.preflight import EXIT_PREFLIGHT, PreflightFailed
+    from .run import run_from_flags
 
-    try:
-        settings = knobs.resolve(flags)
-    except knobs.KnobError as e:
-        failure = PreflightFailed(e.knob.env, e.format_message())
-        click.echo(failure.marker())
-        click.echo(f"zlbench run: {e.format_message()}", err=True)
-        sys.exit(EXIT_PREFLIGHT)
-    sys.exit(execute_run(settings, run_dir=run_dir))
+    sys.exit(run_from_flags(flags, run_dir=run_dir))
 
 
 # -- backends ------------------------------------------------------------------

@@ -45,6 +45,21 @@ def detect_backend() -> Backend:
     return BACKENDS["cpu"]
 
 
+# Libraries under test that initialise a device when imported (FlagGems does, at HEAD).
+DEVICE_AT_IMPORT = ("flag_gems",)
+
+
+def initialised_runtimes() -> List[str]:
+    """What in this process has touched a device: backend names whose runtime is
+    initialised, and imported libraries that initialise one at import. Empty means a
+    fork of this process can still use every device."""
+    import sys
+
+    found = [b.name for b in BACKENDS.values()
+             if b.runtime_initialised is not None and b.runtime_initialised()]
+    return sorted(set(found)) + [m for m in DEVICE_AT_IMPORT if m in sys.modules]
+
+
 def choose_timer(backend: Backend, enable_cudagraph: bool = True) -> str:
     return backend.default_timer if enable_cudagraph else "direct"
 

@@ -3,7 +3,7 @@
 import re
 from typing import List, Tuple
 
-from .base import Backend
+from .base import Backend, torch_runtime_initialised
 
 
 def parse_npu_smi(text: str) -> List[Tuple[str, str]]:
@@ -30,5 +30,6 @@ BACKEND = Backend(
     list_tool=("npu-smi", "info", "-l"),
     parse_tool_output=parse_npu_smi,
     torch_extensions=("torch_npu",),
+    runtime_initialised=torch_runtime_initialised("npu"),
     description="Huawei Ascend NPUs; direct timer",
 )

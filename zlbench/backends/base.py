@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
@@ -53,6 +54,9 @@ class Backend:
     gems_vendor_probe: Optional[Callable[[], Optional[str]]] = None
     # Backends whose devices are worker slots rather than hardware (cpu).
     slots_only: bool = field(default=False)
+    # True when this process has initialised the vendor runtime (a forked child could
+    # not use the device). Reads sys.modules only: never imports torch.
+    runtime_initialised: Optional[Callable[[], bool]] = None
 
     @property
     def default_timer(self) -> str:
@@ -119,6 +123,18 @@ class Backend:
                 )
             chosen = [(s, known[s]) for s in selection]
         return [Device(idx, vis, models.get(vis, "unknown")) for idx, vis in chosen]
+
+
+def torch_runtime_initialised(attr: str) -> Callable[[], bool]:
+    """A probe for ``torch.<attr>.is_initialized()`` (cuda, musa, npu) that is False
+    wherever torch or the extension was never imported."""
+    def probe() -> bool:
+        torch = sys.modules.get("torch")
+        module = getattr(torch, attr, None) if torch is not None else None
+        check = getattr(module, "is_initialized", None)
+        return bool(check()) if callable(check) else False
+
+    return probe
 
 
 def _split(text: str) -> List[str]:

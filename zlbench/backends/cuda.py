@@ -1,6 +1,6 @@
 """NVIDIA GPUs through CUDA: graph capture available."""
 
-from .base import Backend, parse_csv_index_name
+from .base import Backend, parse_csv_index_name, torch_runtime_initialised
 
 BACKEND = Backend(
     name="cuda",
@@ -10,5 +10,6 @@ BACKEND = Backend(
     can_graph_capture=True,
     list_tool=("nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"),
     parse_tool_output=parse_csv_index_name,
+    runtime_initialised=torch_runtime_initialised("cuda"),
     description="NVIDIA GPUs (CUDA); CUDA-graph timing",
 )

@@ -8,7 +8,7 @@ direct timer (with ZL_DIRECT_REPEAT) everywhere.
 import re
 from typing import List, Tuple
 
-from .base import Backend
+from .base import Backend, torch_runtime_initialised
 
 
 def parse_mthreads_gmi(text: str) -> List[Tuple[str, str]]:
@@ -31,5 +31,6 @@ BACKEND = Backend(
     list_tool=("mthreads-gmi", "-L"),
     parse_tool_output=parse_mthreads_gmi,
     torch_extensions=("torch_musa",),
+    runtime_initialised=torch_runtime_initialised("musa"),
     description="MThreads GPUs (MUSA); direct timer",
 )

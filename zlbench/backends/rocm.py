@@ -3,7 +3,7 @@
 import re
 from typing import List, Tuple
 
-from .base import Backend
+from .base import Backend, torch_runtime_initialised
 
 
 def parse_rocm_smi(text: str) -> List[Tuple[str, str]]:
@@ -38,5 +38,6 @@ BACKEND = Backend(
     can_graph_capture=False,
     list_tool=("rocm-smi", "--showproductname", "--csv"),
     parse_tool_output=parse_rocm_smi,
+    runtime_initialised=torch_runtime_initialised("cuda"),
     description="AMD GPUs (ROCm/HIP); direct timer",
 )

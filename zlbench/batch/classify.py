@@ -65,6 +65,10 @@ class Outcome:
     error_line: str             # the last error line of its output ("" when none)
     preflight: bool = False     # exit 3: a broken environment, not a broken operator
     limit_s: Optional[float] = None  # the timeout that expired
+    # Timeouts: what the attempt was doing (compiling, measuring, starting, no_progress)
+    # and what it had done (batch.activity); the batch reports timeout_<kind>.
+    timeout_kind: Optional[str] = None
+    detail: str = ""
 
     @property
     def signature(self) -> Tuple[str, Optional[int], str]:
@@ -80,7 +84,14 @@ class Outcome:
     @property
     def reason(self) -> str:
         if self.status == TIMEOUT:
-            head = f"timed out after {self.limit_s:g} s" if self.limit_s else "timed out"
+            if self.timeout_kind == "no_progress":
+                head = f"no progress for {self.limit_s:g} s" if self.limit_s else "no progress"
+            else:
+                head = f"timed out after {self.limit_s:g} s" if self.limit_s else "timed out"
+            if self.timeout_kind and self.timeout_kind != "no_progress":
+                head += f" while {self.timeout_kind}"
+            if self.detail:
+                head += f" ({self.detail})"
         elif self.signal is not None:
             head = f"killed by {signal_name(self.signal)}"
         elif self.preflight:
@@ -113,11 +124,15 @@ def killing_signal(exit_code: int) -> Optional[int]:
 
 
 def classify(exit_code: Optional[int], timed_out: bool, log_tail: Iterable[str],
-             limit_s: Optional[float] = None) -> Outcome:
+             limit_s: Optional[float] = None, timeout_kind: Optional[str] = None,
+             detail: str = "") -> Outcome:
     error = last_error_line(log_tail)
     if timed_out:
-        return Outcome(TIMEOUT, None, None, error, limit_s=limit_s)
-    assert exit_code is not None
+        return Outcome(TIMEOUT, None, None, error, limit_s=limit_s, timeout_kind=timeout_kind,
+                       detail=detail)
+    if exit_code is None:
+        # The process that could reap it (a warm worker) died first: no exit status.
+        return Outcome(CRASHED, None, None, error or "exit status lost: its worker died")
     if exit_code == EXIT_OK:
         session = session_summary(log_tail)
         if session and "skipped" in session and "passed" not in session and "failed" not in session:

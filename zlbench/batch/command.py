@@ -12,8 +12,8 @@ from click.core import ParameterSource
 
 from .. import knobs
 from .config import (DEFAULT_FALLBACK_DTYPES, DEFAULT_KILL_GRACE_S, DEFAULT_RETRIES,
-                     DEFAULT_TIMEOUT_S, BatchConfig, default_out_dir, parse_devices_flag,
-                     resolve_shard)
+                     DEFAULT_TIMEOUT_S, DEFAULT_WORKER_MAX_OPS, RUN_MODES, BatchConfig,
+                     default_out_dir, parse_devices_flag, resolve_shard)
 from .driver import load_plan, run_batch
 from .oplist import default_dismiss_path, parse_op_timeouts, parse_ops_flag
 from .plan import HostShard
@@ -86,12 +86,34 @@ def _given(ctx: click.Context, name: str) -> bool:
               help="With --shard auto: the screen's shard count (required for Kubernetes; "
                    "for Slurm it wins over SLURM_ARRAY_TASK_COUNT, e.g. when a resubmission "
                    "runs only some array indices).")
+@click.option("--stall-timeout", "stall_timeout", type=click.FloatRange(min=0), default=None,
+              metavar="SECONDS", envvar="ZL_STALL_TIMEOUT",
+              help="Also stop an attempt after this many seconds without progress: no output "
+                   "line, no row timed, no new kernel or tuner cache entry (reported as "
+                   "timeout_no_progress). 0: off. Env: ZL_STALL_TIMEOUT. [default: 0]")
+@click.option("--run-mode", "run_mode", type=click.Choice(RUN_MODES), default=None,
+              envvar="ZL_RUN_MODE",
+              help="worker: one warm worker per device (torch, triton, pytest imported once) "
+                   "forks each attempt, saving the interpreter start-up per operator; fresh: a "
+                   "new `zlbench run` process per attempt. Same run dirs and statuses either way. "
+                   "Env: ZL_RUN_MODE. [default: worker]")
+@click.option("--worker-max-ops", "worker_max_ops", type=click.IntRange(min=1), default=None,
+              envvar="ZL_WORKER_MAX_OPS",
+              help="Replace a worker after this many attempts (it is also replaced after a "
+                   "crash, a timeout or leftovers). Env: ZL_WORKER_MAX_OPS. "
+                   f"[default: {DEFAULT_WORKER_MAX_OPS}]")
+@click.option("--balance-from", "balance_from", type=click.Path(file_okay=False, path_type=Path),
+              default=None, metavar="DIR",
+              help="An earlier batch dir: plan devices longest-first from its ops_status.csv "
+                   "durations (deterministic: the same durations give the same plan on side A "
+                   "and side B). [default: the stable hash of each name]")
 @click.option("--progress", "progress", type=click.Choice(["auto", "live", "plain", "off"]),
               default="auto", show_default=True,
               help="Live table on a terminal, plain lines otherwise.")
 @click.pass_context
 def batch_command(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_timeout, retries,
-                  fallback_dtypes, kill_grace, shard, shards, progress, **flags):
+                  fallback_dtypes, kill_grace, shard, shards, stall_timeout, run_mode,
+                  worker_max_ops, balance_from, progress, **flags):
     """Measure many operators across devices: every operator of the corpus (or --ops /
     --op-list), one `zlbench run` each, sharded over --devices, surviving hangs, crashes
     and restarts.
@@ -111,7 +133,9 @@ def batch_command(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_
     try:
         config = build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_timeout,
                               retries, fallback_dtypes, kill_grace, progress, flags,
-                              shard=shard, shards=shards)
+                              shard=shard, shards=shards, stall_timeout=stall_timeout,
+                              run_mode=run_mode, worker_max_ops=worker_max_ops,
+                              balance_from=balance_from)
         if config.shard.count > 1:
             how = (" (continuing: operators without a status)" if config.keep_failed else
                    " (resuming)" if config.resume else "")
@@ -148,9 +172,20 @@ def _dismiss_path(flag: Optional[str], saved: Optional[dict]) -> Optional[Path]:
     return Path(flag)
 
 
+def _balance_from(flag: Optional[Path], saved: Optional[dict]) -> Optional[Path]:
+    if flag is not None:
+        if not flag.is_dir():
+            raise BatchError(f"--balance-from {flag}: not a directory; give an earlier batch dir "
+                             "(it holds ops_status.csv)")
+        return flag
+    value = (saved or {}).get("balance_from")
+    return Path(value) if value else None
+
+
 def build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_timeout, retries,
                  fallback_dtypes, kill_grace, progress, flags, shard=None, shards=None,
-                 environ=None) -> BatchConfig:
+                 environ=None, stall_timeout=None, run_mode=None, worker_max_ops=None,
+                 balance_from=None) -> BatchConfig:
     """The BatchConfig of batch's flags; ``environ`` (default os.environ) feeds --shard auto."""
     keep_failed = False
     host = resolve_shard(shard, shards, os.environ if environ is None else environ)
@@ -207,7 +242,12 @@ def build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_t
         fallback_dtypes=fallback, resume=resume,
         extra_env=dict((saved or {}).get("extra_env", {})),
         kill_grace_s=kill_grace if kill_grace is not None else DEFAULT_KILL_GRACE_S,
-        progress=progress, shard=host, keep_failed=keep_failed)
+        progress=progress, shard=host, keep_failed=keep_failed,
+        stall_timeout_s=(stall_timeout if stall_timeout is not None
+                         else (saved or {}).get("stall_timeout_s")) or None,
+        run_mode=run_mode or (saved or {}).get("run_mode") or "worker",
+        worker_max_ops=worker_max_ops or (saved or {}).get("worker_max_ops") or DEFAULT_WORKER_MAX_OPS,
+        balance_from=_balance_from(balance_from, saved))
 
 
 _NAMED = ("out", "resume", "devices", "ops", "op_list", "dismiss", "timeout", "op_timeout", "retries",
@@ -220,6 +260,6 @@ def config_from_args(args: Sequence[str]) -> BatchConfig:
     ctx = batch_command.make_context("zlbench batch", list(args))
     params = dict(ctx.params)
     named = {name: params.pop(name) for name in _NAMED}
-    shard, shards = params.pop("shard"), params.pop("shards")
-    return build_config(ctx, *(named[n] for n in _NAMED[:-1]), named["progress"], params,
-                        shard=shard, shards=shards)
+    extra = {name: params.pop(name) for name in ("shard", "shards", "stall_timeout", "run_mode",
+                                                 "worker_max_ops", "balance_from")}
+    return build_config(ctx, *(named[n] for n in _NAMED[:-1]), named["progress"], params, **extra)

@@ -21,6 +21,8 @@ DEFAULT_TIMEOUT_S = 1800.0
 DEFAULT_RETRIES = 1
 DEFAULT_FALLBACK_DTYPES: Tuple[Tuple[str, ...], ...] = (("float32",), ("float16",))
 DEFAULT_KILL_GRACE_S = 10.0
+RUN_MODES = ("worker", "fresh")
+DEFAULT_WORKER_MAX_OPS = 50
 
 
 def default_run_command() -> List[str]:
@@ -131,6 +133,11 @@ class BatchConfig:
                  caller puts ``out`` at ``<screen>/shard-K-of-N``
     run_command  how to start one operator's run; the batch appends --run-dir, --op,
                  --backend, --device and the knob flags
+    run_mode     "worker": a warm worker per device forks each attempt (the default
+                 run_command only); "fresh": every attempt starts run_command anew
+    worker_max_ops  a worker is replaced after this many attempts
+    stall_timeout_s stop an attempt after this many seconds without progress (no output,
+                 no row timed, no new kernel or tuner cache entry); None or 0: off
     """
 
     out: Path
@@ -152,6 +159,9 @@ class BatchConfig:
     run_command: Sequence[str] = field(default_factory=default_run_command)
     shard: HostShard = WHOLE
     keep_failed: bool = False   # on resume, keep failed/timeout/crashed rows too
+    run_mode: str = "worker"
+    worker_max_ops: int = DEFAULT_WORKER_MAX_OPS
+    stall_timeout_s: Optional[float] = None
     environ: Optional[Mapping[str, str]] = None   # base environment; default os.environ
 
 

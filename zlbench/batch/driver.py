@@ -21,13 +21,14 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from .. import backends, knobs, providers
 from ..backends import DeviceError
 from . import procs
-from .config import BatchConfig, BatchResult
+from .config import RUN_MODES, BatchConfig, BatchResult, default_run_command
 from .classify import BAD
 from .execute import BATCH_TAG, ExecContext, Stopper, child_environ, dtype_ladder, run_operator
 from .oplist import check_op_name, dedupe, load_dismiss, read_op_list
 from .plan import OpPlan, Plan, make_plan
 from .progress import Progress
-from .state import (BATCH_LOG, PLAN_FILE, BatchError, DriverLock, Journal, StatusFile,
+from .workers import WorkerSlot
+from .state import (BATCH_LOG, LOGS_DIR, PLAN_FILE, BatchError, DriverLock, Journal, StatusFile,
                     is_complete, last_attempts, read_durations, read_identity, read_journal,
                     set_aside, write_atomic)
 
@@ -95,7 +96,7 @@ def _backend(settings):
 
 
 def _operators(config: BatchConfig, settings, log) -> tuple:
-    """(ops, per-op timeouts from the op list file, provider's own list)."""
+    """(ops, per-op timeouts from the op list file, the corpus root)."""
     try:
         provider = providers.make_provider(settings)
         corpus = provider.operators()
@@ -119,7 +120,8 @@ def _operators(config: BatchConfig, settings, log) -> tuple:
                              f"{getattr(provider, 'root', '?')}; give --ops or --op-list")
     if not ops:
         raise BatchError("no operators to run: --ops / --op-list are empty")
-    return ops, file_timeouts
+    root = getattr(provider, "root", None)
+    return ops, file_timeouts, str(root) if root else None
 
 
 def _check_extra_env(extra_env: Mapping[str, str]) -> None:
@@ -164,6 +166,9 @@ def plan_document(config: BatchConfig, plan: Plan, settings, backend_name: str, 
         "timeout_s": config.timeout_s or None,
         "op_timeouts": dict(sorted(op_timeouts.items())),
         "retries": config.retries,
+        "run_mode": config.run_mode,
+        "worker_max_ops": config.worker_max_ops,
+        "stall_timeout_s": config.stall_timeout_s or None,
         "fallback_dtypes": [list(f) for f in config.fallback_dtypes],
         "dismiss_file": str(Path(config.dismiss).resolve()) if config.dismiss else None,
         "balance_from": str(Path(config.balance_from).resolve()) if config.balance_from else None,
@@ -289,12 +294,18 @@ class _Prepared:
     ops: List[str]
     plan: Plan
     doc: dict
+    corpus_root: Optional[str] = None
 
 
 def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], log) -> _Prepared:
     """Everything decided before any operator runs; raises BatchError."""
     settings = _absolute(config.settings)
     backend = _backend(settings)
+    if config.run_mode not in RUN_MODES:
+        raise BatchError(f"--run-mode {config.run_mode!r}: choose one of {', '.join(RUN_MODES)}")
+    if config.run_mode == "worker" and list(config.run_command) != default_run_command():
+        raise BatchError("--run-mode worker runs zlbench run's own code in forked children; a "
+                         "custom run command needs --run-mode fresh")
     try:
         found = backend.devices(environ, list(config.devices) if config.devices else None)
     except DeviceError as e:
@@ -303,7 +314,7 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
         raise BatchError(f"no {backend.name} device found; pass --devices, or --backend cpu "
                          "to run on this machine's CPU")
     _check_extra_env(config.extra_env)
-    ops, file_timeouts = _operators(config, settings, log)
+    ops, file_timeouts, corpus_root = _operators(config, settings, log)
     ops = [op for op in ops if config.shard.holds(op)]
     dismissed = load_dismiss(Path(config.dismiss)) if config.dismiss else {}
     timer = backends.choose_timer(backend, settings.values.get("enable_cudagraph", True))
@@ -317,7 +328,7 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
         log(f"--replay-from {replay_root} has no <op>/autotune_records for any operator; is it "
             "an earlier batch dir? Every operator runs without replay.", show=True)
     doc = plan_document(config, plan, settings, backend.name, timer, op_timeouts)
-    return _Prepared(settings, backend.name, timer, ops, plan, doc)
+    return _Prepared(settings, backend.name, timer, ops, plan, doc, corpus_root)
 
 
 def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
@@ -349,9 +360,11 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
             if saved else list(plan.ops))
 
     stopper = Stopper()
+    env = child_environ(environ, batch_dir, config.extra_env)
+    slots: Dict[str, WorkerSlot] = {}
     ctx = ExecContext(
         batch_dir=batch_dir, run_command=list(config.run_command), backend=prep.backend_name,
-        settings=prep.settings, env=child_environ(environ, batch_dir, config.extra_env),
+        settings=prep.settings, env=env, slots=slots, stall_s=config.stall_timeout_s or None,
         retries=max(0, int(config.retries)),
         ladder=dtype_ladder(prep.settings.values.get("dtypes"), config.fallback_dtypes),
         kill_grace_s=config.kill_grace_s, planned_timer=prep.timer, journal=journal,
@@ -361,8 +374,11 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
     log(f"session {session}: {len(todo)} operator(s) on {prep.backend_name} devices "
         f"{','.join(plan.devices)}; {len(plan.dismissed)} dismissed")
     measured: List[str] = []
-    progress = Progress({d: len(q) for d, q in queues.items()}, mode=config.progress)
+    progress = Progress({d: len(q) for d, q in queues.items()}, mode=config.progress,
+                        expected={d: [plan.expected.get(p.op) for p in q] for d, q in queues.items()})
     try:
+        slots.update(_worker_slots(config, prep, [d for d, q in queues.items() if q], env,
+                                   batch_dir, stopper, log))
         with progress, _Interrupt(stopper):
             log.screen = None if quiet else progress.message
             threads = [threading.Thread(target=_device_worker, name=f"device-{d}",
@@ -373,6 +389,8 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
             interrupted = _wait_for(threads, stopper, log) or stopper.stopped
     finally:
         log.screen = None if quiet else _print_line
+        for slot in slots.values():
+            slot.close()
         stopper.close()
     journal.record("session_end", interrupted=interrupted)
     return BatchResult(batch_dir, status.read(), sorted(prep.ops), interrupted,
@@ -388,6 +406,19 @@ def _scheduler_job(environ: Mapping[str, str]) -> Dict[str, str]:
     if environ.get("JOB_COMPLETION_INDEX"):
         return {"pod": environ.get("HOSTNAME", ""), "completion_index": environ["JOB_COMPLETION_INDEX"]}
     return {}
+
+
+def _worker_slots(config: BatchConfig, prep: _Prepared, devices: Sequence[str],
+                  env: Mapping[str, str], batch_dir: Path, stopper: Stopper, log) -> Dict[str, WorkerSlot]:
+    """Worker mode: one warm worker per device slot. Fresh mode: none."""
+    if config.run_mode != "worker":
+        return {}
+    slots = {d: WorkerSlot(d, env, batch_dir / LOGS_DIR / "workers", log, prep.corpus_root,
+                           config.worker_max_ops, config.kill_grace_s, stopper.read_fd)
+             for d in devices}
+    for slot in slots.values():
+        slot.spawn()
+    return slots
 
 
 def _print_line(line: str) -> None:

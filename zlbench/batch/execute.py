@@ -20,6 +20,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import knobs
 from . import classify, procs
+from .activity import Activity, phase_times, split_phases
 from .classify import Outcome
 from .plan import OpPlan
 from .state import LOGS_DIR, Journal, is_complete, read_identity, set_aside, tail_lines
@@ -87,6 +88,9 @@ class ExecContext:
     journal: Journal
     stopper: Stopper
     log: Callable[[str], None]
+    # Warm workers by device (worker mode); a device without one runs fresh processes.
+    slots: Mapping[str, object] = field(default_factory=dict)
+    stall_s: Optional[float] = None      # the no-progress timeout; None: off
 
 
 def dtype_ladder(dtypes: Optional[Sequence[str]], fallbacks: Sequence[Sequence[str]]
@@ -119,24 +123,65 @@ class AttemptResult:
     duration_s: float
     leftovers: int
     interrupted: bool
+    mode: str = "fresh"                  # "worker": forked by a warm worker
+    phases: Dict[str, Optional[float]] = field(default_factory=dict)
 
 
 def run_attempt(ctx: ExecContext, item: OpPlan, number: int, level: int,
                 dtypes: Optional[Tuple[str, ...]]) -> AttemptResult:
     log_path = ctx.batch_dir / LOGS_DIR / item.op / f"{ctx.journal.session}-a{number}-l{level}.log"
     cmd = attempt_command(ctx, item, dtypes)
+    slot = ctx.slots.get(item.device)
+    if slot is not None:
+        slot.ready()   # a worker still importing: that wait is not the attempt's
     started = time.monotonic()
-    proc = procs.start_group(cmd, ctx.env, log_path)
+    started_at = time.time()
+    proc = slot.fork(cmd[len(ctx.run_command):], ctx.env, log_path) if slot is not None else None
+    mode = "fresh" if proc is None else "worker"
+    if proc is None:
+        proc = procs.start_group(cmd, ctx.env, log_path)
     ctx.journal.record("attempt", op=item.op, attempt=number, level=level,
                        dtypes=list(dtypes) if dtypes else None, device=item.device, pid=proc.pid,
-                       log=str(log_path.relative_to(ctx.batch_dir)))
-    done = procs.wait_group(proc, item.timeout_s, ctx.kill_grace_s, ctx.stopper.read_fd)
+                       log=str(log_path.relative_to(ctx.batch_dir)), mode=mode)
+    activity = Activity(log_path, ctx.batch_dir / item.op, ctx.env, ctx.stall_s)
+    done = procs.wait_group(proc, item.timeout_s, ctx.kill_grace_s, ctx.stopper.read_fd, activity)
     duration = time.monotonic() - started
-    outcome = classify.classify(done.returncode, done.timed_out, tail_lines(log_path), item.timeout_s)
+    kind = activity.kind(done.stalled) if done.timed_out else None
+    outcome = classify.classify(done.returncode, done.timed_out, tail_lines(log_path),
+                                ctx.stall_s if done.stalled else item.timeout_s, kind,
+                                activity.describe() if done.timed_out else "")
+    phases = split_phases(phase_times(_lines(log_path)), started_at, started_at + duration)
     ctx.journal.record("result", op=item.op, attempt=number, status=outcome.status,
                        exit_code=done.returncode, interrupted=done.interrupted,
-                       duration_s=round(duration, 3), leftovers=done.leftovers_killed)
-    return AttemptResult(outcome, duration, done.leftovers_killed, done.interrupted)
+                       duration_s=round(duration, 3), leftovers=done.leftovers_killed,
+                       timeout_kind=kind, mode=mode, **phases)
+    if slot is not None and mode == "worker":
+        slot.after_attempt(_trouble(outcome, done))
+    return AttemptResult(outcome, duration, done.leftovers_killed, done.interrupted, mode, phases)
+
+
+def _trouble(outcome: Outcome, done: procs.Finished) -> str:
+    """Why a worker should not fork again after this attempt ("" when all was well).
+    An ordinary benchmark failure (a Python error in the forked child) leaves the
+    worker as it was; a crash, a timeout, a device-looking error, leftovers or a lost
+    exit status are trouble."""
+    if done.interrupted:
+        return "the batch is stopping"
+    if done.leftovers_killed:
+        return f"{done.leftovers_killed} leftover process(es) killed"
+    if done.returncode is None and not done.timed_out:
+        return "exit status lost"
+    if outcome.status in (classify.CRASHED, classify.TIMEOUT) or outcome.looks_transient:
+        return f"an attempt ended {outcome.status}" + (f" ({outcome.error_line[:80]})"
+                                                       if outcome.error_line else "")
+    return ""
+
+
+def _lines(path: Path) -> List[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def run_operator(ctx: ExecContext, item: OpPlan,
@@ -211,4 +256,7 @@ def _row(ctx: ExecContext, item: OpPlan, last: AttemptResult, attempts: int, lev
         "reason": outcome.reason,
         "notes": "; ".join(notes),
         "run_dir": item.op if run_dir.exists() else "",
+        "run_mode": last.mode,
+        "timeout_kind": f"timeout_{outcome.timeout_kind}" if outcome.timeout_kind else "",
+        **last.phases,
     }

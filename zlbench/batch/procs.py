@@ -33,6 +33,7 @@ class Finished:
     timed_out: bool
     interrupted: bool
     leftovers_killed: int       # group members still alive after the leader exited
+    stalled: bool = False       # stopped for making no progress (timed_out is True too)
 
 
 def start_group(cmd: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
@@ -46,10 +47,12 @@ def start_group(cmd: Sequence[str], env: Mapping[str, str], log_path: Path) -> s
 
 
 class _ExitWatch:
-    """Waits for a child to exit without reaping it."""
+    """Waits for a process to exit without reaping it: our child, or (``own=False``) a
+    warm worker's child, which its parent reaps only when told."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, own: bool = True):
         self.pid = pid
+        self.own = own
         try:
             self.fd: Optional[int] = os.pidfd_open(pid)
         except (AttributeError, OSError):
@@ -84,6 +87,8 @@ class _ExitWatch:
             time.sleep(_POLL_S)
 
     def _exited_nowait(self) -> bool:
+        if not self.own:
+            return not is_alive(self.pid)
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
@@ -96,16 +101,29 @@ class _ExitWatch:
             self.fd = None
 
 
-def wait_group(proc: subprocess.Popen, timeout_s: Optional[float], grace_s: float,
-               wake_fd: Optional[int] = None) -> Finished:
-    """Wait for the leader, at most ``timeout_s``; on timeout or when ``wake_fd`` turns
-    readable, stop the whole group. Returns only once the leader is reaped and its
-    group holds no live process."""
-    watch = _ExitWatch(proc.pid)
+def wait_group(proc, timeout_s: Optional[float], grace_s: float,
+               wake_fd: Optional[int] = None, stall=None) -> Finished:
+    """Wait for the leader, at most ``timeout_s``; on timeout, when ``stall.stalled()``
+    says the run stopped making progress (asked every ``stall.tick_s``), or when
+    ``wake_fd`` turns readable, stop the whole group. Returns only once the leader is
+    reaped and its group holds no live process.
+
+    ``proc`` is a Popen, or anything with ``pid``, ``wait()`` (reaps, returns the exit
+    code or None when it is lost) and ``own_child`` False (a warm worker's child)."""
+    watch = _ExitWatch(proc.pid, getattr(proc, "own_child", True))
     pgid = proc.pid
-    timed_out = interrupted = False
+    timed_out = interrupted = stalled = False
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        why = watch.wait(timeout_s, wake_fd)
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            step = left if stall is None else (stall.tick_s if left is None else min(left, stall.tick_s))
+            why = watch.wait(step, wake_fd)
+            if why != "timeout" or (deadline is not None and time.monotonic() >= deadline):
+                break
+            if stall is not None and stall.stalled():
+                stalled = True
+                break
         if why != "exited":
             timed_out, interrupted = why == "timeout", why == "woken"
             _signal_group(pgid, signal.SIGTERM)
@@ -117,7 +135,17 @@ def wait_group(proc: subprocess.Popen, timeout_s: Optional[float], grace_s: floa
     finally:
         watch.close()
     rc = proc.wait()
-    return Finished(rc, timed_out, interrupted, leftovers)
+    return Finished(rc, timed_out, interrupted, leftovers, stalled)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float) -> int:
+    """SIGTERM the group led by ``proc``, SIGKILL it after ``grace_s``; reap the leader."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        return proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        return proc.wait()
 
 
 def _signal_group(pgid: int, sig: int) -> None:

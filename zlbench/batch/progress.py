@@ -40,8 +40,12 @@ def fmt_duration(seconds: Optional[float]) -> str:
 class ProgressState:
     """Counts and timings shared by the device workers (thread-safe)."""
 
-    def __init__(self, per_device: Dict[str, int]):
+    def __init__(self, per_device: Dict[str, int],
+                 expected: Optional[Dict[str, List[Optional[float]]]] = None):
         self.devices = {d: _Device(n) for d, n in per_device.items()}
+        # Per device, the seconds each queued operator is expected to take (in queue
+        # order; None: unknown), from --balance-from; the mean seen so far fills gaps.
+        self.expected = {d: list((expected or {}).get(d) or []) for d in per_device}
         self.durations: List[float] = []
         self.started = time.monotonic()
         self.lock = threading.Lock()
@@ -59,16 +63,21 @@ class ProgressState:
         return sum(d.failed for d in self.devices.values())
 
     def eta(self, now: float) -> Optional[float]:
-        """Slowest device's remaining work at the mean operator time seen so far."""
-        if not self.durations:
-            return None
-        mean = sum(self.durations) / len(self.durations)
+        """The slowest device's remaining work: each operator not finished at its
+        expected duration (--balance-from) or else the mean operator time seen so far,
+        the running one less its elapsed time."""
+        mean = sum(self.durations) / len(self.durations) if self.durations else None
         worst = 0.0
-        for dev in self.devices.values():
-            waiting = dev.total - dev.done - (1 if dev.current else 0)
-            left = waiting * mean
-            if dev.current:
-                left += max(mean - (now - dev.started), 0.0)
+        for name, dev in self.devices.items():
+            expected = self.expected.get(name) or []
+            left = 0.0
+            for i in range(dev.done, dev.total):
+                guess = expected[i] if i < len(expected) and expected[i] is not None else mean
+                if guess is None:
+                    return None
+                if i == dev.done and dev.current:
+                    guess = max(guess - (now - dev.started), 0.0)
+                left += guess
             worst = max(worst, left)
         return worst
 
@@ -77,12 +86,13 @@ class Progress:
     """Receives events from the workers; renders them as the mode says."""
 
     def __init__(self, per_device: Dict[str, int], mode: str = "auto",
-                 out: Optional[TextIO] = None, heartbeat_s: float = 60.0):
+                 out: Optional[TextIO] = None, heartbeat_s: float = 60.0,
+                 expected: Optional[Dict[str, List[Optional[float]]]] = None):
         self.out = out or sys.stdout
         if mode == "auto":
             mode = "live" if _is_tty(self.out) else "plain"
         self.mode = mode
-        self.state = ProgressState(per_device)
+        self.state = ProgressState(per_device, expected)
         self.heartbeat_s = heartbeat_s
         self._live = None
         self._stop = threading.Event()

@@ -4,8 +4,9 @@ with its reason. Plain text, so it reads the same on a terminal and in a CI log.
 from __future__ import annotations
 
 import shlex
+import statistics
 from pathlib import Path
-from typing import List, Mapping, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from .classify import BAD, NOT_RUN, STATUSES, count_statuses
 from .progress import fmt_duration
@@ -16,6 +17,50 @@ def _seconds(row: Mapping[str, str]) -> float:
         return float(row.get("total_s") or 0.0)
     except ValueError:
         return 0.0
+
+
+PHASES = (("startup_s", "start-up"), ("collect_s", "collection"),
+          ("first_call_s", "first call (compile, autotune)"), ("measure_s", "measurement"))
+
+
+def _cell(row: Mapping[str, str], column: str) -> Optional[float]:
+    try:
+        return float(row.get(column) or "")
+    except ValueError:
+        return None
+
+
+def time_breakdown(rows: Sequence[Mapping[str, str]]) -> List[str]:
+    """Where the operators' time went (their last attempts), from the RUN_PHASE markers
+    the phases plugin printed; the fixed cost per operator is wall minus pytest's body."""
+    timed = [r for r in rows if _cell(r, "overhead_s") is not None]
+    if not timed:
+        return []
+    totals = {col: sum(_cell(r, col) or 0.0 for r in timed) for col, _ in PHASES}
+    wall = sum(_cell(r, "duration_s") or 0.0 for r in timed) or 1.0
+    parts = ", ".join(f"{label} {fmt_duration(totals[col])} ({100 * totals[col] / wall:.0f}%)"
+                      for col, label in PHASES)
+    overheads = [_cell(r, "overhead_s") or 0.0 for r in timed]
+    modes: Dict[str, int] = {}
+    for r in rows:
+        if r.get("run_mode"):
+            modes[r["run_mode"]] = modes.get(r["run_mode"], 0) + 1
+    return [f"Where the time went ({len(timed)} operators, last attempts): {parts}",
+            f"  fixed cost per operator (wall minus the pytest session): median "
+            f"{statistics.median(overheads):.2f} s, total {fmt_duration(sum(overheads))}"
+            + (f"; ran as {', '.join(f'{m} {n}' for m, n in sorted(modes.items()))}" if modes else "")]
+
+
+def projected_remaining(rows: Mapping[str, Mapping[str, str]], planned: Sequence[str],
+                        devices: int) -> Optional[float]:
+    """Seconds the operators without a row would take on ``devices`` devices at the mean
+    of the measured ones; None when nothing was measured."""
+    measured = [_seconds(rows[op]) for op in planned if rows.get(op, {}).get("status")
+                not in (None, "", "dismissed")]
+    left = [op for op in planned if not rows.get(op, {}).get("status")]
+    if not measured or not left:
+        return None
+    return len(left) * (sum(measured) / len(measured)) / max(1, devices)
 
 
 def render_report(out: Path, rows: Mapping[str, Mapping[str, str]], planned: Sequence[str],
@@ -47,6 +92,7 @@ def render_report(out: Path, rows: Mapping[str, Mapping[str, str]], planned: Seq
                          f"level {row.get('dtype_level')}  {row.get('reason') or '-'}")
         if len(bad) > max_failures:
             lines.append(f"  ... and {len(bad) - max_failures} more: see ops_status.csv")
+    lines += time_breakdown([rows[op] for op in planned if op in rows])
     fell_back = [op for op in planned if rows.get(op, {}).get("status") == "ok"
                  and rows[op].get("dtype_level") not in ("0", "", None)]
     if fell_back:
@@ -54,6 +100,10 @@ def render_report(out: Path, rows: Mapping[str, Mapping[str, str]], planned: Seq
                      + ", ".join(f"{op} (level {rows[op]['dtype_level']})" for op in fell_back))
     lines.append(f"Status table: {out / 'ops_status.csv'}")
     if interrupted or counts.get(NOT_RUN):
+        left = projected_remaining(rows, planned, len(devices) or 1)
+        if left is not None:
+            lines.append(f"{counts.get(NOT_RUN, 0)} operator(s) not run: about {fmt_duration(left)} "
+                         f"more on {len(devices) or 1} device(s) at this batch's mean")
         lines.append(f"Not finished. Continue with: zlbench batch --resume --out {out}")
     lines += next_commands(out)
     return "\n".join(lines)

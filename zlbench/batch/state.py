@@ -34,7 +34,10 @@ from filelock import FileLock, Timeout
 from ..atomic import write_atomic
 
 COLUMNS = ["operator", "status", "attempts", "dtype_level", "dtypes", "backend", "device",
-           "timer", "duration_s", "total_s", "exit_code", "reason", "notes", "run_dir"]
+           "timer", "duration_s", "total_s", "exit_code", "reason", "notes", "run_dir",
+           # How the last attempt ran and where its time went (batch.activity.split_phases).
+           "run_mode", "timeout_kind", "startup_s", "collect_s", "first_call_s", "measure_s",
+           "overhead_s"]
 STATUS_FILE = "ops_status.csv"
 JOURNAL_FILE = "attempts.jsonl"
 PLAN_FILE = "plan.json"

@@ -228,12 +228,19 @@ def header_lines(plan: RunPlan, run_dir: Path, ident_data: dict, cmd: List[str])
     ]
 
 
-def _launch(cmd, cwd, env, log, out: TextIO) -> int:
-    """Run the benchmark process, teeing its output; never leave it running."""
+def spawn_pytest(cmd: List[str], cwd: str, env: Dict[str, str], output_fd: int):
+    """The benchmark process as a fresh interpreter (``python -m pytest ...``)."""
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=output_fd, stderr=output_fd)
+
+
+def _launch(cmd, cwd, env, log, out: TextIO, start=spawn_pytest) -> int:
+    """Run the benchmark process, teeing its output; never leave it running.
+    ``start(cmd, cwd, env, output_fd)`` returns a Popen-like child: a fresh interpreter
+    by default, a fork of a warm batch worker (zlbench.run.worker) there."""
     read_fd, write_fd = os.pipe()
     try:
-        child = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                 stdout=write_fd, stderr=write_fd)
+        child = start(cmd, cwd, env, write_fd)
     finally:
         os.close(write_fd)
     pumper = threading.Thread(target=pump, args=(read_fd, log, out), daemon=True)
@@ -265,9 +272,28 @@ def _launch(cmd, cwd, env, log, out: TextIO) -> int:
     return rc
 
 
+def run_from_flags(flags: Dict[str, object], run_dir: Optional[Path] = None,
+                   start=spawn_pytest) -> int:
+    """``zlbench run``'s body: resolve the knobs (a bad value is a preflight failure,
+    exit 3), then measure. The batch's warm workers call it in a forked child."""
+    from .preflight import PreflightFailed
+
+    try:
+        settings = knobs.resolve(flags)
+    except knobs.KnobError as e:
+        failure = PreflightFailed(e.knob.env, e.format_message())
+        sys.stdout.write(failure.marker() + "\n")
+        sys.stdout.flush()
+        sys.stderr.write(f"zlbench run: {e.format_message()}\n")
+        return EXIT_PREFLIGHT
+    return execute_run(settings, run_dir=run_dir, start=start)
+
+
 def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
-                out: TextIO = sys.stdout, extra_env: Optional[Dict[str, str]] = None) -> int:
+                out: Optional[TextIO] = None, extra_env: Optional[Dict[str, str]] = None,
+                start=spawn_pytest) -> int:
     """Measure one operator. Returns the exit code of ``zlbench run``."""
+    out = sys.stdout if out is None else out
     started = time.monotonic()
     try:
         plan = plan_run(settings)
@@ -295,7 +321,7 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
         for line in header_lines(plan, run_dir, ident_data, cmd):
             _print(line, out, log)
         try:
-            rc = _launch(cmd, str(plan.target.root), env, log, out)
+            rc = _launch(cmd, str(plan.target.root), env, log, out, start)
         except KeyboardInterrupt:
             pass  # rc stays None: recorded as interrupted, and the exit code is 130
         finally:
