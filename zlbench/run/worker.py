@@ -51,6 +51,7 @@ PREIMPORT = ("numpy", "yaml", "sqlalchemy", "torch", "triton", "pytest", "_pytes
 # extension is imported by the backend's probe only. Never imported by a worker:
 # importing the library under test initialises the device (flag_gems does at import).
 NEVER = ("flag_gems", "flaggems_benchmark", "benchmark")
+PLUGIN_PACKAGE = "zlbench.plugins"
 
 _WORKER_PYTHONPATH: List[str] = []
 
@@ -283,6 +284,7 @@ def fork_pytest(cmd: List[str], cwd: str, env: Dict[str, str], output_fd: int) -
         os.chdir(cwd)
         _replace_environ(env)
         _fresh_sys_path(cwd, env.get("PYTHONPATH"))
+        _forget_plugins()
         import pytest
 
         sys.argv = [pytest.__file__, *args]
@@ -295,6 +297,14 @@ def fork_pytest(cmd: List[str], cwd: str, env: Dict[str, str], output_fd: int) -
     finally:
         _exit(code)
     raise AssertionError("unreachable")
+
+
+def _forget_plugins() -> None:
+    """zlbench's -p plugins act on the environment when imported (device_setup sets the
+    vendor variables from ZL_BACKEND): pytest imports them again, in the run's own
+    environment, exactly as in a fresh process. What they import stays loaded."""
+    for name in [m for m in sys.modules if m.startswith(PLUGIN_PACKAGE + ".")]:
+        del sys.modules[name]
 
 
 def _fresh_sys_path(cwd: str, pythonpath: Optional[str]) -> None:

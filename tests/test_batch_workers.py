@@ -1,0 +1,194 @@
+"""Warm workers (`zlbench batch --run-mode worker`): the same run dirs as fresh
+processes, refusal when a device is initialised, recycling, reaping on SIGTERM; the
+device probes; timeouts that say what the operator was doing."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from zlbench import backends
+from zlbench.batch.procs import is_alive, tagged_processes
+from zlbench.run.worker import conftest_imports
+
+CORPUS = Path(__file__).parent / "fixtures" / "faulty_corpus"
+SAMPLE_SHAPES = 'Benchmark:\n  shapes: [[64, 64]]\n  shape_desc: "M, N"\n'
+
+
+def _env(tmp_path, **extra):
+    return {**os.environ, "FAULTY_STATE_DIR": str(tmp_path / "state"),
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **extra}
+
+
+def _batch(tmp_path, out, *args, env=None, timeout=240):
+    cmd = [sys.executable, "-m", "zlbench", "batch", "--backend", "cpu", "--out", str(out),
+           "--progress", "plain", "--dismiss", "none", "--kill-grace", "1", *args]
+    return subprocess.run(cmd, env=env or _env(tmp_path), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _rows(batch):
+    with open(batch / "ops_status.csv", newline="") as f:
+        return {r["operator"]: r for r in csv.DictReader(f)}
+
+
+def _events(batch):
+    path = batch / "attempts.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(l) for l in path.read_text().splitlines() if l.endswith("}")]
+
+
+# -- the device probes ------------------------------------------------------------
+
+class _FakeRuntime:
+    def __init__(self, initialised):
+        self.initialised = initialised
+
+    def is_initialized(self):
+        return self.initialised
+
+
+def test_probes_read_the_imported_runtime_and_never_import_one(monkeypatch):
+    fake = type(sys)("torch")
+    fake.cuda = _FakeRuntime(False)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert backends.initialised_runtimes() == []
+    fake.cuda = _FakeRuntime(True)
+    assert backends.initialised_runtimes() == ["cuda", "rocm"]   # both speak torch.cuda
+    fake.cuda, fake.npu = _FakeRuntime(False), _FakeRuntime(True)
+    assert backends.initialised_runtimes() == ["ascend"]
+    fake.npu = None
+    monkeypatch.setitem(sys.modules, "flag_gems", type(sys)("flag_gems"))
+    assert backends.initialised_runtimes() == ["flag_gems"]       # initialises CUDA at import
+    monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.delitem(sys.modules, "flag_gems")
+    assert backends.initialised_runtimes() == []
+
+
+def test_conftest_imports_leave_out_the_library_and_the_corpus(tmp_path):
+    (tmp_path / "benchmark").mkdir()
+    (tmp_path / "mylocal.py").write_text("")
+    (tmp_path / "benchmark" / "conftest.py").write_text(
+        "import os, torch\nimport flag_gems\nfrom flag_gems.utils import x\nimport numpy as np\n"
+        "from benchmark.base import y\nfrom . import consts\nimport mylocal\n"
+        "def f():\n    import triton\n")
+    assert conftest_imports(tmp_path) == ["os", "torch", "numpy"]
+    assert conftest_imports(tmp_path / "nowhere") == []
+
+
+# -- end to end -------------------------------------------------------------------
+
+def _sample_batch(tmp_path, mode):
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text(SAMPLE_SHAPES)
+    out = tmp_path / mode
+    proc = _batch(tmp_path, out, "--devices", "0", "--ops", "abs", "--dtypes", "float32",
+                  "--shape-file", str(shapes), "--run-mode", mode)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+def test_worker_and_fresh_leave_the_same_run_dir(tmp_path):
+    dirs = {mode: _sample_batch(tmp_path, mode) / "abs" for mode in ("worker", "fresh")}
+    listing = {m: sorted(str(p.relative_to(d)) for p in d.rglob("*")) for m, d in dirs.items()}
+    assert listing["worker"] == listing["fresh"]
+    assert ".complete" in listing["worker"] and "plugins/phases.json" in listing["worker"]
+    ident = {m: json.loads((d / "run_identity.json").read_text().replace(str(d.parent), "<batch>"))
+             for m, d in dirs.items()}
+    for data in ident.values():
+        for key in ("started", "finished", "duration_s", "command", "tuner_cache"):
+            data.pop(key)
+        data["plugins"]["phases"].pop("times")        # when each phase happened
+        data["plugins"]["phases"].pop("last_row_t")
+    assert ident["worker"] == ident["fresh"]
+    assert ident["worker"]["status"] == "ok" and ident["worker"]["pytest_plugins"]["autoload"] is False
+    # The same lines in run.log, numbers aside (timings, times, pids).
+    def shape(text):
+        return [" ".join("#" if any(c.isdigit() for c in w) else w for w in line.split())
+                for line in text.splitlines() if not line.startswith(("command", "run dir"))]
+    logs = {m: shape((d / "run.log").read_text()) for m, d in dirs.items()}
+    assert logs["worker"] == logs["fresh"]
+
+
+def test_a_worker_that_finds_a_device_initialised_refuses_and_the_batch_goes_on_fresh(tmp_path):
+    # sitecustomize imports a stand-in flag_gems into every interpreter, the worker's
+    # included: it must not fork after that.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "flag_gems.py").write_text("")
+    (site / "sitecustomize.py").write_text("import flag_gems\n")
+    env = _env(tmp_path, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    out = tmp_path / "b"
+    proc = _batch(tmp_path, out, "--flaggems-dir", str(CORPUS), "--devices", "0",
+                  "--ops", "good_op", "--run-mode", "worker", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    marker = "WORKER_FORK_REFUSED device=0 reason=device_initialised detail=flag_gems"
+    assert marker in proc.stdout and marker in (out / "batch.log").read_text()
+    row = _rows(out)["good_op"]
+    assert (row["status"], row["run_mode"]) == ("ok", "fresh")
+
+
+def test_workers_are_recycled_after_max_ops(tmp_path):
+    out = tmp_path / "b"
+    proc = _batch(tmp_path, out, "--flaggems-dir", str(CORPUS), "--devices", "0",
+                  "--ops", "good_op,slow_op,dtype_op", "--fallback-dtypes", "none",
+                  "--run-mode", "worker", "--worker-max-ops", "2")
+    assert proc.returncode == 1, proc.stdout + proc.stderr   # dtype_op fails on float16
+    rows = _rows(out)
+    assert {op: (r["status"], r["run_mode"]) for op, r in rows.items()} == {
+        "dtype_op": ("failed", "worker"), "good_op": ("ok", "worker"), "slow_op": ("ok", "worker")}
+    log = (out / "batch.log").read_text()
+    assert log.count("recycled: 2 attempts served") == 1
+    # An ordinary benchmark failure leaves the worker as it was: no recycle for it.
+    assert "recycled: an attempt ended failed" not in log
+    assert tagged_processes("ZL_BATCH_DIR", str(out.resolve())) == {}
+
+
+def test_sigterm_to_the_driver_reaps_workers_and_their_children(tmp_path):
+    out = tmp_path / "b"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "zlbench", "batch", "--backend", "cpu", "--flaggems-dir", str(CORPUS),
+         "--devices", "0,1", "--out", str(out), "--ops", "slow_op,good_op", "--dismiss", "none",
+         "--kill-grace", "1", "--progress", "plain", "--run-mode", "worker"],
+        env=_env(tmp_path, FAULTY_SLOW_S="300"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    deadline = time.monotonic() + 120
+    while not any(e["event"] == "attempt" and e["op"] == "slow_op" for e in _events(out)):
+        assert time.monotonic() < deadline and driver.poll() is None, "slow_op never started"
+        time.sleep(0.1)
+    child = next(e["pid"] for e in _events(out) if e["event"] == "attempt" and e["op"] == "slow_op")
+    time.sleep(1)
+    driver.send_signal(signal.SIGTERM)
+    output, _ = driver.communicate(timeout=60)
+    assert driver.returncode == 130, output
+    assert not is_alive(child)
+    assert tagged_processes("ZL_BATCH_DIR", str(out.resolve())) == {}
+
+
+@pytest.mark.parametrize("mode", ["worker", "fresh"])
+def test_timeouts_say_compiling_or_no_progress(tmp_path, mode):
+    out = tmp_path / "b"
+    env = _env(tmp_path, TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    started = time.monotonic()
+    proc = _batch(tmp_path, out, "--flaggems-dir", str(CORPUS), "--devices", "0",
+                  "--ops", "compile_op,hang_op", "--timeout", "60", "--op-timeout", "compile_op=8",
+                  "--stall-timeout", "5", "--retries", "0", "--run-mode", mode, env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = _rows(out)
+    # compile_op prints nothing but keeps adding kernels: only the hard cap stops it.
+    assert rows["compile_op"]["status"] == "timeout"
+    assert rows["compile_op"]["timeout_kind"] == "timeout_compiling"
+    assert rows["compile_op"]["reason"].startswith("timed out after 8 s while compiling (")
+    # hang_op stops moving: the no-progress timeout stops it long before the 60 s cap.
+    assert rows["hang_op"]["status"] == "timeout"
+    assert rows["hang_op"]["timeout_kind"] == "timeout_no_progress"
+    assert rows["hang_op"]["reason"].startswith("no progress for 5 s")
+    assert float(rows["hang_op"]["duration_s"]) < 40
+    assert time.monotonic() - started < 120
