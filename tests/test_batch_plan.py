@@ -210,3 +210,17 @@ def test_read_durations_refuses_a_dir_without_ops_status(tmp_path):
     (tmp_path / "ops_status.csv").write_text(
         "operator,status,total_s\nabs,ok,12.5\nmm,dismissed,\nsum,failed,40\n")
     assert read_durations(tmp_path) == {"abs": 12.5, "sum": 40.0}
+
+
+def test_balance_composes_with_host_shards_shard_first_then_devices():
+    from zlbench.batch.plan import HostShard, balance
+
+    durations = _realistic_durations(200)
+    ops = list(durations)
+    for k in range(3):
+        host = HostShard(k, 3)
+        plan = make_plan(ops, ["0", "1"], {}, 60, {}, host=host, durations=durations)
+        mine = [op for op in ops if host.holds(op)]
+        # The host shard is the hash's; only the placement within it is balanced.
+        assert sorted(p.op for p in plan.ops) == sorted(mine)
+        assert {p.op: p.device for p in plan.ops} == balance(mine, ["0", "1"], durations)

@@ -381,8 +381,7 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
                                    batch_dir, stopper, log))
         with progress, _Interrupt(stopper):
             log.screen = None if quiet else progress.message
-            threads = [threading.Thread(target=_device_worker, name=f"device-{d}",
-                                        args=(ctx, d, q, status, progress, measured), daemon=True)
+            threads = [_device_thread(f"device-{d}", ctx, d, q, status, progress, measured)
                        for d, q in queues.items() if q]
             for t in threads:
                 t.start()
@@ -426,19 +425,38 @@ def _print_line(line: str) -> None:
 
 
 def _wait_for(threads: Sequence[threading.Thread], stopper: Stopper, log) -> bool:
-    """Join the workers; Ctrl-C here stops them (their groups are killed) and waits."""
+    """Wait for the device threads; Ctrl-C here stops them (their groups are killed) and
+    waits. Each thread sets its own ``done`` event: a Thread.join() that Ctrl-C
+    interrupts can leave is_alive() False while the thread still runs (CPython), and the
+    driver would exit under a running attempt."""
     interrupted = False
-    while any(t.is_alive() for t in threads):
+    while not all(t.done.is_set() for t in threads):   # type: ignore[attr-defined]
         try:
             for t in threads:
-                t.join(timeout=0.5)
+                t.done.wait(timeout=0.5)   # type: ignore[attr-defined]
         except KeyboardInterrupt:
             if not interrupted:
                 log("interrupted: stopping the running operators (their groups get SIGTERM, "
                     "then SIGKILL)", show=True)
             interrupted = True
             stopper.stop()
+    for t in threads:
+        t.join()
     return interrupted
+
+
+def _device_thread(name: str, *args) -> threading.Thread:
+    done = threading.Event()
+
+    def body():
+        try:
+            _device_worker(*args)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=body, name=name, daemon=True)
+    thread.done = done   # type: ignore[attr-defined]
+    return thread
 
 
 def _device_worker(ctx: ExecContext, device: str, queue: Sequence[OpPlan], status: StatusFile,
