@@ -95,6 +95,7 @@ class Worker:
         self.lines = _Lines(self.proc.stdout.fileno())
         self.ops = 0
         self.ready: Optional[dict] = None
+        self.announced = False
 
     def wait_ready(self, wake_fd: Optional[int]) -> Optional[dict]:
         """The worker's first reply ("ready" or "refused"); None when woken first."""
@@ -217,7 +218,8 @@ class WorkerSlot:
             self._drop()
             self._refuse(reply.get("reason") or "worker_failed", reply.get("detail") or "")
             return False
-        if worker.ops == 0:
+        if not worker.announced:
+            worker.announced = True
             self.log(f"worker {worker.proc.pid} for device {self.device}: ready, "
                      f"{len(reply.get('imported') or [])} modules imported in {reply.get('import_s')} s")
         return True
