@@ -1,0 +1,95 @@
+"""Warm workers on a CUDA device with FlagGems (FLAGGEMS_DIR, a checkout).
+
+    FLAGGEMS_DIR=~/FlagGems GEMS_VENDOR=nvidia python -m pytest -m gpu tests/test_batch_workers_gpu.py -s
+
+- the device probe sees CUDA initialised only once something initialised it;
+- a worker-mode batch over FlagGems measures (graph timer) without any worker refusing:
+  nothing the worker imports (torch, triton, the conftest's imports) touches the GPU;
+- a forked operator that crashes the CUDA context leaves the next operator's rows alone.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+FLAGGEMS_DIR = os.environ.get("FLAGGEMS_DIR")
+needs_flaggems = pytest.mark.skipif(not FLAGGEMS_DIR, reason="FLAGGEMS_DIR is not set")
+
+PROBE = """
+import json
+from zlbench import backends
+import torch
+before = backends.initialised_runtimes()
+torch.zeros(1, device="cuda")
+print(json.dumps([before, backends.initialised_runtimes()]))
+"""
+
+
+def test_the_probe_sees_cuda_only_once_initialised():
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
+    before, after = json.loads(out.stdout.strip().splitlines()[-1])
+    assert before == [] and "cuda" in after
+
+
+@needs_flaggems
+def test_a_worker_batch_over_flaggems_forks_every_operator(tmp_path):
+    out = tmp_path / "b"
+    ops = ["abs", "softmax", "sum"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "zlbench", "batch", "--flaggems-dir", FLAGGEMS_DIR, "--backend", "cuda",
+         "--devices", "0", "--ops", ",".join(ops), "--dtypes", "float16", "--dismiss", "none",
+         "--progress", "plain", "--out", str(out), "--run-mode", "worker", "--timeout", "600"],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "WORKER_FORK_REFUSED" not in proc.stdout
+    with open(out / "ops_status.csv", newline="") as f:
+        rows = {r["operator"]: r for r in csv.DictReader(f)}
+    for op in ops:
+        row = rows[op]
+        assert (row["status"], row["run_mode"], row["timer"]) == ("ok", "worker", "graph")
+        assert float(row["overhead_s"]) < 5.0       # no interpreter, torch or plugin start-up
+        identity = json.loads((out / op / "run_identity.json").read_text())
+        assert identity["pytest_plugins"]["autoload"] is False
+        assert identity["plugins"]["graph_timer"]["rows_graph"] > 0
+
+
+CRASH_CORPUS = """
+import os, signal, pytest, torch
+
+@pytest.mark.{op}
+def test_{op}():
+    torch.zeros(1, device="cuda")
+    {body}
+"""
+
+
+def test_a_crash_in_one_forked_operator_leaves_the_next_alone(tmp_path):
+    # A corpus of two CUDA operators: the first dies by SIGSEGV with a live context.
+    root = tmp_path / "corpus"
+    bench = root / "benchmark"
+    bench.mkdir(parents=True)
+    (bench / "__init__.py").write_text("")
+    (bench / "conftest.py").write_text(
+        "import torch\n\ndef pytest_addoption(parser):\n"
+        "    for o in ('--mode', '--level', '--dtypes', '--shape_file'):\n"
+        "        parser.addoption(o, action='append' if o == '--dtypes' else 'store')\n")
+    (bench / "test_acrash.py").write_text(CRASH_CORPUS.format(
+        op="acrash", body="os.kill(os.getpid(), signal.SIGSEGV)"))
+    (bench / "test_bfine.py").write_text(CRASH_CORPUS.format(op="bfine", body="print('fine')"))
+    out = tmp_path / "b"
+    proc = subprocess.run(
+        [sys.executable, "-m", "zlbench", "batch", "--flaggems-dir", str(root), "--backend", "cuda",
+         "--devices", "0", "--ops", "acrash,bfine", "--dismiss", "none", "--retries", "0",
+         "--fallback-dtypes", "none", "--progress", "plain", "--out", str(out), "--run-mode", "worker"],
+        capture_output=True, text=True, timeout=600)
+    with open(out / "ops_status.csv", newline="") as f:
+        rows = {r["operator"]: r for r in csv.DictReader(f)}
+    assert rows["acrash"]["status"] == "crashed", proc.stdout[-3000:]
+    assert (rows["bfine"]["status"], rows["bfine"]["run_mode"]) == ("ok", "worker"), proc.stdout[-3000:]
