@@ -452,6 +452,9 @@ def _device_thread(name: str, *args) -> threading.Thread:
         try:
             _device_worker(*args)
         finally:
+            slot = args[0].slots.get(args[1])
+            if slot is not None:   # its queue is done: its worker has nothing left to fork
+                slot.close()
             done.set()
 
     thread = threading.Thread(target=body, name=name, daemon=True)

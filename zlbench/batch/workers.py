@@ -133,17 +133,21 @@ class Worker:
         return int(reply["rc"])
 
     def stop(self, grace_s: float) -> None:
-        """Ask it to exit; then its group gets SIGTERM, then SIGKILL."""
+        """Ask it to exit; then its group gets SIGTERM, then SIGKILL. A worker still
+        importing has nothing to finish: it is stopped at once."""
         if self.proc.poll() is None:
-            try:
-                self._send(cmd="exit")
-                self.proc.stdin.close()
-            except (WorkerGone, OSError):
-                pass
-            try:
-                self.proc.wait(timeout=max(grace_s, 1.0))
-            except subprocess.TimeoutExpired:
-                procs.stop_group(self.proc, grace_s)
+            if self.ready is None:
+                procs.stop_group(self.proc, min(grace_s, 1.0))
+            else:
+                try:
+                    self._send(cmd="exit")
+                    self.proc.stdin.close()
+                except (WorkerGone, OSError):
+                    pass
+                try:
+                    self.proc.wait(timeout=max(grace_s, 1.0))
+                except subprocess.TimeoutExpired:
+                    procs.stop_group(self.proc, grace_s)
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
                 stream.close()
