@@ -62,24 +62,58 @@ def direct_run(tmp_path_factory):
     return run_fake(
         tmp_path_factory.mktemp("direct"),
         ["zlbench.plugins.device_setup", "zlbench.plugins.direct_timer", "zlbench.plugins.report"],
-        {"ZL_BACKEND": "cuda", "ZL_TIMER": "direct", "ZL_DIRECT_REPEAT": "3"},
+        {"ZL_BACKEND": "cuda", "ZL_TIMER": "direct", "ZL_DIRECT_TIMER": "do_bench",
+         "ZL_DIRECT_REPEAT": "3"},
     )
+
+
+def row_records(run_dir):
+    return [json.loads(line) for line in (run_dir / "row_stats.jsonl").read_text().splitlines()]
 
 
 def test_direct_timer_runs_the_upstream_timer_repeat_times_per_timing(direct_run):
     stdout, counts, run_dir = direct_run
     assert counts["do_bench"] == 3 * TIMINGS
     data = json.loads((run_dir / "plugins" / "direct_timer.json").read_text())
-    assert data["timer"] == "direct" and data["repeat"] == 3
+    assert data["timer"] == "direct" and data["repeat"] == 3 and data["mode"] == "do_bench"
     assert data["rows_direct"] == ROWS and data["timings"] == TIMINGS
     assert data["timings_repeated"] == TIMINGS and data["latency_calls_untimed"] == 0
     assert data["benchmark_classes"] == ["benchmark.base.Benchmark"]
     assert "zlbench.cpu_timer.do_bench" in data["patched"]
     assert len(table_rows(stdout)) == ROWS and markers(stdout) == []
     footer = [ln for ln in stdout.splitlines() if ln.startswith("zlbench[direct_timer]")]
-    assert footer == [f"zlbench[direct_timer] timer=direct repeat=3 rows_direct={ROWS} "
-                      f"timings={TIMINGS} timings_repeated={TIMINGS} timings_single_by_request=0 "
-                      f"requested_timer=direct latency_calls={TIMINGS} latency_calls_untimed=0"]
+    assert footer == [f"zlbench[direct_timer] timer=direct mode=do_bench repeat=3 "
+                      f"rows_direct={ROWS} timings={TIMINGS} timings_repeated={TIMINGS} "
+                      f"timings_single_by_request=0 requested_timer=direct "
+                      f"latency_calls={TIMINGS} latency_calls_untimed=0"]
+    # Each timing's record carries the spread of its 3 whole do_bench calls.
+    records = row_records(run_dir)
+    assert len(records) == TIMINGS and [r["side"] for r in records] == ["torch", "gems"] * ROWS
+    assert all(r["samples"] == 3 and r["stop"] == "do_bench" and r["spread"] is not None
+               for r in records)
+    assert {(r["op"], r["dtype"], r["shape"]) for r in records} == set(table_rows(stdout))
+
+
+def test_percall_timer_times_every_call_itself_until_the_median_is_pinned(tmp_path):
+    stdout, counts, run_dir = run_fake(
+        tmp_path, ["zlbench.plugins.direct_timer"],
+        {"ZL_BACKEND": "cpu", "ZL_TIMER": "direct", "ZL_CPU_THREADS": "1",
+         "ZL_DIRECT_NOISE": "5"},
+    )
+    assert counts["do_bench"] == 0          # the upstream timer is never called
+    data = json.loads((run_dir / "plugins" / "direct_timer.json").read_text())
+    assert data["mode"] == "percall" and data["clock"] == "host" and data["host_threads"] == 1
+    assert data["rows_direct"] == ROWS and data["timings"] == TIMINGS
+    assert sum(data["stops"].values()) == TIMINGS
+    assert data["device_state"]["source"] == "unavailable" and data["device_state"]["row_records"] == TIMINGS
+    records = row_records(run_dir)
+    assert len(records) == TIMINGS
+    for r in records:
+        assert r["timer"] == "direct" and r["samples"] >= 10 and r["stop"] in ("noise", "time_cap")
+        assert r["median_ms"] > 0 and r["spread"] is not None and r["throttled"] is None
+        # Stopped for noise only when the target (5%) was met.
+        assert r["stop"] != "noise" or r["spread"] <= 0.05
+    assert markers(stdout) == []
 
 
 def test_device_setup_reaches_the_benchmark_process(direct_run):
@@ -99,11 +133,13 @@ def test_graph_timer_marks_every_row_it_cannot_capture(tmp_path):
     # timing falls back to the direct timer, each with a marker naming its row.
     stdout, counts, run_dir = run_fake(
         tmp_path, ["zlbench.plugins.graph_timer"],
-        {"ZL_BACKEND": "cuda", "ZL_TIMER": "graph", "ZL_DIRECT_REPEAT": "2"},
+        {"ZL_BACKEND": "cuda", "ZL_TIMER": "graph", "ZL_DIRECT_TIMER": "do_bench",
+         "ZL_DIRECT_REPEAT": "2"},
     )
     found = markers(stdout)
     assert len(found) == TIMINGS
-    assert all(m.name == BENCHMARK_DIRECT_NO_CUDAGRAPH and m.get("repeat") == "2" for m in found)
+    assert all(m.name == BENCHMARK_DIRECT_NO_CUDAGRAPH and m.get("repeat") == "2"
+               and m.get("direct") == "do_bench" for m in found)
     assert {m.get("phase") for m in found} == {"capture"}
     printed = table_rows(stdout)
     marked = [(m.get("op"), m.get("dtype"), m.get("shape")) for m in found]
@@ -116,6 +152,7 @@ def test_graph_timer_marks_every_row_it_cannot_capture(tmp_path):
     assert data["fallbacks"][0]["shape"] == printed[0][2]
     footer = [ln for ln in stdout.splitlines() if ln.startswith("zlbench[graph_timer]")]
     assert len(footer) == 1 and f"rows_direct_fallback={ROWS} " in footer[0]
+    assert [r["timer"] for r in row_records(run_dir)] == ["direct"] * TIMINGS
 
 
 def test_plugins_are_silent_without_a_run_dir(tmp_path):

@@ -41,7 +41,8 @@ def test_summary_writes_summary_csv_into_the_run_dir_and_prints_a_table(run_dir)
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == ["op", "dtype", "mode", "level", "shape", "torch_ms", "gems_ms",
                              "speedup", "tflops", "torch_gbps", "gems_gbps", "status",
-                             "timer", "markers", "run_dir"]
+                             "timer", "markers", "run_dir", "torch_samples", "torch_spread",
+                             "gems_samples", "gems_spread"]
     assert len(rows) == 4
     first = rows[0]
     assert (first["shape"], first["gems_ms"], first["timer"]) == (
@@ -115,7 +116,7 @@ def test_ab_refuses_a_caliber_mismatch_unless_allowed(tmp_path):
     assert allowed.exit_code == 0
     # Said first, before any range.
     assert allowed.stdout.startswith("CALIBER MISMATCH")
-    assert "| all | 2 | +100.0% | +100.0% | +100.0% | +100.0% |  |" in allowed.stdout
+    assert "| all | 2 | +100.0% | +100.0% | +100.0% | +100.0% | 2 unknown |  |" in allowed.stdout
     assert "Noise: median |gain| 100.0%" in allowed.stdout.splitlines()[-1]
 
 
@@ -124,12 +125,16 @@ def test_ab_markdown_rows_and_csv_out(tmp_path):
     out = tmp_path / "ab.csv"
     result = invoke("--ab", a, b, "--format", "markdown", "--out", out)
     assert result.exit_code == 0, result.stderr
-    assert "| operator | dtype | shape | A ms | B ms | gain | note |" in result.stdout
-    assert "| abs | torch.float16 | [torch.Size([64, 64])] | 0.020000 | 0.010000 | +100.0% |" \
+    assert "| verdict | operator | dtype | shape | A ms | A ± | B ms | B ± | gain | note |" \
         in result.stdout
+    # These logs carry no row_stats.jsonl: no spread, so no verdict, and it says so.
+    assert ("| UNKNOWN | abs | torch.float16 | [torch.Size([64, 64])] | 0.020000 |  | "
+            "0.010000 |  | +100.0% |") in result.stdout
+    assert "2 of 2 rows have no verdict (UNKNOWN): no spread recorded for A and B" in result.stdout
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [(r["pairing"], r["gain"]) for r in rows] == [("paired", "1.000000")] * 2
+    assert [(r["pairing"], r["gain"], r["verdict"]) for r in rows] == [
+        ("paired", "1.000000", "UNKNOWN")] * 2
 
 
 def test_ab_json_carries_the_caliber_and_noise(tmp_path):

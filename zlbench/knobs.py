@@ -16,6 +16,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import click
 
+from zlbench.timing import DIRECT_MODES
+
 BENCH_LEVELS = ("core", "comprehensive")
 SHAPE_MODES = ("file", "upstream")
 PROVIDERS = ("sample", "flaggems")
@@ -61,6 +63,16 @@ def _positive_int(knob: "Knob", raw: str) -> int:
     value = _nonneg_int(knob, raw)
     if value < 1:
         raise KnobError(knob, raw, "must be at least 1")
+    return value
+
+
+def _percent(knob: "Knob", raw: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise KnobError(knob, raw, "expected a percentage such as 0.5") from None
+    if not 0 < value < 100:
+        raise KnobError(knob, raw, "must be above 0 and below 100 (percent)")
     return value
 
 
@@ -144,6 +156,17 @@ KNOBS: List[Knob] = [
          "1: give the run its own FLAGGEMS_CACHE_DIR and TRITON_CACHE_DIR (default 0)."),
     Knob("direct_repeat", "ZL_DIRECT_REPEAT", "--direct-repeat", 1, _positive_int, True,
          "Direct timer: repeat each timed call N times and take the median (default 1)."),
+    Knob("direct_timer", "ZL_DIRECT_TIMER", "--direct-timer", "percall", _choice(DIRECT_MODES), True,
+         "How the direct timer measures: percall (device events around every call after "
+         "warm-up, until the median is pinned to ZL_DIRECT_NOISE or 10x the rep budget; "
+         "warm L2, like graph replay) or do_bench (FlagGems' kernel mode: triton's "
+         "do_bench with its L2 flush, ZL_DIRECT_REPEAT times, median)."),
+    Knob("direct_noise", "ZL_DIRECT_NOISE", "--direct-noise", 0.5, _percent, True,
+         "percall direct timer: stop once the median's 95% confidence half-width is "
+         "within this many percent of it (nvbench's --max-noise; default 0.5)."),
+    Knob("cpu_threads", "ZL_CPU_THREADS", "--cpu-threads", 1, _positive_int, True,
+         "cpu backend: torch threads (and OMP/MKL) of the benchmark process (default 1, "
+         "so that rows repeat on a shared machine)."),
     Knob("enable_cudagraph", "ZL_ENABLE_CUDAGRAPH", "--enable-cudagraph", True, _bool, True,
          "0 forces the direct timer on backends that can graph-capture (default 1)."),
     Knob("parallel_warmup_gpus", "PARALLEL_WARMUP_GPUS", "--parallel-warmup-gpus", 0, _nonneg_int, False,

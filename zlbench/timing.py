@@ -54,6 +54,144 @@ def repeat_median(call: Callable[[], float], repeat: int,
     return statistics.median(values), repeat
 
 
+# --- per-call timing: spread and adaptive stopping (the direct timer) ------------------
+
+# nvbench's defaults: at least 10 samples, stop once the noise is below 0.5%.
+MIN_SAMPLES = 10
+DEFAULT_NOISE_TARGET = 0.005
+MAX_TIME_FACTOR = 10      # the time cap is this many times the caller's ``rep`` budget
+MIN_CAP_MS = 200.0        # ... and never less than this
+MAX_SAMPLES = 200_000
+DIRECT_MODES = ("percall", "do_bench")
+
+
+def median_ci(ordered: Sequence[float]) -> Tuple[float, float]:
+    """A distribution-free 95% confidence interval of the median of sorted samples.
+
+    The order statistics at ranks n/2 - 0.98 sqrt(n) and 1 + n/2 + 0.98 sqrt(n)
+    (1-based; 0.98 = 1.96 / 2, the normal approximation to the binomial): no
+    assumption about the shape of the times, and one slow outlier moves it one rank.
+    """
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("no samples")
+    half = 0.98 * math.sqrt(n)
+    lo = max(0, int(math.floor(n / 2 - half)) - 1)
+    hi = min(n - 1, int(math.ceil(1 + n / 2 + half)) - 1)
+    return ordered[lo], ordered[hi]
+
+
+def relative_spread(ordered: Sequence[float]) -> Optional[float]:
+    """Half-width of the median's 95% CI over the median: the row's noise.
+
+    None for fewer than two samples (nothing to say) or a zero median.
+    """
+    if len(ordered) < 2:
+        return None
+    mid = statistics.median(ordered)
+    if mid <= 0:
+        return None
+    lo, hi = median_ci(ordered)
+    return (hi - lo) / 2.0 / mid
+
+
+def parse_noise_target(text: Optional[str]) -> float:
+    """ZL_DIRECT_NOISE (percent) as a fraction; unset means nvbench's 0.5%."""
+    if text is None or not str(text).strip():
+        return DEFAULT_NOISE_TARGET
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise ValueError(f"ZL_DIRECT_NOISE must be a percentage such as 0.5, got {text!r}") from None
+    if not 0 < value < 100:
+        raise ValueError(f"ZL_DIRECT_NOISE must be a percentage between 0 and 100, got {text!r}")
+    return value / 100.0
+
+
+def parse_direct_mode(text: Optional[str]) -> str:
+    value = (text or "").strip().lower() or DIRECT_MODES[0]
+    if value not in DIRECT_MODES:
+        raise ValueError(f"ZL_DIRECT_TIMER must be one of {', '.join(DIRECT_MODES)}, got {text!r}")
+    return value
+
+
+class StopRule(NamedTuple):
+    """When the per-call timer has enough samples (nvbench's stopping criterion).
+
+    Stop once at least ``min_samples`` calls and ``min_ms`` of timing are done and the
+    median's relative CI half-width is at most ``target``; stop anyway at ``max_ms``
+    or ``max_samples`` (the row is then reported with the spread it reached).
+    """
+    target: float
+    min_ms: float
+    max_ms: float
+    min_samples: int = MIN_SAMPLES
+    max_samples: int = MAX_SAMPLES
+
+    @classmethod
+    def for_call(cls, target: float, rep_ms: float) -> "StopRule":
+        """``rep_ms`` is the caller's do_bench budget: spent at least, capped at 10x."""
+        rep_ms = max(float(rep_ms), 1.0)
+        return cls(target, rep_ms, max(MAX_TIME_FACTOR * rep_ms, MIN_CAP_MS))
+
+    def verdict(self, ordered: Sequence[float], elapsed_ms: float) -> Optional[str]:
+        """None to go on, else why it stopped: "noise", "time_cap" or "max_samples"."""
+        n = len(ordered)
+        if n >= self.max_samples:
+            return "max_samples"
+        if n >= self.min_samples and elapsed_ms >= self.min_ms:
+            spread = relative_spread(ordered)
+            if spread is not None and spread <= self.target:
+                return "noise"
+        if elapsed_ms >= self.max_ms and n >= 2:
+            return "time_cap"
+        return None
+
+
+def batch_calls(per_call_ms: float, elapsed_ms: float, batch_ms: float = 5.0) -> int:
+    """Calls to make before the next look at the samples: about ``batch_ms`` worth,
+    growing with the time already spent so that sorting stays a small cost."""
+    per_call_ms = max(float(per_call_ms), 1e-6)
+    target = max(batch_ms, elapsed_ms / 4.0)
+    return int(min(10_000, max(1, round(target / per_call_ms))))
+
+
+class Measured(NamedTuple):
+    """What one timing call measured: the answer and how much to trust it."""
+    value: Result           # what do_bench's caller gets
+    median_ms: Optional[float]
+    samples: int
+    spread: Optional[float]  # relative half-width of the median's 95% CI
+    stop: str                # noise | time_cap | max_samples | graph | do_bench
+
+
+def measured_from(times: Sequence[float], quantiles, return_mode: str, stop: str) -> Measured:
+    ordered = sorted(float(t) for t in times)
+    return Measured(summarize(times, quantiles, return_mode),
+                    statistics.median(ordered) if ordered else None,
+                    len(ordered), relative_spread(ordered), stop)
+
+
+# --- device state around a row ----------------------------------------------------------
+
+CLOCK_DROP = 0.05   # an SM clock this far below the run's highest reading is a drop
+
+
+def throttle_reason(before: dict, after: dict, reference_mhz: Optional[float]) -> Optional[str]:
+    """Why the device was slow while a row was timed, or None.
+
+    ``before``/``after`` are device-state samples taken after warm-up and after the
+    last timed call; ``reference_mhz`` is the highest SM clock read in the run so far.
+    A slowdown reason reported by the vendor (power cap, thermal, ...) at either end,
+    or an SM clock more than CLOCK_DROP below the reference, names the row.
+    """
+    reasons = sorted(set(before.get("throttle") or []) | set(after.get("throttle") or []))
+    clocks = [c for c in (before.get("sm_mhz"), after.get("sm_mhz")) if c]
+    if reference_mhz and clocks and min(clocks) < (1.0 - CLOCK_DROP) * reference_mhz:
+        reasons.append("sm_clock_drop")
+    return ",".join(reasons) or None
+
+
 # --- reducing samples the way triton's do_bench does ----------------------------------
 
 def quantile(ordered: Sequence[float], q: float) -> float:
@@ -290,11 +428,14 @@ class Row(NamedTuple):
     dtype_source: Optional[str] = None   # "guess" when dtype came from an argument
 
 
-def fallback_marker(phase: str, repeat: int, row: Row, reason: str) -> str:
+def fallback_marker(phase: str, repeat: int, row: Row, reason: str,
+                    direct: Optional[str] = None) -> str:
+    """``direct``: how the direct timer times the row instead (percall or do_bench)."""
     return format_marker(
         BENCHMARK_DIRECT_NO_CUDAGRAPH,
         phase=phase,
         repeat=repeat,
+        direct=direct,
         op=row.op,
         dtype=row.dtype,
         shape=row.shape,

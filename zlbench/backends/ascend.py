@@ -32,4 +32,5 @@ BACKEND = Backend(
     torch_extensions=("torch_npu",),
     runtime_initialised=torch_runtime_initialised("npu"),
     description="Huawei Ascend NPUs; direct timer",
+    torch_device="npu",
 )

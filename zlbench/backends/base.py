@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 # A vendor tool that hangs must not hang zlbench (FlagGems' own probe has no timeout).
 TOOL_TIMEOUT_S = 10.0
@@ -29,6 +29,44 @@ class Device:
     index: str
     visible: Optional[str]
     model: str = "unknown"
+
+
+class DeviceState:
+    """Clocks, temperature, power and throttle reasons of one device, read around rows.
+
+    ``sample()`` returns ``{"sm_mhz", "mem_mhz", "temp_c", "power_w", "throttle"}``
+    (a value the vendor does not expose is None; ``throttle`` is a list of reason
+    names that slow the device down). ``describe()`` says where the numbers come from
+    and whether clocks are locked (True, False or "unknown"). This base class is the
+    answer where a vendor exposes nothing.
+    """
+
+    source = "unavailable"
+
+    def __init__(self, reason: str = "this backend exposes no device state") -> None:
+        self.reason = reason
+
+    def available(self) -> bool:
+        return False
+
+    def sample(self) -> Dict[str, Any]:
+        return {}
+
+    def describe(self) -> Dict[str, Any]:
+        return {"source": self.source, "reason": self.reason, "clocks_locked": "unknown"}
+
+    def close(self) -> None:
+        pass
+
+
+def open_device_state(backend: "Backend") -> DeviceState:
+    """The backend's reader, or the unavailable one saying why; never raises."""
+    if backend.device_state is None:
+        return DeviceState()
+    try:
+        return backend.device_state()
+    except Exception as e:  # a missing library or a driver refusing: say so per run
+        return DeviceState(f"{type(e).__name__}: {e}")
 
 
 class DeviceError(Exception):
@@ -57,6 +95,15 @@ class Backend:
     # True when this process has initialised the vendor runtime (a forked child could
     # not use the device). Reads sys.modules only: never imports torch.
     runtime_initialised: Optional[Callable[[], bool]] = None
+    # The torch attribute with Event(enable_timing=True) and synchronize() for this
+    # vendor ("cuda", "musa", "npu"); None: time on the host clock (cpu).
+    torch_device: Optional[str] = None
+    # Opens a reader of clocks, temperature, power and throttling for the device the
+    # benchmark process sees; called there only (it may import vendor libraries).
+    device_state: Optional[Callable[[], "DeviceState"]] = None
+    # Extra variables for the benchmark process, from the run's knob values (cpu pins
+    # its thread count here).
+    run_env: Optional[Callable[[Mapping[str, object]], Dict[str, str]]] = None
 
     @property
     def default_timer(self) -> str:

@@ -1,7 +1,24 @@
 """The host CPU. Its "devices" are worker slots (``--devices 0,1`` gives two), so that
-the batch layer, its sharding and its process handling run on any machine."""
+the batch layer, its sharding and its process handling run on any machine.
+
+Its thread count is pinned (ZL_CPU_THREADS, default 1): torch's default of one thread
+per core makes two slots, or anything else on the machine, fight over the cores, and
+the numbers move by tens of percent between identical runs.
+"""
+
+from typing import Dict, Mapping
 
 from .base import Backend
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def pinned_threads_env(knob_values: Mapping[str, object]) -> Dict[str, str]:
+    """The thread variables of the benchmark process; the timer plugin also calls
+    torch.set_num_threads(ZL_CPU_THREADS) there."""
+    n = str(knob_values.get("cpu_threads") or 1)
+    return {"ZL_CPU_THREADS": n, **{key: n for key in THREAD_VARIABLES}}
+
 
 BACKEND = Backend(
     name="cpu",
@@ -9,6 +26,7 @@ BACKEND = Backend(
     visible_key=None,
     gems_vendor=None,
     can_graph_capture=False,
-    description="host CPU; devices are worker slots; direct timer",
+    description="host CPU; devices are worker slots; direct timer; ZL_CPU_THREADS threads",
     slots_only=True,
+    run_env=pinned_threads_env,
 )

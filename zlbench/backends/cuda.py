@@ -1,6 +1,13 @@
-"""NVIDIA GPUs through CUDA: graph capture available."""
+"""NVIDIA GPUs through CUDA: graph capture available; device state through NVML."""
 
-from .base import Backend, parse_csv_index_name, torch_runtime_initialised
+from .base import Backend, DeviceState, parse_csv_index_name, torch_runtime_initialised
+
+
+def open_device_state() -> DeviceState:
+    from .nvml import open_state  # pynvml: benchmark process only
+
+    return open_state()
+
 
 BACKEND = Backend(
     name="cuda",
@@ -12,4 +19,6 @@ BACKEND = Backend(
     parse_tool_output=parse_csv_index_name,
     runtime_initialised=torch_runtime_initialised("cuda"),
     description="NVIDIA GPUs (CUDA); CUDA-graph timing",
+    torch_device="cuda",
+    device_state=open_device_state,
 )

@@ -33,4 +33,5 @@ BACKEND = Backend(
     torch_extensions=("torch_musa",),
     runtime_initialised=torch_runtime_initialised("musa"),
     description="MThreads GPUs (MUSA); direct timer",
+    torch_device="musa",
 )

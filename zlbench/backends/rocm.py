@@ -40,4 +40,5 @@ BACKEND = Backend(
     parse_tool_output=parse_rocm_smi,
     runtime_initialised=torch_runtime_initialised("cuda"),
     description="AMD GPUs (ROCm/HIP); direct timer",
+    torch_device="cuda",  # ROCm builds of torch speak torch.cuda
 )

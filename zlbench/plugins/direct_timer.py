@@ -1,10 +1,13 @@
-"""pytest plugin: the upstream timer, repeated ZL_DIRECT_REPEAT times (median of calls).
+"""pytest plugin: the direct timer, for rows that are not timed by graph replay.
 
 Loaded with ``-p zlbench.plugins.direct_timer`` where the backend cannot capture graphs
 or ZL_ENABLE_CUDAGRAPH=0. After collection it replaces the benchmark's ``do_bench``
-(triton's, the vendor variants, and ``zlbench.cpu_timer``'s) with one that calls the
-original N times for each timed row and returns the median. N=1 measures exactly what
-FlagGems' kernel mode measures. The graph timer reuses this for its fallback rows.
+(triton's, the vendor variants, and ``zlbench.cpu_timer``'s). ZL_DIRECT_TIMER says how
+it measures: ``percall`` (default; ``zlbench.plugins.percall``: device events around
+every call until the median is pinned to ZL_DIRECT_NOISE) or ``do_bench`` (the
+original, ZL_DIRECT_REPEAT times, median; N=1 is exactly FlagGems' kernel mode). The
+graph timer reuses this for its fallback rows. Every timing appends its row's samples,
+spread and device state to row_stats.jsonl (``zlbench.rowstats``).
 """
 
 from __future__ import annotations
@@ -15,10 +18,16 @@ import inspect
 import os
 import sys
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import statistics
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from zlbench.plugins import row_context, run_dir, write_plugin_json
-from zlbench.timing import footer_line, parse_repeat, repeat_median
+from zlbench import rowstats
+from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_HOST_CLOCK, format_marker
+from zlbench.plugins import print_line, row_context, run_dir, write_plugin_json
+from zlbench.plugins.percall import choose_clock, percall_bench
+from zlbench.timing import (Measured, Row, StopRule, footer_line, measured_from,
+                            parse_direct_mode, parse_noise_target, parse_repeat,
+                            relative_spread, repeat_median, throttle_reason)
 
 PLUGIN = "direct_timer"
 # Where benchmark code looks its timer up at call time: (module, attribute).
@@ -98,47 +107,180 @@ def call_options(original: Callable, fn: Callable, args: tuple, kwargs: dict) ->
 
 # --- the timer -------------------------------------------------------------------------
 
-class DirectTimer:
-    """Median over ``repeat`` whole calls of the upstream do_bench, with counts."""
+class DirectSettings(NamedTuple):
+    mode: str        # percall | do_bench (ZL_DIRECT_TIMER)
+    repeat: int      # do_bench mode: whole upstream calls per timing (ZL_DIRECT_REPEAT)
+    noise: float     # percall mode: target relative CI half-width (ZL_DIRECT_NOISE)
 
-    def __init__(self, repeat: int):
-        self.repeat = repeat
+    @classmethod
+    def from_env(cls, env=os.environ) -> "DirectSettings":
+        return cls(parse_direct_mode(env.get("ZL_DIRECT_TIMER")),
+                   parse_repeat(env.get("ZL_DIRECT_REPEAT")),
+                   parse_noise_target(env.get("ZL_DIRECT_NOISE")))
+
+
+class DirectTimer:
+    """Per-call timing with adaptive stopping, or FlagGems' do_bench (median of
+    ``repeat`` whole calls); every timing leaves a row record."""
+
+    def __init__(self, settings: DirectSettings, recorder: "RowRecorder"):
+        self.settings = settings
+        self.repeat = settings.repeat
+        self.recorder = recorder
+        self.clock, self.clock_note = (None, None)
         self.rows = set()
         self.timings = 0
         self.timings_repeated = 0
         self.timings_single_by_request = 0   # quantiles or return_mode="all" asked
+        self.stops: Dict[str, int] = {}
+
+    def _clock(self):
+        if self.clock is None:
+            self.clock, self.clock_note = choose_clock(self.recorder.torch_device)
+            if self.clock_note:
+                print_line(format_marker(DIRECT_TIMER_HOST_CLOCK, reason=self.clock_note))
+        return self.clock
 
     def measure(self, original: Callable, fn: Callable, args: tuple, kwargs: dict) -> Any:
         timing = row_context.current()
         opts = call_options(original, fn, args, kwargs)
-        result, calls = repeat_median(
-            lambda: original(fn, *args, **kwargs),
-            self.repeat,
-            opts.get("quantiles"),
-            opts.get("return_mode", "mean"),
-        )
+        self.recorder.start()
+        if self.settings.mode == "percall":
+            measured = self._percall(fn, opts)
+        else:
+            measured = self._do_bench(original, fn, args, kwargs, opts)
+        self.stops[measured.stop] = self.stops.get(measured.stop, 0) + 1
+        if timing is not None:
+            self.rows.add(timing.row_id)
+            self.timings += 1
+            self.recorder.finish(timing.row, measured, "direct")
+        return measured.value
+
+    def _percall(self, fn: Callable, opts: dict) -> Measured:
+        rule = StopRule.for_call(self.settings.noise, float(opts.get("rep", 100) or 100))
+        times, stop = percall_bench(fn, self._clock(), float(opts.get("warmup", 25) or 25),
+                                    rule, opts.get("grad_to_none"), self.recorder.warm)
+        return measured_from(times, opts.get("quantiles"), opts.get("return_mode", "mean"), stop)
+
+    def _do_bench(self, original, fn, args, kwargs, opts) -> Measured:
+        values: List[float] = []
+
+        def call():
+            value = original(fn, *args, **kwargs)
+            if isinstance(value, (int, float)):
+                values.append(float(value))
+            return value
+
+        result, calls = repeat_median(call, self.repeat, opts.get("quantiles"),
+                                      opts.get("return_mode", "mean"))
         if calls > 1:
             self.timings_repeated += 1
         elif self.repeat > 1:
             self.timings_single_by_request += 1
-        # The graph timer's fallbacks land here too; it reports its own counts, not these.
-        if timing is not None:
-            self.record(timing.row_id)
-        return result
-
-    def record(self, row_id: int) -> None:
-        self.rows.add(row_id)
-        self.timings += 1
+        ordered = sorted(values)
+        median = statistics.median(ordered) if ordered else None
+        # Spread over whole do_bench calls when there were several; none from one.
+        return Measured(result, median, len(ordered) if calls > 1 else 0,
+                        relative_spread(ordered) if calls > 1 else None, "do_bench")
 
     def counts(self) -> dict:
-        return {
+        data = {
             "timer": "direct",
+            "mode": self.settings.mode,
             "repeat": self.repeat,
             "rows_direct": len(self.rows),
             "timings": self.timings,
-            "timings_repeated": self.timings_repeated,
-            "timings_single_by_request": self.timings_single_by_request,
         }
+        if self.settings.mode == "percall":
+            data["noise_target_pct"] = round(self.settings.noise * 100, 4)
+            data["clock"] = self.clock.name if self.clock is not None else None
+            if self.clock_note:
+                data["clock_note"] = self.clock_note
+            data["stops"] = dict(self.stops)
+        else:
+            data["timings_repeated"] = self.timings_repeated
+            data["timings_single_by_request"] = self.timings_single_by_request
+        return data
+
+
+class RowRecorder:
+    """Device state around each timed row, and the row's record in row_stats.jsonl.
+
+    ``start`` before a timing, ``warm`` once warm-up is over (the first device sample),
+    ``finish`` after the last timed call (the second sample, the record, and a
+    DEVICE_THROTTLED marker when the device was slow in between).
+    """
+
+    def __init__(self, backend_name: Optional[str]):
+        from zlbench.backends import BACKENDS
+        from zlbench.backends.base import DeviceState, open_device_state
+
+        backend = BACKENDS.get(backend_name or "")
+        self.torch_device = backend.torch_device if backend is not None else None
+        self.state = (open_device_state(backend) if backend is not None
+                      else DeviceState(f"unknown backend {backend_name!r}"))
+        self.reference_mhz: Optional[float] = None
+        self.before: Optional[dict] = None
+        self.rows_throttled = 0
+        self.records = 0
+
+    def start(self) -> None:
+        self.before = None
+
+    def warm(self) -> None:
+        if self.before is None:
+            self.before = self._sample()
+
+    def _sample(self) -> dict:
+        try:
+            return self.state.sample() if self.state.available() else {}
+        except Exception as e:  # the driver went away mid-run: say so in the record
+            return {"error": f"{type(e).__name__}: {e}"}
+
+    def finish(self, row: Row, measured: Measured, timer: str) -> None:
+        self.warm()
+        before, after = self.before or {}, self._sample()
+        clocks = [c for c in (before.get("sm_mhz"), after.get("sm_mhz")) if c]
+        if clocks:
+            self.reference_mhz = max([self.reference_mhz or 0, *clocks])
+        why = throttle_reason(before, after, self.reference_mhz)
+        if why:
+            self.rows_throttled += 1
+            print_line(format_marker(
+                DEVICE_THROTTLED, op=row.op, dtype=row.dtype, shape=row.shape, side=row.side,
+                why=why, sm_mhz=f"{before.get('sm_mhz')}->{after.get('sm_mhz')}",
+                ref_mhz=self.reference_mhz, temp_c=after.get("temp_c"),
+                power_w=after.get("power_w")))
+        record = {
+            "op": row.op, "dtype": row.dtype, "shape": row.shape, "side": row.side,
+            "timer": timer, "median_ms": measured.median_ms, "samples": measured.samples,
+            "spread": measured.spread, "stop": measured.stop, "throttled": why,
+        }
+        if before or after:
+            record["device"] = {"before": before, "after": after}
+        root = run_dir()
+        if root is not None:
+            rowstats.append(root, record)
+            self.records += 1
+
+    def report(self) -> dict:
+        data = dict(self.state.describe())
+        data["rows_throttled"] = self.rows_throttled
+        data["row_records"] = self.records
+        if self.reference_mhz:
+            data["highest_sm_mhz"] = self.reference_mhz
+        return data
+
+
+def pin_host_threads() -> Optional[int]:
+    """torch.set_num_threads(ZL_CPU_THREADS) where the backend pins threads (cpu)."""
+    value = os.environ.get("ZL_CPU_THREADS")
+    if not value:
+        return None
+    import torch
+
+    torch.set_num_threads(int(value))
+    return torch.get_num_threads()
 
 
 def make_replacement(timer: Any) -> Callable[[Callable], Callable]:
@@ -165,16 +307,19 @@ class TimerSession:
     the timer sites once the benchmark classes are imported, write counts after every
     test (a killed run keeps them), print the footer, undo everything at the end."""
 
-    def __init__(self, plugin: str, make_timer: Callable[[int], Any], targets):
+    def __init__(self, plugin: str, make_timer: Callable[[DirectSettings, RowRecorder], Any],
+                 targets):
         self.plugin = plugin
         self.make_timer = make_timer
         self.targets = targets
         self.timer: Optional[Any] = None
+        self.recorder: Optional[RowRecorder] = None
         self.info: Dict[str, Any] = {}
 
     def report(self) -> dict:
         data = dict(self.timer.counts())
         data.update(self.info)
+        data["device_state"] = self.recorder.report()
         data["latency_calls"] = row_context.stats["latency_calls"]
         data["latency_calls_untimed"] = row_context.stats["latency_calls_untimed"]
         return data
@@ -183,8 +328,12 @@ class TimerSession:
     def pytest_configure(self, config) -> None:
         if run_dir() is None:
             return
-        self.timer = self.make_timer(parse_repeat(os.environ.get("ZL_DIRECT_REPEAT")))
+        self.recorder = RowRecorder(os.environ.get("ZL_BACKEND"))
+        self.timer = self.make_timer(DirectSettings.from_env(), self.recorder)
         self.info["requested_timer"] = os.environ.get("ZL_TIMER")
+        threads = pin_host_threads()
+        if threads is not None:
+            self.info["host_threads"] = threads
 
     def pytest_collection_finish(self, session) -> None:
         if self.timer is None:
@@ -210,6 +359,7 @@ class TimerSession:
         write_plugin_json(self.plugin, self.report())
         unpatch_all()
         row_context.uninstall()
+        self.recorder.state.close()
         self.timer = None
 
 

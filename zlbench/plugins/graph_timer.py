@@ -13,7 +13,7 @@ times in kernel mode. For one timing call:
 
 If any phase fails with an error that leaves the context alive (host synchronisation,
 RNG seeding, capture-illegal stream work), the capture is ended, the context checked,
-and that shape alone is timed by the direct timer (ZL_DIRECT_REPEAT), with a
+and that shape alone is timed by the direct timer (ZL_DIRECT_TIMER), with a
 ``BENCHMARK_DIRECT_NO_CUDAGRAPH`` marker naming op, dtype, shape and side. A fatal
 error (illegal address, device-side assert, ...) is re-raised.
 """
@@ -28,13 +28,15 @@ from contextlib import contextmanager
 from typing import Any, Callable, Dict, List, Optional
 
 from zlbench.plugins import print_line, row_context
-from zlbench.plugins.direct_timer import DirectTimer, TimerSession, call_options
+from zlbench.plugins.direct_timer import (DirectSettings, DirectTimer, RowRecorder, TimerSession,
+                                          call_options)
 from zlbench.timing import (
+    Measured,
     clear_grads,
     fallback_decision,
     fallback_marker,
+    measured_from,
     plan_graph,
-    summarize,
     warmup_batch_size,
     warmup_settled,
 )
@@ -186,7 +188,8 @@ def warmup(torch, fn: Callable, warmup_ms: float, stream, grad_to_none) -> float
 
 
 def graph_bench(fn: Callable, warmup_ms: float, rep_ms: float, grad_to_none,
-                quantiles, return_mode: str) -> Any:
+                quantiles, return_mode: str, on_warm: Optional[Callable[[], None]] = None
+                ) -> Measured:
     """Time fn by graph replay; raises CaptureFailed(phase, error) on any failure."""
     import torch
 
@@ -198,6 +201,8 @@ def graph_bench(fn: Callable, warmup_ms: float, rep_ms: float, grad_to_none,
     graph = None
     try:
         eager_ms = warmup(torch, fn, warmup_ms, stream, grad_to_none)
+        if on_warm is not None:
+            on_warm()
         phase = "capture"
         probe_calls = max(1, min(100, round(PROBE_TARGET_MS / max(eager_ms, 1e-6))))
         graph = capture(torch, fn, probe_calls, stream, grad_to_none)
@@ -227,14 +232,16 @@ def graph_bench(fn: Callable, warmup_ms: float, rep_ms: float, grad_to_none,
             torch.cuda.current_stream().wait_stream(stream)
         except Exception:  # a dead context was reported above
             pass
-    return summarize(times, quantiles, return_mode)
+    # Each replay is one sample of the per-call time: the row's spread comes from them.
+    return measured_from(times, quantiles, return_mode, "graph")
 
 
 # --- the plugin ------------------------------------------------------------------------
 
 class GraphTimer:
-    def __init__(self, repeat: int):
-        self.direct = DirectTimer(repeat)
+    def __init__(self, settings: DirectSettings, recorder: RowRecorder):
+        self.direct = DirectTimer(settings, recorder)
+        self.recorder = recorder
         self.row_modes: Dict[int, set] = {}
         self.timings_graph = 0
         self.timings_fallback = 0
@@ -243,33 +250,39 @@ class GraphTimer:
     def measure(self, original: Callable, fn: Callable, args: tuple, kwargs: dict) -> Any:
         timing = row_context.current()
         opts = call_options(original, fn, args, kwargs)
+        self.recorder.start()
         try:
-            result = graph_bench(
+            measured = graph_bench(
                 fn,
                 float(opts.get("warmup", 25) or 25),
                 float(opts.get("rep", 100) or 100),
                 opts.get("grad_to_none"),
                 opts.get("quantiles"),
                 opts.get("return_mode", "mean"),
+                self.recorder.warm,
             )
         except CaptureFailed as failed:
             decision = fallback_decision(failed.phase, failed.error)
             if not decision.fallback:
                 raise failed.error
-            print_line(fallback_marker(failed.phase, self.direct.repeat, timing.row, decision.reason))
+            print_line(fallback_marker(failed.phase, self.direct.repeat, timing.row,
+                                       decision.reason, self.direct.settings.mode))
             self.fallbacks.append(dict(timing.row._asdict(), phase=failed.phase,
+                                       direct=self.direct.settings.mode,
                                        repeat=self.direct.repeat, reason=decision.reason))
             self.timings_fallback += 1
             self.row_modes.setdefault(timing.row_id, set()).add("direct")
             return self.direct.measure(original, fn, args, kwargs)
         self.timings_graph += 1
         self.row_modes.setdefault(timing.row_id, set()).add("graph")
-        return result
+        self.recorder.finish(timing.row, measured, "graph")
+        return measured.value
 
     def counts(self) -> dict:
         rows_fallback = sum(1 for m in self.row_modes.values() if "direct" in m)
         return {
             "timer": "graph",
+            "direct": self.direct.settings.mode,
             "repeat": self.direct.repeat,
             "rows_graph": len(self.row_modes) - rows_fallback,
             "rows_direct_fallback": rows_fallback,

@@ -131,6 +131,8 @@ def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, 
         "ZL_BACKEND": plan.backend.name,
         "ZL_TIMER": plan.timer,
         "ZL_DIRECT_REPEAT": str(s.direct_repeat),
+        "ZL_DIRECT_TIMER": s.direct_timer,
+        "ZL_DIRECT_NOISE": str(s.direct_noise),
         "ZL_AUTOTUNE_MODE": plan.autotune_mode,
         "USE_FLAGTUNE": "1" if s.use_flagtune else "0",
         "ZL_ISOLATE_TUNER_CACHE": "1" if s.isolate_tuner_cache else "0",
@@ -140,6 +142,8 @@ def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, 
         env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
     else:
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    if plan.backend.run_env is not None:
+        env.update(plan.backend.run_env(s.values))
     env["PYTHONPATH"] = importable_pythonpath(env.get("PYTHONPATH"))
     if plan.warmup_pool:
         env["ZL_WARMUP_DEVICES"] = ",".join(plan.warmup_pool)
@@ -189,6 +193,8 @@ def build_identity(plan: RunPlan, run_dir: Path, cache_description: str) -> dict
         "level": s.level,
         "dtypes": list(s.dtypes) if s.dtypes else "default",
         "repeat": s.direct_repeat,
+        "direct_timer": direct_timer_identity(plan),
+        "cpu_threads": s.cpu_threads if plan.backend.run_env is not None else None,
         "shape_source": {"mode": s.shape_mode, "file": str(plan.shape_file)},
         "plugins_planned": plan.plugins,
         "pytest_plugins": {"autoload": plugin_autoload(s), "requested": extra_pytest_plugins(s)},
@@ -196,6 +202,20 @@ def build_identity(plan: RunPlan, run_dir: Path, cache_description: str) -> dict
         "knob_sources": {k: v for k, v in s.sources.items()},
         "versions": {**ident.package_versions(), **plan.provider_versions},
     }
+
+
+def direct_timer_identity(plan: RunPlan) -> dict:
+    """How rows that are not graph-timed are measured; ``l2_flush`` says whether the L2
+    cache is cleared before each timed call (only FlagGems' do_bench does: the per-call
+    timer keeps L2 warm, as graph replay and do_bench_cudagraph do)."""
+    s = plan.settings
+    if s.direct_timer == "do_bench":
+        # triton's do_bench zeroes a 256 MB buffer before each call; the host one cannot.
+        return {"mode": "do_bench", "repeat": s.direct_repeat,
+                "l2_flush": plan.backend.torch_device is not None}
+    clock = f"torch.{plan.backend.torch_device}.Event" if plan.backend.torch_device else "host"
+    return {"mode": "percall", "noise_target_pct": s.direct_noise, "l2_flush": False,
+            "clock": clock}
 
 
 def _own_version() -> str:

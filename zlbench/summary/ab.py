@@ -16,6 +16,8 @@ from zlbench.summary.parse import Row
 from zlbench.summary.rows import Summary, summarize
 from zlbench.summary.sources import RunLog
 from zlbench.summary.stats import geomean, quantile
+from zlbench.summary.verdict import (DEFAULT_NOISE_FLOOR, FASTER, SAME, SLOWER, UNKNOWN,
+                                     VERDICTS, Verdict, verdict)
 
 Key = Tuple[str, str, str]
 
@@ -27,6 +29,7 @@ class PairedRow:
     gain: float
     # Either side was timed by the direct timer after a failed capture.
     fallback: bool
+    verdict: Verdict = Verdict(UNKNOWN, None, None, "not judged")
 
     @property
     def key(self) -> Key:
@@ -49,6 +52,11 @@ class GainRange:
     max: Optional[float]
     geomean: Optional[float]
     fallback_rows: int
+    # Rows per verdict (zlbench.summary.verdict): how many changed for real.
+    slower: int = 0
+    faster: int = 0
+    same: int = 0
+    unknown: int = 0
 
 
 @dataclass
@@ -67,6 +75,9 @@ class ABResult:
     # |gain| median and p95: the noise floor an A/A pair shows.
     noise_median: Optional[float] = None
     noise_p95: Optional[float] = None
+    # The floor the verdicts used, and why every verdict is UNKNOWN when it is so.
+    noise_floor: float = DEFAULT_NOISE_FLOOR
+    same_run: bool = False
 
 
 def gain_range(name: str, pairs: Sequence[PairedRow]) -> GainRange:
@@ -81,6 +92,10 @@ def gain_range(name: str, pairs: Sequence[PairedRow]) -> GainRange:
         max=max(gains) if gains else None,
         geomean=None if ratio_mean is None else ratio_mean - 1.0,
         fallback_rows=sum(1 for p in pairs if p.fallback),
+        slower=sum(1 for p in pairs if p.verdict.status == SLOWER),
+        faster=sum(1 for p in pairs if p.verdict.status == FASTER),
+        same=sum(1 for p in pairs if p.verdict.status == SAME),
+        unknown=sum(1 for p in pairs if p.verdict.status == UNKNOWN),
     )
 
 
@@ -113,9 +128,32 @@ def _run_pairs(result: ABResult) -> List[Tuple[RunLog, RunLog]]:
     return [(runs_a[ra], runs_b[rb]) for ra, rb in sorted(met)]
 
 
-def pair_summaries(a: Summary, b: Summary) -> ABResult:
-    """Pair two summaries by (op, dtype, shape) and compute gains, ranges and noise."""
-    result = ABResult(a, b)
+def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
+    """The verdict of one pair from its gems latencies and spreads."""
+    return verdict(pair.a.gems_ms, pair.a.gems_spread, pair.b.gems_ms, pair.b.gems_spread,
+                   floor, same_run)
+
+
+def verdict_order(pairs: Sequence[PairedRow]) -> List[PairedRow]:
+    """Real changes first (largest first), then the undecided, then the unchanged."""
+    def key(p: PairedRow):
+        change = abs(p.verdict.change) if p.verdict.change is not None else 0.0
+        real = p.verdict.real
+        return (VERDICTS.index(p.verdict.status) if not real else 0, -change if real else 0)
+
+    return sorted(pairs, key=key)
+
+
+def _same_run(a: Summary, b: Summary) -> bool:
+    return a.input.resolve() == b.input.resolve()
+
+
+def pair_summaries(a: Summary, b: Summary, noise_floor: float = DEFAULT_NOISE_FLOOR) -> ABResult:
+    """Pair two summaries by (op, dtype, shape); gains, verdicts, ranges and noise.
+
+    ``pairs`` come sorted by ``verdict_order``: real changes first.
+    """
+    result = ABResult(a, b, noise_floor=noise_floor, same_run=_same_run(a, b))
     rows_a, dup_a = _occurrences(a.rows)
     rows_b, dup_b = _occurrences(b.rows)
     result.duplicate_keys = dup_a + dup_b
@@ -131,6 +169,9 @@ def pair_summaries(a: Summary, b: Summary) -> ABResult:
         result.pairs.append(PairedRow(
             row_a, row_b, row_a.gems_ms / row_b.gems_ms - 1.0,
             row_a.fallback or row_b.fallback))
+    for pair in result.pairs:
+        pair.verdict = judge(pair, noise_floor, result.same_run)
+    result.pairs = verdict_order(result.pairs)
     result.only_b = [row for k, row in rows_b.items() if k not in rows_a]
     result.caliber = compare_run_pairs(_run_pairs(result), a.rows, b.rows)
 
@@ -145,6 +186,6 @@ def pair_summaries(a: Summary, b: Summary) -> ABResult:
     return result
 
 
-def pair_runs(a_path, b_path) -> ABResult:
+def pair_runs(a_path, b_path, noise_floor: float = DEFAULT_NOISE_FLOOR) -> ABResult:
     """A/B of two inputs (each a log file, run dir or batch dir)."""
-    return pair_summaries(summarize(a_path), summarize(b_path))
+    return pair_summaries(summarize(a_path), summarize(b_path), noise_floor)

@@ -13,6 +13,7 @@ from zlbench.summary.render import FORMATS, render_csv, render_summary
 from zlbench.summary.render_ab import caliber_lines, render_ab, render_ab_csv
 from zlbench.summary.rows import Summary, summarize
 from zlbench.summary.sources import OPS_STATUS, SummaryInputError
+from zlbench.summary.verdict import DEFAULT_NOISE_FLOOR
 
 SUMMARY_CSV = "summary.csv"
 
@@ -59,14 +60,14 @@ def check_caliber(result: ABResult, allow_mismatch: bool) -> List[str]:
 
 
 def run_ab(a: str, b: str, fmt_name: str, out: Optional[str], plot: Optional[str],
-           allow_mismatch: bool) -> None:
+           allow_mismatch: bool, noise_floor_pct: float = DEFAULT_NOISE_FLOOR * 100) -> None:
     if plot:
         # Fail before the work when the picture cannot be drawn.
         try:
             pyplot()
         except PlotUnavailable as e:
             raise click.ClickException(str(e)) from None
-    result = pair_summaries(_summarize(a), _summarize(b))
+    result = pair_summaries(_summarize(a), _summarize(b), noise_floor_pct / 100.0)
     warning = check_caliber(result, allow_mismatch)
     if warning and fmt_name in ("csv", "json"):
         # table and markdown open with these lines; machine formats keep stdout clean.
@@ -94,9 +95,14 @@ def run_ab(a: str, b: str, fmt_name: str, out: Optional[str], plot: Optional[str
                    "(needs matplotlib: pip install 'zlbench[plot]').")
 @click.option("--allow-caliber-mismatch", is_flag=True,
               help="With --ab: compare even when the two runs were measured differently.")
+@click.option("--noise-floor", type=click.FloatRange(min=0, max=100), default=None,
+              metavar="PCT",
+              help="With --ab: the A/A noise floor in percent that a change must exceed, on "
+                   "top of the two rows' spreads, to be called FASTER or SLOWER "
+                   f"[default: {DEFAULT_NOISE_FLOOR * 100:g}].")
 def summary_command(path: Optional[str], ab: Optional[Tuple[str, str]], fmt_name: str,
                     out: Optional[str], plot: Optional[str],
-                    allow_caliber_mismatch: bool) -> None:
+                    allow_caliber_mismatch: bool, noise_floor: Optional[float]) -> None:
     """Tables from run logs: PATH is a run.log, a run dir or a batch dir.
 
     A sharded screen (the DIR of `zlbench batch --shard K/N --out DIR` or of `zlbench
@@ -109,8 +115,10 @@ def summary_command(path: Optional[str], ab: Optional[Tuple[str, str]], fmt_name
     if not ab:
         if path is None:
             raise click.UsageError("give a PATH (run.log, run dir or batch dir) or --ab A B")
-        if plot or allow_caliber_mismatch:
-            raise click.UsageError("--plot and --allow-caliber-mismatch need --ab A B")
+        if plot or allow_caliber_mismatch or noise_floor is not None:
+            raise click.UsageError("--plot, --allow-caliber-mismatch and --noise-floor need "
+                                   "--ab A B")
         run_summary(path, fmt_name, out)
         return
-    run_ab(ab[0], ab[1], fmt_name, out, plot, allow_caliber_mismatch)
+    run_ab(ab[0], ab[1], fmt_name, out, plot, allow_caliber_mismatch,
+           DEFAULT_NOISE_FLOOR * 100 if noise_floor is None else noise_floor)

@@ -60,7 +60,7 @@ class Row:
     __slots__ = (
         "op", "dtype", "mode", "level", "shape", "torch_ms", "gems_ms", "speedup",
         "tflops", "torch_gbps", "gems_gbps", "status", "line", "key", "timer", "markers",
-        "fallback", "run_dir",
+        "fallback", "run_dir", "torch_samples", "torch_spread", "gems_samples", "gems_spread",
     )
 
     def __init__(self, op: str, dtype: str, mode: str, level: str, shape: str,
@@ -75,6 +75,12 @@ class Row:
         # Timed by the direct timer because graph capture failed for this row.
         self.fallback = False
         self.run_dir = ""
+        # From row_stats.jsonl: samples behind each latency and the relative half-width
+        # of its median's 95% CI; None where the timer recorded none.
+        self.torch_samples: Optional[int] = None
+        self.torch_spread: Optional[float] = None
+        self.gems_samples: Optional[int] = None
+        self.gems_spread: Optional[float] = None
 
     def __repr__(self) -> str:
         return f"Row({self.op!r}, {self.dtype!r}, {self.shape!r}, gems_ms={self.gems_ms})"

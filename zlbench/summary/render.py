@@ -15,6 +15,9 @@ from zlbench.summary.tables import fmt, heading, marker_text, table
 CSV_COLUMNS = (
     "op", "dtype", "mode", "level", "shape", "torch_ms", "gems_ms", "speedup", "tflops",
     "torch_gbps", "gems_gbps", "status", "timer", "markers", "run_dir",
+    # Samples behind each latency and its spread (relative half-width of the median's
+    # 95% CI, a fraction); empty where the timer recorded none (see zlbench.rowstats).
+    "torch_samples", "torch_spread", "gems_samples", "gems_spread",
 )
 FORMATS = ("table", "csv", "json", "markdown")
 

@@ -7,12 +7,15 @@ import io
 import json
 from typing import List
 
-from zlbench.summary.ab import ABResult, GainRange
+from zlbench.summary.ab import ABResult, GainRange, PairedRow
+from zlbench.summary.verdict import UNKNOWN
 from zlbench.summary.caliber import CaliberReport
 from zlbench.summary.render import issue_record, render_issues
 from zlbench.summary.tables import fmt, fmt_pct, heading, table
 
 GAIN_NOTE = "gain = A gems ms / B gems ms - 1 (positive: B faster)"
+VERDICT_NOTE = ("verdict: SLOWER/FASTER when |B/A - 1| > floor + sqrt(spread_A^2 + "
+                "spread_B^2), else SAME; UNKNOWN without spreads (zlbench.summary.verdict)")
 
 
 def caliber_lines(report: CaliberReport) -> List[str]:
@@ -43,11 +46,42 @@ def _counts_line(result: ABResult) -> str:
                if result.duplicate_keys else ""))
 
 
+def verdict_lines(result: ABResult) -> List[str]:
+    """What the verdicts rest on, and why some could not be given."""
+    floor = fmt_pct(result.noise_floor, sign=False)
+    lines = [f"Verdicts: A/A noise floor {floor} (--noise-floor); {VERDICT_NOTE}"]
+    if result.same_run:
+        lines.append("A and B are the same run: no verdict can be given (every row UNKNOWN).")
+        return lines
+    unknown = [p for p in result.pairs if p.verdict.status == UNKNOWN]
+    if unknown:
+        lines.append(f"{len(unknown)} of {len(result.pairs)} rows have no verdict (UNKNOWN): "
+                     f"{unknown[0].verdict.why} and the like; runs measured before spreads "
+                     "were recorded, or with ZL_DIRECT_TIMER=do_bench and one repeat, carry none.")
+    return lines
+
+
+def _verdict_counts(r: GainRange) -> str:
+    parts = [f"{n} {name}" for n, name in ((r.slower, "slower"), (r.faster, "faster"),
+                                            (r.same, "same"), (r.unknown, "unknown")) if n]
+    return ", ".join(parts)
+
+
 def _range_row(r: GainRange) -> tuple:
     note = (f"{r.fallback_rows} rows direct-timer fallback (different regime)"
             if r.fallback_rows else "")
     return (r.name, str(r.count), fmt_pct(r.min), fmt_pct(r.median), fmt_pct(r.max),
-            fmt_pct(r.geomean), note)
+            fmt_pct(r.geomean), _verdict_counts(r), note)
+
+
+def _spread(value) -> str:
+    return "" if value is None else f"{value * 100:.2f}%"
+
+
+def _pair_row(p: PairedRow) -> tuple:
+    return (p.verdict.status, p.a.op, p.a.dtype, p.a.shape, fmt(p.a.gems_ms),
+            _spread(p.a.gems_spread), fmt(p.b.gems_ms), _spread(p.b.gems_spread),
+            fmt_pct(p.gain), "direct fallback" if p.fallback else "")
 
 
 def render_ab_text(result: ABResult, style: str) -> str:
@@ -56,17 +90,18 @@ def render_ab_text(result: ABResult, style: str) -> str:
     if out:
         out.append("")
     out += [heading(style, "A/B: " + GAIN_NOTE),
-            f"A: {result.a.input}", f"B: {result.b.input}", _counts_line(result), ""]
+            f"A: {result.a.input}", f"B: {result.b.input}", _counts_line(result),
+            *verdict_lines(result), ""]
     ranges = result.by_op + ([result.overall] if result.overall else [])
     out += [heading(style, "Ranges per operator"),
-            table(style, ("operator", "rows", "min", "median", "max", "geomean", "note"),
-                  [_range_row(r) for r in ranges], (False,) + (True,) * 5 + (False,)), ""]
-    rows = [(p.a.op, p.a.dtype, p.a.shape, fmt(p.a.gems_ms), fmt(p.b.gems_ms),
-             fmt_pct(p.gain), "direct fallback" if p.fallback else "")
-            for p in result.pairs]
-    out += [heading(style, "Rows"),
-            table(style, ("operator", "dtype", "shape", "A ms", "B ms", "gain", "note"),
-                  rows, (False, False, False, True, True, True, False))]
+            table(style, ("operator", "rows", "min", "median", "max", "geomean", "verdicts",
+                          "note"),
+                  [_range_row(r) for r in ranges], (False,) + (True,) * 5 + (False, False)), ""]
+    out += [heading(style, "Rows (real changes first)"),
+            table(style, ("verdict", "operator", "dtype", "shape", "A ms", "A ±", "B ms",
+                          "B ±", "gain", "note"),
+                  [_pair_row(p) for p in result.pairs],
+                  (False, False, False, False, True, True, True, True, True, False))]
     unpaired = ([("only in A", r.op, r.dtype, r.shape) for r in result.only_a]
                 + [("only in B", r.op, r.dtype, r.shape) for r in result.only_b]
                 + [(f"not comparable: {n.reason}", n.a.op, n.a.dtype, n.a.shape)
@@ -84,18 +119,26 @@ def render_ab_csv(result: ABResult) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(("pairing", "op", "dtype", "shape", "a_gems_ms", "b_gems_ms", "gain",
-                     "a_timer", "b_timer", "fallback", "reason"))
+                     "a_timer", "b_timer", "fallback", "reason", "verdict", "change",
+                     "threshold", "a_spread", "b_spread", "a_samples", "b_samples"))
     for p in result.pairs:
+        v = p.verdict
         writer.writerow(("paired", p.a.op, p.a.dtype, p.a.shape, p.a.gems_ms, p.b.gems_ms,
-                         f"{p.gain:.6f}", p.a.timer, p.b.timer, int(p.fallback), ""))
+                         f"{p.gain:.6f}", p.a.timer, p.b.timer, int(p.fallback), v.why,
+                         v.status, _num(v.change), _num(v.threshold), _num(p.a.gems_spread),
+                         _num(p.b.gems_spread), p.a.gems_samples, p.b.gems_samples))
     for n in result.not_comparable:
         writer.writerow(("not_comparable", n.a.op, n.a.dtype, n.a.shape, n.a.gems_ms,
-                         n.b.gems_ms, "", n.a.timer, n.b.timer, "", n.reason))
+                         n.b.gems_ms, "", n.a.timer, n.b.timer, "", n.reason) + ("",) * 7)
     for side, rows in (("only_a", result.only_a), ("only_b", result.only_b)):
         for r in rows:
             a_ms, b_ms = (r.gems_ms, "") if side == "only_a" else ("", r.gems_ms)
-            writer.writerow((side, r.op, r.dtype, r.shape, a_ms, b_ms, "", "", "", "", ""))
+            writer.writerow((side, r.op, r.dtype, r.shape, a_ms, b_ms) + ("",) * 12)
     return buf.getvalue()
+
+
+def _num(value) -> str:
+    return "" if value is None else f"{value:.6f}"
 
 
 def render_ab_json(result: ABResult) -> str:
@@ -107,9 +150,15 @@ def render_ab_json(result: ABResult) -> str:
                     "notes": c.notes},
         "overall": vars(result.overall) if result.overall else None,
         "by_op": [vars(r) for r in result.by_op],
+        "noise_floor": result.noise_floor,
+        "same_run": result.same_run,
         "pairs": [{"op": p.a.op, "dtype": p.a.dtype, "shape": p.a.shape,
                    "a_ms": p.a.gems_ms, "b_ms": p.b.gems_ms, "gain": p.gain,
-                   "fallback": p.fallback} for p in result.pairs],
+                   "fallback": p.fallback, "verdict": p.verdict.status,
+                   "change": p.verdict.change, "threshold": p.verdict.threshold,
+                   "why": p.verdict.why, "a_spread": p.a.gems_spread,
+                   "b_spread": p.b.gems_spread, "a_samples": p.a.gems_samples,
+                   "b_samples": p.b.gems_samples} for p in result.pairs],
         "only_a": [list(r.key) for r in result.only_a],
         "only_b": [list(r.key) for r in result.only_b],
         "not_comparable": [{"key": list(n.a.key), "reason": n.reason}

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from zlbench import rowstats
 from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, Marker
 from zlbench.summary.parse import Issue, ParsedLog, Row, parse_log
 from zlbench.summary.screen import Screen, read_screen
@@ -66,11 +67,32 @@ def attach_markers(parsed: ParsedLog, source: str) -> None:
                                        marker.get("op"), marker.get("dtype"), lineno, source))
 
 
+def attach_row_stats(rows: Sequence[Row], run_dir: Path, issues: List[Issue]) -> None:
+    """Samples and spread per side from row_stats.jsonl; the n-th record of a key goes
+    with the n-th printed row of that key (a row printed twice was timed twice)."""
+    records, problems = rowstats.read(run_dir)
+    issues.extend(Issue("bad_row_stats", p, source=str(run_dir / rowstats.ROW_STATS))
+                  for p in problems)
+    if not records:
+        return
+    pending = rowstats.by_key(records)
+    for row in rows:
+        for side in ("torch", "gems"):
+            queue = pending.get((row.op, row.dtype, row.shape, side))
+            if not queue:
+                continue
+            rec = queue.pop(0)
+            samples = rec.get("samples")
+            setattr(row, f"{side}_samples", samples if isinstance(samples, int) else None)
+            setattr(row, f"{side}_spread", rowstats.finite(rec.get("spread")))
+
+
 def rows_of_run(run: RunLog) -> Tuple[List[Row], List[Issue]]:
     with open(run.log, encoding="utf-8", errors="replace") as f:
         text = f.read()
     parsed = parse_log(text, str(run.log))
     attach_markers(parsed, str(run.log))
+    attach_row_stats(parsed.rows, Path(run.run_dir), parsed.issues)
     timer = str((run.identity or {}).get("timer") or "unknown")
     run_dir = str(run.run_dir)
     for row in parsed.rows:

@@ -1,0 +1,106 @@
+"""Per-row spread, adaptive stopping, device-state verdicts and A/B verdicts: pure logic."""
+
+import json
+import random
+
+import pytest
+
+from zlbench import rowstats, timing
+from zlbench.backends.nvml import clocks_locked, reason_names
+from zlbench.summary.verdict import FASTER, SAME, SLOWER, UNKNOWN, verdict
+
+
+def test_median_ci_is_order_statistics_around_the_middle():
+    data = list(range(100))
+    lo, hi = timing.median_ci(data)
+    assert (lo, hi) == (39, 60)          # ranks 40 and 61 (1-based) of 100
+    assert timing.median_ci([5.0]) == (5.0, 5.0)
+
+
+def test_relative_spread_shrinks_with_samples_and_ignores_one_outlier():
+    rng = random.Random(1)
+    few = sorted(rng.gauss(1.0, 0.02) for _ in range(20))
+    many = sorted(rng.gauss(1.0, 0.02) for _ in range(2000))
+    assert timing.relative_spread(many) < timing.relative_spread(few)
+    # 1.2533 * sigma / sqrt(n) * 1.96 for the median of a normal sample
+    assert timing.relative_spread(many) == pytest.approx(1.2533 * 0.02 / 2000 ** 0.5 * 1.96, rel=0.3)
+    with_outlier = sorted(many[:-1] + [1000.0])
+    assert timing.relative_spread(with_outlier) == pytest.approx(timing.relative_spread(many), rel=0.05)
+    assert timing.relative_spread([1.0]) is None
+
+
+def test_stop_rule_waits_for_samples_and_budget_then_stops_at_the_noise_target():
+    rule = timing.StopRule.for_call(0.005, rep_ms=100)
+    assert (rule.min_ms, rule.max_ms) == (100, 1000)
+    tight = sorted([1.0, 1.001, 0.999] * 10)
+    assert rule.verdict(tight[:9], 500) is None            # too few samples
+    assert rule.verdict(tight, 50) is None                 # budget not spent
+    assert rule.verdict(tight, 150) == "noise"
+    loose = sorted([1.0, 2.0, 0.5] * 10)
+    assert rule.verdict(loose, 150) is None
+    assert rule.verdict(loose, 1000) == "time_cap"
+    assert timing.StopRule(0.005, 0, 10, max_samples=5).verdict(loose, 1) == "max_samples"
+
+
+def test_knob_texts_parse_or_name_the_variable():
+    assert timing.parse_noise_target(None) == 0.005 and timing.parse_noise_target("2") == 0.02
+    assert timing.parse_direct_mode("") == "percall" and timing.parse_direct_mode("do_bench") == "do_bench"
+    with pytest.raises(ValueError, match="ZL_DIRECT_NOISE"):
+        timing.parse_noise_target("0")
+    with pytest.raises(ValueError, match="ZL_DIRECT_TIMER"):
+        timing.parse_direct_mode("graph")
+
+
+def test_measured_from_reports_the_median_and_what_the_caller_asked():
+    m = timing.measured_from([3.0, 1.0, 2.0], None, "mean", "noise")
+    assert (m.value, m.median_ms, m.samples, m.stop) == (2.0, 2.0, 3, "noise")
+    assert m.spread == pytest.approx(0.5)
+
+
+def test_throttle_reason_names_vendor_reasons_and_clock_drops():
+    full = {"sm_mhz": 1980, "throttle": []}
+    assert timing.throttle_reason(full, full, 1980) is None
+    assert timing.throttle_reason(full, {"sm_mhz": 1700, "throttle": []}, 1980) == "sm_clock_drop"
+    assert timing.throttle_reason(full, {"sm_mhz": 1960, "throttle": ["sw_power_cap"]},
+                                  1980) == "sw_power_cap"
+    assert timing.throttle_reason({}, {}, None) is None          # nothing readable: no claim
+
+
+def test_nvml_reason_bits_and_lock_evidence():
+    assert reason_names(0x1 | 0x2 | 0x4 | 0x40) == ["sw_power_cap", "hw_thermal"]
+    assert clocks_locked(1980, 1980, (345, 1980)) is False
+    assert clocks_locked(1755, 1980, None) is True
+    assert clocks_locked(None, None, (1755, 1755)) is True
+    assert clocks_locked(None, None, None) == "unknown"
+
+
+@pytest.mark.parametrize("a_ms,a_s,b_ms,b_s,status", [
+    (1.0, 0.002, 1.0, 0.002, SAME),
+    (1.0, 0.002, 1.05, 0.002, SLOWER),      # 5% slower: beyond 2% + 0.28%
+    (1.0, 0.002, 0.95, 0.002, FASTER),
+    (1.0, 0.03, 1.05, 0.03, SAME),          # the rows' own noise covers 5%
+    (1.0, 0.0, 1.019, 0.0, SAME),           # inside the floor
+    (1.0, None, 1.05, 0.002, UNKNOWN),
+    (1.0, 0.002, None, 0.002, UNKNOWN),
+])
+def test_verdict_rule(a_ms, a_s, b_ms, b_s, status):
+    assert verdict(a_ms, a_s, b_ms, b_s, floor=0.02).status == status
+
+
+def test_verdict_threshold_is_the_floor_plus_the_combined_spread():
+    v = verdict(1.0, 0.03, 1.2, 0.04, floor=0.02)
+    assert v.threshold == pytest.approx(0.07) and v.change == pytest.approx(0.2)
+    same = verdict(1.0, 0.001, 1.5, 0.001, same_run=True)
+    assert same.status == UNKNOWN and "same run" in same.why
+
+
+def test_row_stats_round_trip_and_a_torn_line_is_reported(tmp_path):
+    rec = {"op": "abs", "dtype": "torch.float16", "shape": "[torch.Size([64])]", "side": "gems",
+           "samples": 12, "spread": 0.001}
+    rowstats.append(tmp_path, rec)
+    with open(tmp_path / rowstats.ROW_STATS, "a") as f:
+        f.write('{"op": "ab')
+    records, problems = rowstats.read(tmp_path)
+    assert records == [rec] and len(problems) == 1
+    assert list(rowstats.by_key(records)) == [("abs", "torch.float16", "[torch.Size([64])]", "gems")]
+    assert json.loads((tmp_path / rowstats.ROW_STATS).read_text().splitlines()[0]) == rec

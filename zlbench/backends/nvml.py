@@ -1,0 +1,158 @@
+"""Device state of an NVIDIA GPU through NVML (``pip install 'zlbench[nvml]'``).
+
+Imported by the cuda backend's ``device_state`` inside the benchmark process only: the
+orchestrator never loads pynvml. The device is found by the UUID torch reports for
+the one device the process sees (NVML ignores CUDA_VISIBLE_DEVICES), else by the
+visibility value when it is a plain index or a UUID.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, List, Optional
+
+from .base import DeviceState
+
+# Reasons that slow a busy device down. Idle, application-clock and display-clock
+# reasons are left out: they say how clocks were set, not that the row was throttled.
+SLOWDOWN_REASONS = (
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal"),
+    (0x40, "hw_thermal"),
+    (0x80, "hw_power_brake"),
+)
+
+
+def reason_names(mask: int) -> List[str]:
+    return [name for bit, name in SLOWDOWN_REASONS if mask & bit]
+
+
+def _visible_entry() -> Optional[str]:
+    key = os.environ.get("ZL_VISIBLE_KEY") or "CUDA_VISIBLE_DEVICES"
+    value = os.environ.get(key, "").split(",")[0].strip()
+    return value or None
+
+
+def _torch_uuid() -> Optional[str]:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        uuid = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", None)
+    except Exception:
+        return None
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+class NvmlState(DeviceState):
+    source = "nvml"
+
+    def __init__(self) -> None:
+        import pynvml
+
+        self.nvml = pynvml
+        pynvml.nvmlInit()
+        self.handle = self._find_handle()
+        self.reason = ""
+
+    def _find_handle(self):
+        nv = self.nvml
+        uuid = _torch_uuid()
+        if uuid:
+            return nv.nvmlDeviceGetHandleByUUID(uuid)
+        entry = _visible_entry()
+        if entry is None or entry.isdigit():
+            return nv.nvmlDeviceGetHandleByIndex(int(entry or 0))
+        if entry.startswith(("GPU-", "MIG-")):
+            return nv.nvmlDeviceGetHandleByUUID(entry)
+        raise RuntimeError(f"cannot map visible device {entry!r} to an NVML device")
+
+    def available(self) -> bool:
+        return True
+
+    def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(self.handle, *args)
+        except Exception:  # NVML_ERROR_NOT_SUPPORTED and friends: report None
+            return None
+
+    def _reasons(self) -> Optional[int]:
+        nv = self.nvml
+        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        return self._read(fn)
+
+    def sample(self) -> Dict[str, Any]:
+        nv = self.nvml
+        power_mw = self._read(nv.nvmlDeviceGetPowerUsage)
+        mask = self._reasons()
+        return {
+            "sm_mhz": self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM),
+            "mem_mhz": self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM),
+            "temp_c": self._read(nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU),
+            "power_w": None if power_mw is None else round(power_mw / 1000.0, 1),
+            "throttle": None if mask is None else reason_names(int(mask)),
+        }
+
+    def describe(self) -> Dict[str, Any]:
+        nv = self.nvml
+        sm = nv.NVML_CLOCK_SM
+        app = self._read(nv.nvmlDeviceGetClock, sm, nv.NVML_CLOCK_ID_APP_CLOCK_TARGET)
+        app_default = self._read(nv.nvmlDeviceGetClock, sm, nv.NVML_CLOCK_ID_APP_CLOCK_DEFAULT)
+        p0 = None
+        getter = getattr(nv, "nvmlDeviceGetMinMaxClockOfPState", None)
+        if getter is not None:
+            try:
+                p0 = tuple(int(v) for v in getter(self.handle, sm, 0))
+            except Exception:
+                p0 = None
+        return {
+            "source": self.source,
+            "name": _text(self._read(nv.nvmlDeviceGetName)),
+            "uuid": _text(self._read(nv.nvmlDeviceGetUUID)),
+            "max_sm_mhz": self._read(nv.nvmlDeviceGetMaxClockInfo, sm),
+            "app_sm_mhz": app,
+            "default_app_sm_mhz": app_default,
+            "p0_sm_mhz_range": list(p0) if p0 else None,
+            "clocks_locked": clocks_locked(app, app_default, p0),
+        }
+
+    def close(self) -> None:
+        try:
+            self.nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _text(value: Any) -> Optional[str]:
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return None if value is None else str(value)
+
+
+def clocks_locked(app: Optional[int], app_default: Optional[int], p0_range) -> Any:
+    """True when application clocks differ from their default or the P0 SM clock range
+    is a single frequency (``nvidia-smi -lgc F,F``); False when both were read and show
+    neither; "unknown" when NVML would not say."""
+    evidence = []
+    if app is not None and app_default is not None:
+        evidence.append(app != app_default)
+    if p0_range:
+        evidence.append(p0_range[0] == p0_range[1])
+    if not evidence:
+        return "unknown"
+    return any(evidence)
+
+
+def open_state() -> DeviceState:
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        return DeviceState("pynvml is not installed (pip install 'zlbench[nvml]')")
+    return NvmlState()
