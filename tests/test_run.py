@@ -40,6 +40,15 @@ def test_sample_run_records_identity_and_completes(tmp_path):
     # The planned plugins ran inside pytest and their counts were folded in.
     timer = ident["plugins"]["direct_timer"]
     assert timer["timer"] == "direct" and timer["rows_direct"] == 3
+    # The quiet CPU caliber: one pinned thread, per-call timing, no L2 flush, no NVML.
+    assert ident["cpu_threads"] == 1 == ident["knobs"]["ZL_CPU_THREADS"] == timer["host_threads"]
+    assert ident["direct_timer"] == {"mode": "percall", "noise_target_pct": 0.5,
+                                     "l2_flush": False, "clock": "host"}
+    assert ident["clocks_locked"] == "unknown" and ident["device_state"]["source"] == "unavailable"
+    # summary joins every row's samples and spread from row_stats.jsonl.
+    from zlbench.summary import summarize
+    rows = summarize(run_dir).rows
+    assert len(rows) == 3 and all(r.gems_samples >= 2 and r.torch_spread is not None for r in rows)
     assert "autotune" in ident["plugins"]
     # Third-party plugins stay off unless asked for; what loaded is recorded.
     assert ident["pytest_plugins"]["autoload"] is False

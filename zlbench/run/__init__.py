@@ -218,6 +218,18 @@ def direct_timer_identity(plan: RunPlan) -> dict:
             "clock": clock}
 
 
+def device_state_identity(reports: Dict[str, dict]) -> dict:
+    """Whether clocks were locked and where device state came from, lifted from the
+    timer plugin's report; "unknown" when no timer reported (it never started)."""
+    for plugin in ("graph_timer", "direct_timer"):
+        state = (reports.get(plugin) or {}).get("device_state")
+        if isinstance(state, dict):
+            return {"clocks_locked": state.get("clocks_locked", "unknown"),
+                    "device_state": {k: v for k, v in state.items() if k != "clocks_locked"}}
+    return {"clocks_locked": "unknown", "device_state": {"source": "unavailable",
+                                                         "reason": "no timer plugin report"}}
+
+
 def _own_version() -> str:
     from .. import __version__
 
@@ -359,6 +371,7 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
             loaded = (reports.get("phases") or {}).get("pytest_plugins")
             if loaded:
                 ident_data["pytest_plugins"].update(loaded)
+            ident_data.update(device_state_identity(reports))
             merged = (reports.get("parallel_warmup") or {}).get("merged_dir")
             if merged and not reports["parallel_warmup"].get("refused"):
                 # The measurement replayed the sharded sweep's merged configs.
