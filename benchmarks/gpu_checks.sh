@@ -4,7 +4,7 @@
 # parent of benchmark/, src/ beside it) and zlbench importable (PYTHONPATH=<repo>).
 #
 #   bash benchmarks/gpu_checks.sh plugins  OUT   # GPU tests of the timer/autotune plugins
-#   bash benchmarks/gpu_checks.sh noise    OUT   # A/A noise: graph timer vs kernel mode
+#   bash benchmarks/gpu_checks.sh noise    OUT   # A/A noise per timer class, verdicts, 5% A/B
 #   bash benchmarks/gpu_checks.sh ab       OUT   # zlbench ab on a live and a dead switch
 #   bash benchmarks/gpu_checks.sh isolated OUT   # isolated vs shared tuner cache counts
 # Several GPUs: benchmarks/multi_gpu.py (batch makespans per device set, warmup sweep).
@@ -23,10 +23,17 @@ plugins)
         tests/test_plugin_flaggems_gpu.py tests/test_autotune_gpu.py 2>&1 | tee "$out/plugins.log"
     ;;
 noise)
-    # NOISE_ARGS: extra timing_noise.py arguments, e.g. "--run-arg=--dtypes --run-arg=float16"
+    # Batches a1, a2 (graph + per-call direct), slow (SLOW_OP 5% slower), k1, k2 (kernel
+    # mode). A batch that completed is reused: if the call's time limit cuts it, run the
+    # same command again. FlagGems' 1000 ms warm-up per timing is cut to 100 ms for all.
+    # NOISE_ARGS: more timing_noise.py arguments.
     # shellcheck disable=SC2086
-    $py benchmarks/timing_noise.py --flaggems-dir "$FLAGGEMS_DIR" --ops "${OPS:-abs,softmax,sum}" \
-        --out "$out/noise" --result "$out/timing_noise.json" ${NOISE_ARGS:-} 2>&1 | tee "$out/noise.log"
+    PYTEST_ADDOPTS="--warmup ${WARMUP_MS:-100}" \
+    $py benchmarks/timing_noise.py --flaggems-dir "$FLAGGEMS_DIR" --backend cuda \
+        --ops "${OPS:-abs,softmax,layer_norm,nonzero,masked_select,unique}" \
+        --batch-arg=--dtypes --batch-arg="${DTYPES:-float16}" \
+        --slow-op "${SLOW_OP:-softmax}" --kernel \
+        --out "$out/noise" --result "$out/timing_noise.json" ${NOISE_ARGS:-} 2>&1 | tee -a "$out/noise.log"
     ;;
 ab)
     # Live: triton's FP fusion off on side A, on on side B changes the PTX of every kernel

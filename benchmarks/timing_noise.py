@@ -1,26 +1,35 @@
-"""A/A noise of the two timers on a GPU: the same operators measured twice by each.
+"""A/A noise per timer class, A/A verdicts, and a synthetic A/B: are the numbers actable?
 
-For every operator in --ops, ``zlbench run`` measures it with the graph timer and with
-FlagGems' own kernel-mode timer (ZL_ENABLE_CUDAGRAPH=0, ZL_DIRECT_REPEAT=1: triton's
-do_bench, untouched), alternating graph / kernel, for --rounds rounds (2 by default).
-Rows are paired across the rounds of one timer by (op, dtype, Size Detail) and the
-relative difference of FlagGems' latency, |a - b| / min(a, b), is reported as median,
-p90 and max per timer; graph-timed rows and rows that fell back to the direct timer
-(BENCHMARK_DIRECT_NO_CUDAGRAPH) are also reported apart.
+Runs `zlbench batch` over --ops into <out>/<label>, one batch after the other:
 
-Calling it again with the same --out reuses every run that completed (a run dir with
-.complete), so a time limit costs only the run it cut short.
+  a1, a2   the default timers twice (graph replay on CUDA, with the per-call direct
+           timer for rows that cannot be captured; the per-call timer on the CPU)
+  k1, k2   with --kernel: FlagGems' kernel mode (ZL_ENABLE_CUDAGRAPH=0,
+           ZL_DIRECT_TIMER=do_bench), the old way, for the table's comparison
+  slow     with --slow-op OP: like a2, but OP's gems side made --slow-pct slower by
+           real, calibrated extra work in the benchmark process (slowdown_plugin.py)
 
-Goal (docs/design.md, "Two timing calibers"): on graph-timed rows median < 0.1% and
-max < 2%, and every row measured (none missing compared with kernel mode).
+Rows are paired between rounds by (op, dtype, Size Detail); the A/A figure of a row is
+|a - b| / min(a, b) of FlagGems' gems latency. Per timer class (graph-timed rows,
+direct-timed rows, kernel mode) it prints rows, median, p90 and max beside the figures
+that opened issue 16, checks the goals, and gives `summary --ab` verdicts for a1/a2
+(all SAME is right) and a2/slow (SLOWER on OP's rows, SAME elsewhere is right).
 
-    python benchmarks/timing_noise.py --flaggems-dir ~/FlagGems --ops abs,softmax,sum \\
-        --out /tmp/noise --result /tmp/noise/timing_noise.json
+A batch dir whose ops_status.csv says every operator is ok is reused: calling again
+with the same --out costs only what a time limit cut short.
+
+    # H200, FlagGems HEAD:
+    python benchmarks/timing_noise.py --flaggems-dir "$FLAGGEMS_DIR" --backend cuda \\
+        --ops abs,softmax,layer_norm,nonzero,masked_select --kernel --slow-op softmax \\
+        --out /tmp/noise
+    # this machine, the bundled sample on CPU:
+    python benchmarks/timing_noise.py --backend cpu --out /tmp/cpu-noise
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import shlex
@@ -29,22 +38,29 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
-REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH  # noqa: E402
-from zlbench.summary.parse import parse_log  # noqa: E402
+from zlbench.markers import DEVICE_THROTTLED  # noqa: E402
+from zlbench.summary import summarize  # noqa: E402
+from zlbench.summary.ab import pair_summaries  # noqa: E402
+from zlbench.summary.verdict import DEFAULT_NOISE_FLOOR, SAME, SLOWER  # noqa: E402
 from zlbench.timing import quantile  # noqa: E402
 
-Key = Tuple[str, str, str]
-TIMER_ENV = {
-    "graph": {"ZL_ENABLE_CUDAGRAPH": "1", "ZL_DIRECT_REPEAT": "1"},
-    "kernel": {"ZL_ENABLE_CUDAGRAPH": "0", "ZL_DIRECT_REPEAT": "1"},
+KERNEL_ARGS = ["--enable-cudagraph", "0", "--direct-timer", "do_bench"]
+# Issue 16's table: two batches of the same build on an H200, before this work.
+OLD = {
+    "graph": {"median": 0.04, "p90": 0.7, "max": 5.8},
+    "direct": {"median": 3.4, "p90": 10.4, "max": 60.0},
+    "kernel": {"median": 3.4, "p90": 105.0, "max": 989.0},
 }
-GOAL_MEDIAN_PCT = 0.1
-GOAL_MAX_PCT = 2.0
+GOALS = {  # class: (median at most, max at most), percent
+    "cuda": {"direct": (1.0, 5.0), "graph": (None, 2.0)},
+    "cpu": {"direct": (2.0, None)},
+}
 
 
 def rel_diff_pct(a: float, b: float) -> float:
@@ -59,141 +75,189 @@ def spread(values: Sequence[float]) -> Dict[str, Optional[float]]:
             "p90": round(quantile(ordered, 0.9), 4), "max": round(ordered[-1], 4)}
 
 
-def measured(row) -> bool:
-    return row.status == "SUCCESS" and row.gems_ms is not None and row.gems_ms > 0
+def batch_done(batch_dir: Path, ops: Optional[List[str]]) -> bool:
+    """Every operator asked for has its outcome in ops_status.csv (a failed operator
+    stays failed: running it again would not make the pair any more complete)."""
+    status = batch_dir / "ops_status.csv"
+    if not status.is_file():
+        return False
+    with open(status, newline="") as f:
+        rows = {r.get("operator"): r.get("status") for r in csv.DictReader(f)}
+    return bool(rows) and (ops is None or set(ops) <= set(rows))
 
 
-def read_run(run_dir: Path) -> Tuple[Dict[Key, float], set, List[Key]]:
-    """(gems latency by key for measured rows, keys with a fallback marker, unmeasured keys)."""
-    log = run_dir / "run.log"
-    parsed = parse_log(log.read_text(errors="replace") if log.exists() else "", str(log))
-    latency = {r.key: r.gems_ms for r in parsed.rows if measured(r)}
-    unmeasured = [r.key for r in parsed.rows if not measured(r)]
-    fallback = {
-        (m.get("op"), m.get("dtype"), m.get("shape"))
-        for _, m in parsed.markers if m.name == BENCHMARK_DIRECT_NO_CUDAGRAPH
-    }
-    return latency, fallback, unmeasured
-
-
-def compare(rounds: List[Tuple[Dict[Key, float], set, List[Key]]]) -> dict:
-    """Noise between the first two rounds of one timer (all later rounds against the first)."""
-    first, fallback0, unmeasured = rounds[0]
-    diffs: Dict[Key, float] = {}
-    missing = set()
-    fallback = set(fallback0)
-    for latency, fb, unmeasured_n in rounds[1:]:
-        fallback |= fb
-        unmeasured = unmeasured + unmeasured_n
-        missing |= set(first) ^ set(latency)
-        for key in set(first) & set(latency):
-            diffs[key] = max(diffs.get(key, 0.0), rel_diff_pct(first[key], latency[key]))
-    graph_rows = [d for k, d in diffs.items() if k not in fallback]
-    fallback_rows = [d for k, d in diffs.items() if k in fallback]
-    worst = sorted(diffs.items(), key=lambda kv: -kv[1])[:5]
-    return {
-        "rows_paired": len(diffs),
-        "rows_missing_between_rounds": sorted(map(list, missing)),
-        "rows_unmeasured": sorted(map(list, set(unmeasured))),
-        "gems_rel_diff_pct": spread(list(diffs.values())),
-        "graph_timed_rel_diff_pct": spread(graph_rows),
-        "fallback_rel_diff_pct": spread(fallback_rows),
-        "rows_with_fallback_marker": len({k for k in diffs if k in fallback}),
-        "worst": [{"op": k[0], "dtype": k[1], "shape": k[2], "pct": round(v, 4)} for k, v in worst],
-    }
-
-
-def zlbench_run(zlbench: List[str], flaggems_dir: str, op: str, level: str, run_dir: Path,
-                timer: str, extra: List[str]) -> dict:
-    if (run_dir / ".complete").is_file():  # measured by an earlier call with this --out
-        return {"op": op, "timer": timer, "run_dir": str(run_dir), "exit_code": 0,
-                "seconds": None, "reused": True}
+def run_batch(zlbench: List[str], label: str, out: Path, common: List[str],
+              extra: List[str], env_extra: Dict[str, str], ops: Optional[List[str]]) -> dict:
+    batch_dir = out / label
+    if batch_done(batch_dir, ops):
+        return {"label": label, "exit_code": 0, "seconds": None, "reused": True}
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZL_")}
-    env.update(TIMER_ENV[timer])
-    cmd = zlbench + ["run", "--flaggems-dir", flaggems_dir, "--op", op, "--level", level,
-                     "--run-dir", str(run_dir)] + extra
+    env.update(env_extra)
+    cmd = zlbench + ["batch", "--out", str(batch_dir), "--progress", "plain"] + common + extra
+    if batch_dir.exists():
+        cmd.append("--resume")
     started = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    (run_dir.parent / f"{run_dir.name}.stdout").write_text(proc.stdout + proc.stderr)
-    return {"op": op, "timer": timer, "run_dir": str(run_dir), "exit_code": proc.returncode,
-            "seconds": round(time.monotonic() - started, 1)}
+    (out / f"{label}.log").write_text(" ".join(map(shlex.quote, cmd)) + "\n" + proc.stdout + proc.stderr)
+    info = {"label": label, "exit_code": proc.returncode,
+            "seconds": round(time.monotonic() - started, 1), "reused": False}
+    print(f"batch {label:<5} exit {proc.returncode} in {info['seconds']} s", flush=True)
+    return info
+
+
+def row_class(row) -> str:
+    return "direct" if row.fallback or row.timer == "direct" else row.timer
+
+
+def throttled(row) -> bool:
+    return any(m.name == DEVICE_THROTTLED for m in row.markers)
+
+
+def aa(dir1: Path, dir2: Path, kernel: bool, floor: float) -> dict:
+    """Per-class A/A figures and the verdicts of the pair."""
+    result = pair_summaries(summarize(dir1), summarize(dir2), floor)
+    by_class: Dict[str, List[float]] = {}
+    beyond_2pct: List[dict] = []
+    for p in result.pairs:
+        cls = "kernel" if kernel else row_class(p.a)
+        diff = rel_diff_pct(p.a.gems_ms, p.b.gems_ms)
+        by_class.setdefault(cls, []).append(diff)
+        if diff > 2.0:
+            beyond_2pct.append({"class": cls, "op": p.a.op, "dtype": p.a.dtype,
+                                "shape": p.a.shape, "pct": round(diff, 3),
+                                "throttled": throttled(p.a) or throttled(p.b)})
+    verdicts: Dict[str, int] = {}
+    for p in result.pairs:
+        verdicts[p.verdict.status] = verdicts.get(p.verdict.status, 0) + 1
+    return {"classes": {c: spread(v) for c, v in sorted(by_class.items())},
+            "rows_beyond_2pct": sorted(beyond_2pct, key=lambda r: -r["pct"]),
+            "verdicts": verdicts, "rows_paired": len(result.pairs),
+            "unpaired": len(result.only_a) + len(result.only_b) + len(result.not_comparable)}
+
+
+def slowdown_rows(batch_dir: Path) -> List[dict]:
+    rows = []
+    for path in sorted(batch_dir.rglob("slowdown.jsonl")):
+        rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return rows
+
+
+def ab_check(a_dir: Path, slow_dir: Path, slow_op: str, floor: float) -> dict:
+    result = pair_summaries(summarize(a_dir), summarize(slow_dir), floor)
+    wrong = []
+    per_op: Dict[str, Dict[str, int]] = {}
+    for p in result.pairs:
+        want = SLOWER if p.a.op == slow_op else SAME
+        counts = per_op.setdefault(p.a.op, {})
+        counts[p.verdict.status] = counts.get(p.verdict.status, 0) + 1
+        if p.verdict.status != want:
+            wrong.append({"op": p.a.op, "dtype": p.a.dtype, "shape": p.a.shape,
+                          "verdict": p.verdict.status, "want": want,
+                          "change_pct": None if p.verdict.change is None
+                          else round(p.verdict.change * 100, 3),
+                          "threshold_pct": None if p.verdict.threshold is None
+                          else round(p.verdict.threshold * 100, 3)})
+    achieved = [r["achieved_pct"] for r in slowdown_rows(slow_dir)]
+    return {"slow_op": slow_op, "verdicts_per_op": per_op, "wrong": wrong,
+            "slowed_rows": len(achieved), "achieved_pct": spread(achieved),
+            "met": bool(result.pairs) and not wrong and slow_op in per_op}
+
+
+def goals(backend: str, table: Dict[str, dict], beyond: List[dict]) -> dict:
+    out = {}
+    for cls, (med_goal, max_goal) in GOALS.get(backend, {}).items():
+        s = table.get(cls)
+        if not s or not s["n"]:
+            out[cls] = {"met": None, "why": "no rows of this class"}
+            continue
+        met = (med_goal is None or s["median"] <= med_goal) and (max_goal is None or s["max"] <= max_goal)
+        explained = None
+        if cls == "graph" and not met and med_goal is None:
+            # Or every row beyond the goal carries a clock/throttle marker.
+            rows = [r for r in beyond if r["class"] == "graph" and r["pct"] > max_goal]
+            explained = all(r["throttled"] for r in rows)
+            met = explained
+        out[cls] = {"median_at_most": med_goal, "max_at_most": max_goal, "met": met,
+                    "beyond_explained_by_markers": explained}
+    return out
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--flaggems-dir", required=True, help="FlagGems checkout (parent of benchmark/)")
-    ap.add_argument("--ops", default="abs,softmax,sum", help="comma-separated operators (pytest marks)")
+    ap.add_argument("--flaggems-dir", default=None, help="FlagGems checkout (else the bundled sample)")
+    ap.add_argument("--backend", default=None, help="cuda, cpu, ... (default: detected)")
+    ap.add_argument("--ops", default=None, help="comma-separated operators (default: the whole corpus)")
     ap.add_argument("--level", default="core", choices=["core", "comprehensive"])
-    ap.add_argument("--rounds", type=int, default=2, help="runs per timer (>= 2)")
-    ap.add_argument("--out", default="timing_noise_runs", help="where the run dirs go")
-    ap.add_argument("--result", default=None, help="JSON result file (default: <out>/timing_noise.json)")
-    ap.add_argument("--zlbench", default=f"{shlex.quote(sys.executable)} -m zlbench",
-                    help="how to invoke zlbench")
-    ap.add_argument("--run-arg", action="append", default=[],
-                    help="extra argument for every `zlbench run` (repeatable)")
+    ap.add_argument("--kernel", action="store_true", help="also two batches in FlagGems' kernel mode")
+    ap.add_argument("--slow-op", default=None, help="also a batch with this operator made slower")
+    ap.add_argument("--slow-pct", type=float, default=5.0)
+    ap.add_argument("--noise-floor", type=float, default=DEFAULT_NOISE_FLOOR * 100,
+                    help="percent, as summary --ab --noise-floor")
+    ap.add_argument("--out", default="timing_noise_runs", help="where the batch dirs go")
+    ap.add_argument("--result", default=None, help="JSON result (default: <out>/timing_noise.json)")
+    ap.add_argument("--zlbench", default=f"{shlex.quote(sys.executable)} -m zlbench")
+    ap.add_argument("--batch-arg", action="append", default=[],
+                    help="extra argument for every `zlbench batch` (repeatable)")
     args = ap.parse_args(argv)
-    if args.rounds < 2:
-        ap.error("--rounds must be at least 2")
 
-    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     zlbench = shlex.split(args.zlbench)
-    runs: List[dict] = []
-    per_timer: Dict[str, Dict[str, list]] = {t: {op: [] for op in ops} for t in TIMER_ENV}
-    for rnd in range(args.rounds):
-        for op in ops:
-            for timer in ("graph", "kernel"):  # alternate, so drift hits both alike
-                run_dir = out / f"{op}-{timer}-{rnd + 1}"
-                info = zlbench_run(zlbench, args.flaggems_dir, op, args.level, run_dir, timer,
-                                   args.run_arg)
-                runs.append(info)
-                print(f"{op:<16} {timer:<6} round {rnd + 1}: exit {info['exit_code']} "
-                      f"in {info['seconds']} s", flush=True)
-                per_timer[timer][op].append(read_run(run_dir))
+    common = ["--level", args.level] + list(args.batch_arg)
+    if args.flaggems_dir:
+        common += ["--flaggems-dir", args.flaggems_dir]
+    if args.backend:
+        common += ["--backend", args.backend]
+    if args.ops:
+        common += ["--ops", args.ops]
+    backend = args.backend or ("cuda" if args.flaggems_dir else "cpu")
+    floor = args.noise_floor / 100.0
 
-    timers = {}
-    for timer, by_op in per_timer.items():
-        merged = [({}, set(), []) for _ in range(args.rounds)]
-        for rounds in by_op.values():
-            for i, (lat, fb, un) in enumerate(rounds):
-                merged[i][0].update(lat)
-                merged[i][1].update(fb)
-                merged[i][2].extend(un)
-        timers[timer] = compare(merged)
+    plan = [("a1", [], {}), ("a2", [], {})]
+    if args.kernel:
+        plan += [("k1", KERNEL_ARGS, {}), ("k2", KERNEL_ARGS, {})]
+    if args.slow_op:
+        pythonpath = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
+        addopts = f"{os.environ.get('PYTEST_ADDOPTS', '')} -p slowdown_plugin".strip()
+        plan.append(("slow", [], {"PYTEST_ADDOPTS": addopts, "PYTHONPATH": pythonpath,
+                                  "ZL_SLOW_OP": args.slow_op, "ZL_SLOW_PCT": str(args.slow_pct)}))
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None
+    runs = [run_batch(zlbench, label, out, common, extra, env, ops) for label, extra, env in plan]
 
-    graph_keys = set(per_key for rounds in per_timer["graph"].values() for per_key in rounds[0][0])
-    kernel_keys = set(per_key for rounds in per_timer["kernel"].values() for per_key in rounds[0][0])
-    graph = timers["graph"]
-    g = graph["graph_timed_rel_diff_pct"]
-    every_row = (not graph["rows_missing_between_rounds"] and not graph["rows_unmeasured"]
-                 and kernel_keys <= graph_keys and all(r["exit_code"] == 0 for r in runs))
-    goal = {
-        "graph_median_below_pct": GOAL_MEDIAN_PCT,
-        "graph_max_below_pct": GOAL_MAX_PCT,
-        "median_met": g["median"] is not None and g["median"] < GOAL_MEDIAN_PCT,
-        "max_met": g["max"] is not None and g["max"] < GOAL_MAX_PCT,
-        "every_row_measured": every_row,
-    }
-    goal["met"] = goal["median_met"] and goal["max_met"] and goal["every_row_measured"]
-    result = {
-        "flaggems_dir": args.flaggems_dir, "ops": ops, "level": args.level,
-        "rounds": args.rounds, "runs": runs, "timers": timers,
-        "rows_missing_vs_kernel": sorted(map(list, kernel_keys - graph_keys)),
-        "goal": goal,
-    }
+    result: dict = {"backend": backend, "ops": args.ops, "level": args.level,
+                    "noise_floor_pct": args.noise_floor, "batches": runs}
+    current = aa(out / "a1", out / "a2", False, floor)
+    table = dict(current["classes"])
+    if args.kernel:
+        kernel = aa(out / "k1", out / "k2", True, floor)
+        table["kernel"] = kernel["classes"].get("kernel", spread([]))
+        result["kernel_aa"] = kernel
+    result["aa"] = current
+    result["table"] = table
+    result["goals"] = goals(backend, table, current["rows_beyond_2pct"])
+    if args.slow_op:
+        result["ab"] = ab_check(out / "a2", out / "slow", args.slow_op, floor)
     result_path = Path(args.result) if args.result else out / "timing_noise.json"
-    result_path.parent.mkdir(parents=True, exist_ok=True)
     result_path.write_text(json.dumps(result, indent=2) + "\n")
 
-    print(f"\n{'timer':<8} {'rows':>5} {'median %':>10} {'p90 %':>10} {'max %':>10}   (|a-b|/min, gems latency)")
-    for timer, data in timers.items():
-        s = data["gems_rel_diff_pct"]
-        print(f"{timer:<8} {s['n']:>5} {s['median']!s:>10} {s['p90']!s:>10} {s['max']!s:>10}")
-    print(f"graph-timed rows only: {g}")
-    print(f"goal met: {goal['met']}  ({json.dumps(goal)})")
+    print(f"\n| rows | timer | A/A median | p90 | max | old median / p90 / max ({backend} figures in "
+          "issue 16 are H200) |\n| --- | --- | --- | --- | --- | --- |")
+    for cls, s in table.items():
+        old = OLD.get(cls, {})
+        old_text = " / ".join(f"{old[k]}%" for k in ("median", "p90", "max")) if old else ""
+        print(f"| {s['n']} | {cls} | {s['median']}% | {s['p90']}% | {s['max']}% | {old_text} |")
+    print(f"A/A verdicts a1 vs a2 (all SAME is right): {current['verdicts']}")
+    for r in current["rows_beyond_2pct"][:10]:
+        print(f"  beyond 2%: {r}")
+    print(f"goals: {json.dumps(result['goals'])}")
+    if args.slow_op:
+        ab = result["ab"]
+        print(f"A/B a2 vs slow ({args.slow_op} +{args.slow_pct}%, achieved {ab['achieved_pct']}): "
+              f"{json.dumps(ab['verdicts_per_op'])}; wrong: {len(ab['wrong'])}; met: {ab['met']}")
+        for w in ab["wrong"][:10]:
+            print(f"  wrong: {w}")
     print(f"result: {result_path}")
-    return 0
+    return 0 if all(r["exit_code"] == 0 for r in runs) else 1
 
 
 if __name__ == "__main__":

@@ -19,7 +19,47 @@ from zlbench.plugins.graph_timer import CaptureFailed, graph_bench  # noqa: E402
 
 
 def _bench(fn, warmup=25, rep=50, quantiles=None, return_mode="median"):
-    return graph_bench(fn, warmup, rep, None, quantiles, return_mode)
+    return graph_bench(fn, warmup, rep, None, quantiles, return_mode).value
+
+
+def test_graph_timer_reports_the_spread_of_its_replays():
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    m = graph_bench(lambda: torch.abs(x), 25, 100, None, None, "median")
+    assert m.stop == "graph" and m.samples >= timing.MIN_REPLAYS
+    assert m.spread is not None and 0 <= m.spread < 0.02 and m.value == m.median_ms
+
+
+def test_percall_timer_pins_a_host_syncing_op_to_its_noise_target():
+    from zlbench.plugins.percall import EventClock, percall_bench
+
+    x = torch.randn(1024, 1024, device="cuda")
+    rule = timing.StopRule.for_call(0.005, 100)
+    clock = EventClock(torch.cuda, "torch.cuda.Event")
+    runs = [percall_bench(lambda: torch.nonzero(x), clock, 25, rule) for _ in range(2)]
+    medians = []
+    for times, stop in runs:
+        ordered = sorted(times)
+        assert stop in ("noise", "time_cap") and len(times) >= timing.MIN_SAMPLES
+        assert stop != "noise" or timing.relative_spread(ordered) <= 0.005
+        medians.append(ordered[len(ordered) // 2])
+    # Two timings of the same call agree to within a few percent (kernel mode: up to 60%).
+    assert abs(medians[0] - medians[1]) / min(medians) < 0.05
+
+
+def test_nvml_reads_the_device_this_process_sees():
+    pytest.importorskip("pynvml")
+    from zlbench.backends import BACKENDS
+    from zlbench.backends.base import open_device_state
+
+    state = open_device_state(BACKENDS["cuda"])
+    assert state.available(), state.describe()
+    sample = state.sample()
+    assert sample["sm_mhz"] > 0 and sample["mem_mhz"] > 0 and sample["temp_c"] > 0
+    assert isinstance(sample["throttle"], list)
+    info = state.describe()
+    assert info["source"] == "nvml" and info["clocks_locked"] in (True, False, "unknown")
+    assert torch.cuda.get_device_name() in (info["name"] or "")
+    state.close()
 
 
 def _assert_context_usable():
@@ -107,7 +147,7 @@ def test_a_fatal_error_is_not_mistaken_for_a_capture_failure():
         x = torch.zeros(4, device="cuda")
         bad = torch.tensor([10], device="cuda")
         try:
-            graph_bench(lambda: x[bad], 5, 10, None, None, "median")
+            graph_bench(lambda: x[bad], 5, 10, None, None, "median").value
         except CaptureFailed as failed:
             decision = timing.fallback_decision(failed.phase, failed.error)
             print("DECISION", failed.phase, decision.fallback, decision.reason)

@@ -288,6 +288,7 @@ class GraphTimer:
             "rows_direct_fallback": rows_fallback,
             "timings_graph": self.timings_graph,
             "timings_direct_fallback": self.timings_fallback,
+            "direct_stops": dict(self.direct.stops),
             "fallbacks": self.fallbacks,
         }
 
