@@ -263,8 +263,13 @@ AB_COLUMNS = [
 ]
 
 
+def _verdict(pair) -> str:
+    """The pair's verdict (zlbench.summary.verdict.verdict, set by pair_summaries)."""
+    return pair.verdict.status
+
+
 def _verdict_column(result: ABResult) -> Optional[Column]:
-    if any(getattr(p, "verdict", None) for p in result.pairs):
+    if any(_verdict(p) != "UNKNOWN" for p in result.pairs):
         return Column("verdict", "verdict", "text", 0, "SAME / FASTER / SLOWER from the "
                       "two rows' spreads and the A/A floor", "status")
     return None
@@ -284,7 +289,7 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
         cells = [p.a.op, families.get(p.a.op), _dtype(p.a.dtype), p.a.shape,
                  _finite(p.a.gems_ms), _finite(p.b.gems_ms), p.gain]
         if verdict:
-            cells.append(getattr(p, "verdict", None) or "")
+            cells.append(_verdict(p))
         cells += [change, band, f"{p.a.timer}/{p.b.timer}"
                   + (" (fallback)" if p.fallback else "")]
         rows.append(cells)
@@ -309,8 +314,8 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
          "warn" if result.not_comparable else "muted"),
     ]
     if verdict:
-        for name in ("FASTER", "SLOWER", "SAME"):
-            n = sum(1 for p in result.pairs if getattr(p, "verdict", None) == name)
+        for name in ("FASTER", "SLOWER", "SAME", "UNKNOWN"):
+            n = sum(1 for p in result.pairs if _verdict(p) == name)
             headline.append((f"verdict {name}", str(n),
                              {"FASTER": "ok", "SLOWER": "bad"}.get(name, "muted")))
     notes = [GAIN_NOTE + ".",
