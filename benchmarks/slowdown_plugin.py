@@ -71,6 +71,10 @@ def slow_on_host(fn, pct):
 
     (base,) = _host_ms(fn)
     delay[0] = pct * base / 1e3
+    for _ in range(3):  # the machine's load moves both; correct toward pct of base
+        base, after = _host_ms(fn, slowed)
+        if after > base:
+            delay[0] *= min(2.0, max(0.5, pct * base / (after - base)))
     base, after = _host_ms(fn, slowed)
     return slowed, base, after, {"delay_ms": round(delay[0] * 1e3, 6)}
 
