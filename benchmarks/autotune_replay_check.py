@@ -42,8 +42,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from zlbench import autotune_records as ar
-from zlbench.batch.state import read_identity
-from zlbench.run.identity import collect_plugin_reports
+from zlbench import rundir
+from zlbench.rundir import read_identity, read_plugin_reports
 from zlbench.summary.parse import parse_log
 from zlbench.tuner_cache import compare_triton_caches, scan_triton_cache
 
@@ -71,14 +71,14 @@ class Step:
 
     @property
     def autotune(self) -> Dict[str, Any]:
-        return collect_plugin_reports(self.run_dir).get("autotune", {})
+        return read_plugin_reports(self.run_dir).get("autotune", {})
 
     @property
     def tuner_cache(self) -> str:
         return str(self.identity.get("tuner_cache"))
 
     def records(self) -> Dict[str, ar.KernelRecords]:
-        return ar.load_records(self.run_dir / ar.RECORDS_DIRNAME)[0]
+        return ar.load_records(self.run_dir / rundir.RECORDS_DIR)[0]
 
     def variants(self) -> Optional[int]:
         # An isolated run's private cache is where run_identity says it kept it.
@@ -89,7 +89,7 @@ class Step:
         return len(scan_triton_cache(where))
 
     def latencies(self) -> Dict[Tuple[str, str, str], float]:
-        log = self.run_dir / "run.log"
+        log = rundir.run_log_path(self.run_dir)
         if not log.is_file():
             return {}
         rows = parse_log(log.read_text(errors="replace"), str(log)).rows
@@ -107,7 +107,7 @@ def run_step(args, step: Step, env_extra: Dict[str, str], extra: List[str]) -> S
     if args.device is not None:
         cmd += ["--device", str(args.device)]
     cmd += extra
-    if args.analyze_only or (step.run_dir / ".complete").is_file():
+    if args.analyze_only or rundir.is_complete(step.run_dir):
         return step  # already measured: rerunning into the same --out resumes
     env = {k: v for k, v in os.environ.items() if k not in ("FLAGGEMS_DB_URL", "REPLAY_FROM")}
     env.update(env_extra)

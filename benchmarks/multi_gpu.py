@@ -39,8 +39,7 @@ from typing import Dict, List, Optional, Sequence
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from zlbench.batch.state import StatusFile  # noqa: E402
-from zlbench.run.identity import collect_plugin_reports  # noqa: E402
+from zlbench.rundir import StatusFile, read_plugin_reports  # noqa: E402
 
 ZLBENCH = [sys.executable, "-m", "zlbench"]
 # A GPU counts as busy when its memory rises this much above what it held before the run.
@@ -181,7 +180,7 @@ def part_warmup(args) -> int:
         with (out / f"warmup-{n}.log").open("w") as log:
             rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO).returncode
         wall = time.monotonic() - started
-        reports = collect_plugin_reports(run_dir)
+        reports = read_plugin_reports(run_dir)
         pw, at = reports.get("parallel_warmup", {}), reports.get("autotune", {})
         r = {
             "n": n, "exit_code": rc, "run_wall_s": round(wall, 1),

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from zlbench import autotune_records as ar
+from zlbench import rundir
 from zlbench.plugins import autotune as plugin
 
 try:
@@ -64,17 +65,17 @@ def test_triton_autotune_record_then_replay(tmp_path, monkeypatch):
         _scale(torch, n)
     assert a.counts()["recorded_keys"] == 2
     a.close()
-    recorded = ar.load_records(tmp_path / "a" / ar.RECORDS_DIRNAME)[0]
+    recorded = ar.load_records(tmp_path / "a" / rundir.RECORDS_DIR)[0]
 
     scale_kernel.cache.clear()
-    b = _session(monkeypatch, tmp_path / "b", "replay", tmp_path / "a" / ar.RECORDS_DIRNAME)
+    b = _session(monkeypatch, tmp_path / "b", "replay", tmp_path / "a" / rundir.RECORDS_DIR)
     for n in (1000, 1 << 20, 3000):
         _scale(torch, n)
     c = b.counts()
     assert (c["replayed"], c["fell_back"], c["fallback_reasons"]) == (2, 1, {ar.KEY_MISSING: 1})
     b.close()
     assert len(scale_kernel.cache) == 1  # only the missing key was tuned
-    replayed = ar.load_records(tmp_path / "b" / ar.RECORDS_DIRNAME)[0]
+    replayed = ar.load_records(tmp_path / "b" / rundir.RECORDS_DIR)[0]
     (kernel,) = recorded
     for kid, entry in recorded[kernel].entries.items():
         assert replayed[kernel].entries[kid]["config"] == entry["config"]
@@ -127,7 +128,7 @@ def test_flaggems_mm_addmm_record_warm_db_and_replay(tmp_path):
     assert cold["recorded_keys"] > 0 and warm["recorded_keys"] == cold["recorded_keys"]
     # The warm DB answered every LibTuner key, and the records still caught them.
     assert warm["recorded_origins"].get(ar.ORIGIN_TUNED, 0) <= cold["recorded_origins"].get(ar.ORIGIN_TUNED, 0)
-    warm_recs = ar.load_records(tmp_path / "warm" / ar.RECORDS_DIRNAME)[0]
+    warm_recs = ar.load_records(tmp_path / "warm" / rundir.RECORDS_DIR)[0]
     libtuner_kernels = [k for k, r in warm_recs.items() if r.tuner == ar.LIBTUNER]
     assert libtuner_kernels, "no LibTuner kernel was recorded"
     for k in libtuner_kernels:
@@ -136,7 +137,7 @@ def test_flaggems_mm_addmm_record_warm_db_and_replay(tmp_path):
     replay = _drive(tmp_path / "replay", tmp_path / "fresh_cache", ZL_AUTOTUNE_MODE="replay",
                     REPLAY_FROM=str(tmp_path / "warm"))
     assert (replay["replayed"], replay["fell_back"]) == (warm["recorded_keys"], 0), replay["markers"]
-    replay_recs = ar.load_records(tmp_path / "replay" / ar.RECORDS_DIRNAME)[0]
+    replay_recs = ar.load_records(tmp_path / "replay" / rundir.RECORDS_DIR)[0]
     for kernel, rec in warm_recs.items():
         for kid, entry in rec.entries.items():
             assert replay_recs[kernel].entries[kid]["config"] == entry["config"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from zlbench import autotune_records as ar
+from zlbench import rundir
 from zlbench.markers import parse_marker
 from zlbench.plugins import autotune as plugin
 
@@ -155,7 +156,7 @@ def h(tmp_path, monkeypatch):
 
 
 def load(run_dir):
-    return ar.load_records(run_dir / ar.RECORDS_DIRNAME)[0]
+    return ar.load_records(run_dir / rundir.RECORDS_DIR)[0]
 
 
 # ---- record ---------------------------------------------------------------------
@@ -208,7 +209,7 @@ def _record(h, tuner_factory, calls, name="a"):
     tuner = tuner_factory()
     for args in calls:
         tuner.run(*args)
-    return run_dir / ar.RECORDS_DIRNAME
+    return run_dir / rundir.RECORDS_DIR
 
 
 def test_replay_overrides_a_warm_db_and_writes_nothing_into_it(h):
@@ -339,8 +340,8 @@ def test_settings_from_env():
 
 
 def test_replay_from_may_name_a_run_dir(tmp_path):
-    (tmp_path / ar.RECORDS_DIRNAME).mkdir()
-    assert plugin.records_dir_of(str(tmp_path)) == tmp_path / ar.RECORDS_DIRNAME
+    (tmp_path / rundir.RECORDS_DIR).mkdir()
+    assert plugin.records_dir_of(str(tmp_path)) == tmp_path / rundir.RECORDS_DIR
 
 
 TUNERS_MODULE = textwrap.dedent('''
@@ -394,7 +395,7 @@ def test_plugin_in_a_real_pytest_run(tmp_path):
 
     a, out_a = run("a", ZL_AUTOTUNE_MODE="record")
     assert "autotune: recorded 1 keys in 1 kernels" in out_a
-    assert (a / ar.RECORDS_DIRNAME / "faketuners.kernel.json").is_file()
+    assert (a / rundir.RECORDS_DIR / "faketuners.kernel.json").is_file()
     b, out_b = run("b", ZL_AUTOTUNE_MODE="replay", REPLAY_FROM=str(a))
     assert "autotune: replayed 1, fell back 0" in out_b
     report = json.loads((b / "plugins" / "autotune.json").read_text())

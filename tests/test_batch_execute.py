@@ -16,7 +16,8 @@ import pytest
 from zlbench import knobs
 from zlbench.batch import BatchConfig, BatchError, run_batch
 from zlbench.batch.plan import shard
-from zlbench.batch.procs import is_alive, live_group_members
+from zlbench.proc import is_alive, live_group_members
+from zlbench.rundir import read_journal
 
 FIXTURES = Path(__file__).parent / "fixtures" / "faulty_corpus"
 STANDIN = [sys.executable, str(FIXTURES / "standin_run.py")]
@@ -173,7 +174,10 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
 
     result = run_batch(config(batch, ["ok_1", "ok_2_slow", "ok_3"], devices=["0"], resume=True,
                               environ={**os.environ, "STANDIN_LOG": str(log), "STANDIN_SLOW_S": "0"}))
-    assert result.exit_code == 0 and sorted(result.measured) == ["ok_2_slow", "ok_3"]
+    events = list(read_journal(batch))
+    session = events[-1]["session"]
+    measured = {e["op"] for e in events if e["event"] == "attempt" and e["session"] == session}
+    assert result.exit_code == 0 and sorted(measured) == ["ok_2_slow", "ok_3"]
     assert {op: r["status"] for op, r in rows_of(batch).items()} == {
         "ok_1": "ok", "ok_2_slow": "ok", "ok_3": "ok"}
     starts = [line.split()[0] for line in log.read_text().splitlines()]

@@ -48,7 +48,8 @@ def test_plan_leaves_out_dismissed_and_applies_timeouts(tmp_path):
                      60.0, {"c": 5.0})
     assert [p.op for p in plan.ops] == ["a", "c"]
     assert plan.dismissed == {"b": "wrong results"}
-    assert plan.by_op()["a"].timeout_s == 60.0 and plan.by_op()["c"].timeout_s == 5.0
+    by = {p.op: p for p in plan.ops}
+    assert by["a"].timeout_s == 60.0 and by["c"].timeout_s == 5.0
     assert sorted(p.op for q in plan.queues().values() for p in q) == ["a", "c"]
 
 
@@ -57,7 +58,7 @@ def test_replay_per_op(tmp_path):
     (tmp_path / "a" / "autotune_records" / "k.json").write_text("{}")
     (tmp_path / "b" / "autotune_records").mkdir(parents=True)  # empty: no records
     plan = make_plan(["a", "b", "c"], ["0"], {}, None, {}, tmp_path, {"c": tmp_path / "own"})
-    by = plan.by_op()
+    by = {p.op: p for p in plan.ops}
     assert by["a"].replay_from == str((tmp_path / "a" / "autotune_records").resolve())
     assert by["a"].replay_note is None
     assert by["b"].replay_from is None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from zlbench.batch.procs import is_alive, tagged_processes
+from zlbench.proc import is_alive, tagged_processes
 
 CORPUS = Path(__file__).parent / "fixtures" / "faulty_corpus"
 

@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from zlbench.batch.state import (COLUMNS, BatchError, DriverLock, Journal, StatusFile, last_attempts,
-                                 set_aside)
+from zlbench.batch.state import BatchError, DriverLock, last_attempts
+from zlbench.rundir import COLUMNS, Journal, StatusFile, read_journal, set_aside
 
 WRITER = """
 import sys
 from pathlib import Path
-from zlbench.batch.state import StatusFile
+from zlbench.rundir import StatusFile
 status = StatusFile(Path(sys.argv[1]))
 for i in range(int(sys.argv[3])):
     status.update([{"operator": f"{sys.argv[2]}_{i}", "status": "ok", "attempts": 1}])
@@ -58,7 +58,7 @@ def test_journal_keeps_latest_session_per_op(tmp_path):
     Journal(tmp_path, "s2").record("attempt", op="abs", attempt=2)
     with open(tmp_path / "attempts.jsonl", "a") as f:
         f.write('{"cut by a cra')   # a killed driver's last line
-    by_op = last_attempts(Journal(tmp_path, "s3").events())
+    by_op = last_attempts(read_journal(tmp_path))
     assert [e["attempt"] for e in by_op["abs"]] == [1, 2]
     assert [e["session"] for e in by_op["mm"]] == ["s1"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from zlbench import backends
-from zlbench.batch.procs import is_alive, tagged_processes
+from zlbench.proc import is_alive, tagged_processes
 from zlbench.run.worker import conftest_imports
 
 CORPUS = Path(__file__).parent / "fixtures" / "faulty_corpus"

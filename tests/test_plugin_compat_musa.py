@@ -1,6 +1,6 @@
-"""compat_musa's copy of the benchmark dir names stays in step with ops.tree."""
+"""compat_musa reads the benchmark dir names from corpus.layout, the tree scanner's own."""
 
-from zlbench.ops import tree
+from zlbench.corpus import layout as tree
 from zlbench.plugins import compat_musa
 
 

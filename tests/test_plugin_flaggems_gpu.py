@@ -22,7 +22,7 @@ from zlbench.summary.parse import parse_log
 
 pytestmark = pytest.mark.gpu
 
-CORPUS = Path(__file__).resolve().parents[1] / "zlbench" / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "zlbench" / "sample_corpus"
 FLAGGEMS_DIR = os.environ.get("FLAGGEMS_DIR")
 # FlagGems' default warmup is 1000 ms per timing call; 100 keeps the runs short and is
 # passed to both timers alike. Override with ZL_GPU_TEST_WARMUP_MS.

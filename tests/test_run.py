@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import zlbench
-from zlbench.batch.procs import is_alive
+from zlbench.proc import is_alive
 from zlbench.markers import parse_marker
-from zlbench.run.tee import AnsiStripper, strip_ansi
+from zlbench.run.tee import AnsiStripper
 
 
 def _last_line(text):
@@ -169,7 +169,8 @@ def test_ansi_stripping_across_chunk_boundaries():
     out = s.feed(b"\x1b[32mSUCC") + s.feed(b"ESS\x1b[") + s.feed(b"0m done\x1b") + s.feed(b"]0;title\x07!")
     out += s.flush()
     assert out == b"SUCCESS done!"
-    assert strip_ansi("\x1b[31mFAILED\x1b[0m: Operator=x") == "FAILED: Operator=x"
+    whole = AnsiStripper()
+    assert whole.feed(b"\x1b[31mFAILED\x1b[0m: Operator=x") + whole.flush() == b"FAILED: Operator=x"
 
 
 HANG_CORPUS = {
@@ -218,7 +219,7 @@ def test_ctrl_c_leaves_no_child_running(tmp_path):
 def test_the_benchmark_child_can_import_this_zlbench_from_the_corpus_root(monkeypatch):
     import site
 
-    from zlbench.plugins import importable_pythonpath
+    from zlbench.proc import importable_pythonpath
 
     parent = str(Path(__file__).resolve().parents[1])
     other = os.path.join(os.sep, "opt", "flaggems", "src")

@@ -59,7 +59,7 @@ def test_capture_errors_fall_back_despite_the_dsa_trailer(text, enum):
     exc = cuda_error(text, enum)
     assert "enable device-side assertions" in str(exc)  # the trap: every error says it
     assert not timing.is_fatal_error(exc)
-    assert timing.is_capture_error(exc)
+    assert any(sig in str(exc).lower() for sig in timing.CAPTURE_TEXTS)
     assert timing.fallback_decision("capture", exc).fallback is True
 
 
@@ -89,7 +89,7 @@ def test_rng_errors_of_an_aborted_capture_are_not_fatal():
     ):
         exc = RuntimeError(text)
         assert not timing.is_fatal_error(exc)
-        assert timing.is_capture_error(exc)
+        assert any(sig in str(exc).lower() for sig in timing.CAPTURE_TEXTS)
         assert timing.fallback_decision("capture", exc).fallback
 
 

@@ -142,7 +142,7 @@ def test_unset_is_a_silent_no_op(tmp_path):
 def test_importing_the_plugin_leaves_the_sweep_machinery_unloaded():
     # Every benchmark process loads the plugin; only PARALLEL_WARMUP_GPUS>=1 needs these.
     code = ("import sys, zlbench.plugins.parallel_warmup; print(sorted(m for m in "
-            "('yaml', 'zlbench.warmup', 'zlbench.ops.shapes', 'zlbench.ops.scan') "
+            "('yaml', 'zlbench.warmup', 'zlbench.corpus.shapes', 'zlbench.corpus.scan') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=REPO)

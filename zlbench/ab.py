@@ -80,11 +80,11 @@ def side_envs(switch: Optional[str], a_env: Mapping[str, str], b_env: Mapping[st
 def kept_triton_caches(batch_dir: Path) -> Dict[Path, Path]:
     """run dir -> the Triton cache it kept (run_identity.json says where), for every run
     under the batch: the operators' own and the attempts set aside by retries."""
-    from .batch.state import read_identity
+    from . import rundir
 
     out: Dict[Path, Path] = {}
-    for ident_path in sorted(batch_dir.rglob("run_identity.json")):
-        cache = read_identity(ident_path.parent).get("triton_cache_dir")
+    for ident_path in rundir.identity_paths(batch_dir):
+        cache = rundir.read_identity(ident_path.parent).get("triton_cache_dir")
         if cache:
             out[ident_path.parent] = Path(cache)
     return out
@@ -244,6 +244,7 @@ def ab_command(switch, a_env, b_env, ops, shape_files, devices, out, timeout, re
     zlbench ab --switch MY_COMPILER_PASS --ops topk,dropout --flaggems-dir ~/FlagGems
     zlbench ab --a-env TRITON_X=old --b-env TRITON_X=new --shape-file a.yaml --shape-file b.yaml
     """
+    from . import rundir
     from .atomic import write_json_atomic
     from .batch.command import BatchStartError
     from .batch.config import default_out_dir, parse_devices_flag
@@ -267,7 +268,7 @@ def ab_command(switch, a_env, b_env, ops, shape_files, devices, out, timeout, re
         click.echo(f"zlbench ab: interrupted; what was measured is under {out}", err=True)
         raise SystemExit(130)
     ok = all([print_pairing(r, fmt_name, allow_caliber_mismatch) for r in results])
-    write_json_atomic(out / "ab.json", {
+    write_json_atomic(out / rundir.AB_JSON, {
         "switch": switch, "shape_sets": [{
             "label": r.label, "liveness": r.verdict, "per_op": r.liveness,
             "a": {"dir": str(r.a.batch_dir), "env": r.a.env, "exit_code": r.a.exit_code},

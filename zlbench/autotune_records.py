@@ -39,7 +39,6 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, 
 from .atomic import write_atomic
 
 FORMAT = "zlbench.autotune_records/1"
-RECORDS_DIRNAME = "autotune_records"
 
 LIBTUNER = "libtuner"
 AUTOTUNER = "autotuner"

@@ -373,12 +373,6 @@ def is_fatal_error(exc: BaseException) -> bool:
     return False
 
 
-def is_capture_error(exc: BaseException) -> bool:
-    return any(
-        any(sig in str(err).lower() for sig in CAPTURE_TEXTS) for err in _exception_chain(exc)
-    )
-
-
 class Decision(NamedTuple):
     fallback: bool   # time this shape with the direct timer instead
     reason: str      # one line for the marker

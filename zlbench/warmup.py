@@ -22,8 +22,9 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 from . import autotune_records as ar
 from .backends.base import _split  # visibility lists parse as the backends parse them
 from .markers import PARALLEL_WARMUP_REFUSED, format_marker
-from .ops.scan import find_construction, scan_module, shape_key_for
-from .ops.tree import BenchTree, TreeError
+from .corpus.scan import find_construction, scan_module, shape_key_for
+from .corpus.layout import TreeError
+from .corpus.tree import BenchTree
 from .tuner_cache import flaggems_db_path
 
 # Refusal reasons (PARALLEL_WARMUP_REFUSED reason=...).
@@ -38,9 +39,6 @@ RECORDS_UNREADABLE = "records_unreadable"
 NO_RECORDS = "no_records"
 WARMUP_ERROR = "warmup_error"
 
-WARMUP_DIRNAME = "warmup"
-MERGED_DIRNAME = "merged"
-SHARD_LOG = "shard.log"
 # Shards' timings are thrown away: the shortest measurement the corpus accepts.
 FAST_TIMING = {"--warmup": "1", "--iter": "1"}
 _MARK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .. import rundir
 from ..markers import RUN_PHASE, parse_marker
 
 TICK_S = 2.0
@@ -90,7 +91,7 @@ class Activity:
         if size > self._log_size:
             self._log_size = size
             self.last_progress = now
-        report = _read_json(self.run_dir / "plugins" / "phases.json")
+        report = _read_json(rundir.plugin_report_path(self.run_dir, "phases"))
         if report.get("cache_dirs") and report["cache_dirs"] != self.cache_dirs:
             self.cache_dirs = list(report["cache_dirs"])
             self._cache = cache_signature(self.cache_dirs)

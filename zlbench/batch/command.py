@@ -18,7 +18,8 @@ from .driver import load_plan, run_batch
 from .oplist import default_dismiss_path, parse_op_timeouts, parse_ops_flag
 from .plan import HostShard
 from .report import render_report
-from .state import PLAN_FILE, BatchError, shard_dir_name
+from ..rundir import plan_path, shard_dir_name
+from .state import BatchError
 
 
 def parse_fallback_dtypes(values: Sequence[str]) -> Tuple[Tuple[str, ...], ...]:
@@ -196,7 +197,7 @@ def build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_t
         out = Path(out) / shard_dir_name(host.index, host.count)
         # A shard runs again where it stopped (the command line is the same every time):
         # only operators without a status run; --resume also measures failed ones again.
-        keep_failed = not resume and (out / PLAN_FILE).is_file()
+        keep_failed = not resume and plan_path(out).is_file()
         resume = resume or keep_failed
     saved = None
     if resume:

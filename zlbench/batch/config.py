@@ -172,7 +172,6 @@ class BatchResult:
     planned: List[str]                    # operators this driver was asked to cover
     interrupted: bool
     wall_s: float
-    measured: List[str] = field(default_factory=list)   # run by this driver (not skipped on resume)
     devices: List[str] = field(default_factory=list)
 
     def counts(self) -> Dict[str, int]:

@@ -7,7 +7,6 @@ One thread per device runs its operators one after another, each in its own
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -20,17 +19,15 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from .. import backends, knobs, providers
 from ..backends import DeviceError
-from . import procs
+from .. import proc, rundir
 from .config import RUN_MODES, BatchConfig, BatchResult, default_run_command
 from .classify import BAD
 from .execute import BATCH_TAG, ExecContext, Stopper, child_environ, dtype_ladder, run_operator
 from .oplist import check_op_name, dedupe, load_dismiss, read_op_list
 from .plan import OpPlan, Plan, make_plan
 from .progress import Progress
+from .state import BatchError, DriverLock, last_attempts, read_durations
 from .workers import WorkerSlot
-from .state import (BATCH_LOG, LOGS_DIR, PLAN_FILE, BatchError, DriverLock, Journal, StatusFile,
-                    is_complete, last_attempts, read_durations, read_identity, read_journal,
-                    set_aside, write_atomic)
 
 PLAN_FORMAT = 1
 # Plan keys that define what a number means: a resumed batch must not change them.
@@ -73,7 +70,7 @@ def _check_batch_dir(batch_dir: Path, resume: bool) -> None:
     if batch_dir.exists() and not batch_dir.is_dir():
         raise BatchError(f"--out {batch_dir} is a file; give a directory")
     if not resume and batch_dir.is_dir() and any(batch_dir.iterdir()):
-        what = "a batch (plan.json)" if (batch_dir / PLAN_FILE).exists() else "files"
+        what = f"a batch ({rundir.PLAN_FILE})" if rundir.plan_path(batch_dir).exists() else "files"
         raise BatchError(f"--out {batch_dir} already holds {what}; continue it with --resume, "
                          "or choose a new --out")
 
@@ -181,11 +178,9 @@ def plan_document(config: BatchConfig, plan: Plan, settings, backend_name: str, 
 
 def load_plan(batch_dir: Path) -> Optional[dict]:
     try:
-        return json.loads((Path(batch_dir) / PLAN_FILE).read_text())
-    except FileNotFoundError:
-        return None
+        return rundir.read_plan(Path(batch_dir))
     except ValueError as e:
-        raise BatchError(f"{Path(batch_dir) / PLAN_FILE} is not valid JSON ({e}); "
+        raise BatchError(f"{rundir.plan_path(Path(batch_dir))} is not valid JSON ({e}); "
                          "restore it or start a new --out") from None
 
 
@@ -219,36 +214,33 @@ def _check_resume(saved: dict, doc: dict, batch_dir: Path) -> List[str]:
 def _reconstructed_row(op: str, item: OpPlan, batch_dir: Path, attempts: List[dict],
                        backend: str, timer: str) -> Dict[str, object]:
     """An op whose run completed after its driver was killed: the row it never wrote."""
-    identity = read_identity(batch_dir / op)
+    identity = rundir.read_identity(batch_dir / op)
     last = attempts[-1] if attempts else {}
-    dtypes = last.get("dtypes")
-    return {
-        "operator": op, "status": "ok", "attempts": len(attempts) or 1,
-        "dtype_level": last.get("level", 0), "dtypes": ",".join(dtypes) if dtypes else "default",
-        "backend": identity.get("backend", backend), "device": last.get("device", item.device),
-        "timer": identity.get("timer", timer), "duration_s": identity.get("duration_s", ""),
-        "total_s": identity.get("duration_s", ""), "exit_code": 0, "reason": "",
-        "notes": "completed after an earlier driver stopped", "run_dir": op,
-    }
+    return rundir.status_row(
+        op, "ok", attempts=len(attempts) or 1, dtype_level=last.get("level", 0),
+        dtypes=last.get("dtypes"), backend=identity.get("backend", backend),
+        device=last.get("device", item.device), timer=identity.get("timer", timer),
+        duration_s=identity.get("duration_s", ""), total_s=identity.get("duration_s", ""),
+        exit_code=0, reason="", notes="completed after an earlier driver stopped", run_dir=op)
 
 
-def _prepare_resume(plan: Plan, batch_dir: Path, status: StatusFile, session: str,
+def _prepare_resume(plan: Plan, batch_dir: Path, status: rundir.StatusFile, session: str,
                     grace_s: float, backend: str, timer: str, log,
                     keep_failed: bool = False) -> List[OpPlan]:
     """Stop what a killed driver left running, keep complete runs, set partial ones aside.
     ``keep_failed``: also keep operators whose row says failed/timeout/crashed (a shard
     picking up where it stopped measures only operators without a status)."""
-    left = procs.kill_tagged(BATCH_TAG, str(batch_dir), grace_s)
+    left = proc.kill_tagged(BATCH_TAG, str(batch_dir), grace_s)
     if left:
         log(f"stopped {len(left)} process(es) an earlier driver left running "
             f"(pids {', '.join(map(str, left))})", show=True)
     rows = status.read()
-    attempts = last_attempts(read_journal(batch_dir / "attempts.jsonl"))
+    attempts = last_attempts(rundir.read_journal(batch_dir))
     todo, restored = [], []
     failed_kept = 0
     for item in plan.ops:
         run_dir = batch_dir / item.op
-        if is_complete(run_dir):
+        if rundir.is_complete(run_dir):
             if rows.get(item.op, {}).get("status") != "ok":
                 restored.append(_reconstructed_row(item.op, item, batch_dir,
                                                    attempts.get(item.op, []), backend, timer))
@@ -258,7 +250,7 @@ def _prepare_resume(plan: Plan, batch_dir: Path, status: StatusFile, session: st
             continue
         if run_dir.exists():
             prior = rows.get(item.op, {}).get("status") or "partial"
-            moved = set_aside(batch_dir, item.op, f"resume-{session}-{prior}")
+            moved = rundir.set_aside(batch_dir, item.op, f"resume-{session}-{prior}")
             log(f"{item.op}: earlier {prior} run dir set aside in {moved.relative_to(batch_dir)}")
         todo.append(item)
     status.update(restored)
@@ -333,7 +325,7 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
 
 def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
                 started: float) -> BatchResult:
-    log = _Log(batch_dir / BATCH_LOG)
+    log = _Log(rundir.batch_log_path(batch_dir))
     quiet = config.progress == "off"
     log.screen = None if quiet else _print_line
     prep = _prepare(config, batch_dir, environ, log)
@@ -344,13 +336,13 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
     prep.doc["sessions"] = [*(saved or {}).get("sessions", []),
                             {"session": session, "pid": os.getpid(), "resume": bool(saved),
                              "host": socket.gethostname(), **_scheduler_job(environ)}]
-    write_atomic(batch_dir / PLAN_FILE, json.dumps(prep.doc, indent=2) + "\n")
+    rundir.write_plan(batch_dir, prep.doc)
 
-    journal = Journal(batch_dir, session)
+    journal = rundir.Journal(batch_dir, session)
     journal.record("session", pid=os.getpid(), resume=bool(saved))
-    status = StatusFile(batch_dir)
-    status.update({"operator": op, "status": "dismissed", "reason": reason,
-                   "backend": prep.backend_name} for op, reason in plan.dismissed.items())
+    status = rundir.StatusFile(batch_dir)
+    status.update(rundir.status_row(op, "dismissed", reason=reason, backend=prep.backend_name)
+                  for op, reason in plan.dismissed.items())
     for line in warnings:
         log(line, show=True)
     if config.resume and not saved:
@@ -373,7 +365,6 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
     queues = {d: [p for p in items if p.op in todo_names] for d, items in plan.queues().items()}
     log(f"session {session}: {len(todo)} operator(s) on {prep.backend_name} devices "
         f"{','.join(plan.devices)}; {len(plan.dismissed)} dismissed")
-    measured: List[str] = []
     progress = Progress({d: len(q) for d, q in queues.items()}, mode=config.progress,
                         expected={d: [plan.expected.get(p.op) for p in q] for d, q in queues.items()})
     try:
@@ -381,7 +372,7 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
                                    batch_dir, stopper, log))
         with progress, _Interrupt(stopper):
             log.screen = None if quiet else progress.message
-            threads = [_device_thread(f"device-{d}", ctx, d, q, status, progress, measured)
+            threads = [_device_thread(f"device-{d}", ctx, d, q, status, progress)
                        for d, q in queues.items() if q]
             for t in threads:
                 t.start()
@@ -393,7 +384,7 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
         stopper.close()
     journal.record("session_end", interrupted=interrupted)
     return BatchResult(batch_dir, status.read(), sorted(prep.ops), interrupted,
-                       time.monotonic() - started, measured, list(plan.devices))
+                       time.monotonic() - started, list(plan.devices))
 
 
 def _scheduler_job(environ: Mapping[str, str]) -> Dict[str, str]:
@@ -412,7 +403,7 @@ def _worker_slots(config: BatchConfig, prep: _Prepared, devices: Sequence[str],
     """Worker mode: one warm worker per device slot. Fresh mode: none."""
     if config.run_mode != "worker":
         return {}
-    slots = {d: WorkerSlot(d, env, batch_dir / LOGS_DIR / "workers", log, prep.corpus_root,
+    slots = {d: WorkerSlot(d, env, rundir.worker_log_dir(batch_dir), log, prep.corpus_root,
                            config.worker_max_ops, config.kill_grace_s, stopper.read_fd)
              for d in devices}
     for slot in slots.values():
@@ -462,8 +453,8 @@ def _device_thread(name: str, *args) -> threading.Thread:
     return thread
 
 
-def _device_worker(ctx: ExecContext, device: str, queue: Sequence[OpPlan], status: StatusFile,
-                   progress: Progress, measured: List[str]) -> None:
+def _device_worker(ctx: ExecContext, device: str, queue: Sequence[OpPlan], status: rundir.StatusFile,
+                   progress: Progress) -> None:
     for item in queue:
         if ctx.stopper.stopped:
             return
@@ -473,11 +464,10 @@ def _device_worker(ctx: ExecContext, device: str, queue: Sequence[OpPlan], statu
         except Exception as e:  # a broken spawn must not take the other operators down
             ctx.log(f"{item.op}: batch error: {e!r}", show=True)
             ctx.log(traceback.format_exc())
-            row = {"operator": item.op, "status": "failed", "attempts": 0, "device": device,
-                   "backend": ctx.backend, "reason": f"batch error: {e!r}"}
+            row = rundir.status_row(item.op, "failed", attempts=0, device=device,
+                                    backend=ctx.backend, reason=f"batch error: {e!r}")
         if row is None:
             ctx.log(f"{item.op}: interrupted; it runs again on --resume")
             return
         status.update([row])
-        measured.append(item.op)
         progress.finished(device, item.op, row)

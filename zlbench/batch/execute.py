@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .. import knobs
-from . import classify, procs
+from .. import knobs, proc, rundir
+from . import classify
 from .activity import Activity, phase_times, split_phases
 from .classify import Outcome
 from .plan import OpPlan
-from .state import LOGS_DIR, Journal, is_complete, read_identity, set_aside, tail_lines
+from .state import tail_lines
 
 # Child environment variables that would override the flags the batch passes.
 _STRIP_ENV = {k.env for k in knobs.KNOBS} | {"ZL_RUN_DIR"}
@@ -85,7 +85,7 @@ class ExecContext:
     ladder: List[Tuple[int, Optional[Tuple[str, ...]]]]   # (level, dtypes or None)
     kill_grace_s: float
     planned_timer: str
-    journal: Journal
+    journal: rundir.Journal
     stopper: Stopper
     log: Callable[[str], None]
     # Warm workers by device (worker mode); a device without one runs fresh processes.
@@ -129,22 +129,22 @@ class AttemptResult:
 
 def run_attempt(ctx: ExecContext, item: OpPlan, number: int, level: int,
                 dtypes: Optional[Tuple[str, ...]]) -> AttemptResult:
-    log_path = ctx.batch_dir / LOGS_DIR / item.op / f"{ctx.journal.session}-a{number}-l{level}.log"
+    log_path = rundir.attempt_log_path(ctx.batch_dir, item.op, ctx.journal.session, number, level)
     cmd = attempt_command(ctx, item, dtypes)
     slot = ctx.slots.get(item.device)
     if slot is not None:
         slot.ready()   # a worker still importing: that wait is not the attempt's
     started = time.monotonic()
     started_at = time.time()
-    proc = slot.fork(cmd[len(ctx.run_command):], ctx.env, log_path) if slot is not None else None
-    mode = "fresh" if proc is None else "worker"
-    if proc is None:
-        proc = procs.start_group(cmd, ctx.env, log_path)
+    child = slot.fork(cmd[len(ctx.run_command):], ctx.env, log_path) if slot is not None else None
+    mode = "fresh" if child is None else "worker"
+    if child is None:
+        child = proc.start_group(cmd, ctx.env, log_path)
     ctx.journal.record("attempt", op=item.op, attempt=number, level=level,
-                       dtypes=list(dtypes) if dtypes else None, device=item.device, pid=proc.pid,
+                       dtypes=list(dtypes) if dtypes else None, device=item.device, pid=child.pid,
                        log=str(log_path.relative_to(ctx.batch_dir)), mode=mode)
     activity = Activity(log_path, ctx.batch_dir / item.op, ctx.env, ctx.stall_s)
-    done = procs.wait_group(proc, item.timeout_s, ctx.kill_grace_s, ctx.stopper.read_fd, activity)
+    done = proc.wait_group(child, item.timeout_s, ctx.kill_grace_s, ctx.stopper.read_fd, activity)
     duration = time.monotonic() - started
     kind = activity.kind(done.stalled) if done.timed_out else None
     outcome = classify.classify(done.returncode, done.timed_out, tail_lines(log_path),
@@ -160,7 +160,7 @@ def run_attempt(ctx: ExecContext, item: OpPlan, number: int, level: int,
     return AttemptResult(outcome, duration, done.leftovers_killed, done.interrupted, mode, phases)
 
 
-def _trouble(outcome: Outcome, done: procs.Finished) -> str:
+def _trouble(outcome: Outcome, done: proc.Finished) -> str:
     """Why a worker should not fork again after this attempt ("" when all was well).
     An ordinary benchmark failure (a Python error in the forked child) leaves the
     worker as it was; a crash, a timeout, a device-looking error, leftovers or a lost
@@ -204,7 +204,7 @@ def run_operator(ctx: ExecContext, item: OpPlan,
             number += 1
             if number > 1:
                 prior = last.outcome.status if last else "partial"
-                moved = set_aside(ctx.batch_dir, item.op, f"attempt{number - 1}-l{last_level}-{prior}")
+                moved = rundir.set_aside(ctx.batch_dir, item.op, f"attempt{number - 1}-l{last_level}-{prior}")
                 if moved:
                     ctx.log(f"{item.op}: attempt {number - 1} set aside in {moved.relative_to(ctx.batch_dir)}")
             on_attempt(item.op, number, level)
@@ -235,28 +235,18 @@ def run_operator(ctx: ExecContext, item: OpPlan,
 def _row(ctx: ExecContext, item: OpPlan, last: AttemptResult, attempts: int, level: int,
          dtypes: Optional[Tuple[str, ...]], total: float, notes: List[str]) -> Dict[str, object]:
     run_dir = ctx.batch_dir / item.op
-    identity = read_identity(run_dir)
+    identity = rundir.read_identity(run_dir)
     outcome = last.outcome
-    if outcome.status == classify.OK and not is_complete(run_dir):
+    if outcome.status == classify.OK and not rundir.is_complete(run_dir):
         # Exit 0 without .complete: the run did not finish its own bookkeeping.
         outcome = classify.Outcome(classify.FAILED, outcome.exit_code, None,
                                    "exit 0 but the run dir has no .complete")
-    return {
-        "operator": item.op,
-        "status": outcome.status,
-        "attempts": attempts,
-        "dtype_level": level,
-        "dtypes": ",".join(dtypes) if dtypes else "default",
-        "backend": identity.get("backend", ctx.backend),
-        "device": item.device,
-        "timer": identity.get("timer", ctx.planned_timer),
-        "duration_s": round(last.duration_s, 2),
-        "total_s": round(total, 2),
-        "exit_code": "" if outcome.exit_code is None else outcome.exit_code,
-        "reason": outcome.reason,
-        "notes": "; ".join(notes),
-        "run_dir": item.op if run_dir.exists() else "",
-        "run_mode": last.mode,
-        "timeout_kind": f"timeout_{outcome.timeout_kind}" if outcome.timeout_kind else "",
-        **last.phases,
-    }
+    return rundir.status_row(
+        item.op, outcome.status, attempts=attempts, dtype_level=level, dtypes=dtypes,
+        backend=identity.get("backend", ctx.backend), device=item.device,
+        timer=identity.get("timer", ctx.planned_timer), duration_s=round(last.duration_s, 2),
+        total_s=round(total, 2), exit_code="" if outcome.exit_code is None else outcome.exit_code,
+        reason=outcome.reason, notes="; ".join(notes), run_dir=item.op if run_dir.exists() else "",
+        run_mode=last.mode,
+        timeout_kind=f"timeout_{outcome.timeout_kind}" if outcome.timeout_kind else "",
+        **last.phases)

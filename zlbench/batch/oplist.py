@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .state import RESERVED, BatchError
+from ..rundir import RESERVED
+from .state import BatchError
 
 # Operator names become directory names under the batch dir.
 _OP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
@@ -84,7 +85,7 @@ def dedupe(ops: Sequence[str]) -> List[str]:
 def default_dismiss_path() -> Optional[Path]:
     """ops/dismiss.yaml of the ops data dir (ZL_OPS_DIR or the checkout's ops/), else
     ./ops/dismiss.yaml; None when neither exists (the list is optional)."""
-    from zlbench.ops.paths import OpsDataError, dismiss_path
+    from zlbench.opsdata import OpsDataError, dismiss_path
 
     candidates = [Path("ops") / "dismiss.yaml"]
     try:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .. import rundir
 from ..markers import AUTOTUNE_REPLAY_NONE, format_marker
 
 
@@ -120,9 +121,6 @@ class Plan:
             out[item.device].append(item)
         return out
 
-    def by_op(self) -> Dict[str, OpPlan]:
-        return {p.op: p for p in self.ops}
-
 
 def replay_for(op: str, replay_root: Optional[Path],
                replay_dirs: Mapping[str, Path]) -> Tuple[Optional[str], Optional[str]]:
@@ -131,7 +129,7 @@ def replay_for(op: str, replay_root: Optional[Path],
         return str(Path(replay_dirs[op]).resolve()), None
     if replay_root is None:
         return None, None
-    records = Path(replay_root) / op / "autotune_records"
+    records = rundir.records_dir(Path(replay_root) / op)
     if records.is_dir() and any(records.glob("*.json")):
         return str(records.resolve()), None
     return None, format_marker(AUTOTUNE_REPLAY_NONE, op=op, reason="no_records")

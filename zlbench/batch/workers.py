@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import List, Mapping, Optional, Sequence
 
 from ..markers import WORKER_FORK_REFUSED, format_marker
-from . import procs
+from .. import proc
 
 # torch + triton + pytest on a loaded host can take a while; a worker that has not
 # said "ready" by then is given up for fresh processes.
@@ -67,7 +67,7 @@ class _Lines:
 
 
 class ForkedAttempt:
-    """A worker's child as ``procs.wait_group`` sees it."""
+    """A worker's child as ``proc.wait_group`` sees it."""
 
     own_child = False
 
@@ -88,9 +88,7 @@ class Worker:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             # Its own session: Ctrl-C in the terminal does not reach it; the batch stops it.
-            self.proc = subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=log,
-                                         start_new_session=True)
+            self.proc = proc.start(argv, env, subprocess.PIPE, stdin=subprocess.PIPE, stderr=log)
         self.log_path = log_path
         self.lines = _Lines(self.proc.stdout.fileno())
         self.ops = 0
@@ -137,7 +135,7 @@ class Worker:
         importing has nothing to finish: it is stopped at once."""
         if self.proc.poll() is None:
             if self.ready is None:
-                procs.stop_group(self.proc, min(grace_s, 1.0))
+                proc.stop([self.proc], min(grace_s, 1.0))
             else:
                 try:
                     self._send(cmd="exit")
@@ -147,7 +145,7 @@ class Worker:
                 try:
                     self.proc.wait(timeout=max(grace_s, 1.0))
                 except subprocess.TimeoutExpired:
-                    procs.stop_group(self.proc, grace_s)
+                    proc.stop([self.proc], grace_s)
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
                 stream.close()

@@ -1,5 +1,2 @@
-"""Operator data for batch runs: inventories, curated shape sets, the dismiss list.
-
-The scan reads a FlagGems benchmark tree by AST only: this package never imports torch,
-triton or flag_gems. ``pytest --collect-only`` verification runs in a subprocess.
-"""
+"""``zlbench ops``: the command over the curated ops/ data (inventories, shape files,
+the dismiss list, compat tables). The model of a FlagGems tree lives in zlbench.corpus."""

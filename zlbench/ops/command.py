@@ -10,12 +10,12 @@ from typing import Dict, List, Optional, Tuple
 import click
 
 from . import dismiss as dismiss_mod
-from . import guards as guards_mod
-from . import inventory as inv
-from . import shapes as shapes_mod
-from .collect import format_comparison
-from .paths import OpsDataError, inventory_path
-from .tree import BenchTree
+from ..corpus import guards as guards_mod
+from ..corpus import inventory as inv
+from ..corpus import shapes as shapes_mod
+from ..corpus.collect import format_comparison
+from ..opsdata import OpsDataError, inventory_path
+from ..corpus.tree import BenchTree
 
 
 class _OpsError(click.ClickException):

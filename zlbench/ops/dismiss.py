@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
 
-from .paths import OpsDataError, dismiss_path, read_yaml
+from ..opsdata import OpsDataError, dismiss_path, read_yaml
 
 REQUIRED_VERIFIED = ("date", "backend", "seen")
 

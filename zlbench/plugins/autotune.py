@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from zlbench import autotune_records as ar
+from zlbench import rundir
 from zlbench.plugins import print_line, write_plugin_json
 from zlbench.markers import (
     AUTOTUNE_REPLAY_FALLBACK,
@@ -80,9 +81,7 @@ def settings_from_env(environ: Mapping[str, str]) -> Optional[Settings]:
 
 def records_dir_of(path: str) -> Path:
     """REPLAY_FROM names an autotune_records/ dir or a run dir holding one."""
-    p = Path(path)
-    inner = p / ar.RECORDS_DIRNAME
-    return inner if inner.is_dir() else p
+    return rundir.replay_records(Path(path))
 
 
 def flag_text(value: Optional[str]) -> str:
@@ -227,7 +226,7 @@ class _Binding:
 class AutotuneSession:
     def __init__(self, settings: Settings, emit: Optional[Callable[[str], None]] = None):
         self.settings = settings
-        self.records_dir = settings.run_dir / ar.RECORDS_DIRNAME
+        self.records_dir = rundir.records_dir(settings.run_dir)
         self._emit = emit or print_line
         self.coverage = ar.Coverage()
         self.records: Dict[str, ar.KernelRecords] = {}

@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
+from zlbench.corpus.layout import BENCH_DIRS
 from zlbench.markers import format_marker
 from zlbench.plugins import print_line, run_dir, write_plugin_json
 
@@ -46,9 +47,6 @@ PLUGIN = "compat_musa"
 BACKEND = "musa"
 VENDOR = "mthreads"
 REMOVED_MARKER = "COMPAT_SKIP_REMOVED"
-# ops.tree's BENCH_DIR and PACKAGED_BENCH_DIR, spelled out: importing ops.tree here would
-# about double this plugin's import time (tests/test_plugin_compat_musa.py keeps them equal).
-BENCH_DIRS = ("benchmark", "flaggems_benchmark")
 
 
 def gems_vendor() -> Optional[str]:
@@ -69,8 +67,8 @@ def _act(items: List[Any]) -> None:
     if vendor != VENDOR:
         write_plugin_json(PLUGIN, {"vendor": vendor, "active": False, "removed": []})
         return
-    from zlbench.ops.guards import CompatTableError, load_table, removals
-    from zlbench.ops.paths import OpsDataError
+    from zlbench.corpus.guards import CompatTableError, load_table, removals
+    from zlbench.opsdata import OpsDataError
 
     try:
         table = load_table(BACKEND)

@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import pytest
 
+from zlbench import proc, rundir
 from zlbench.plugins import print_line, run_dir, write_plugin_json
 
 if TYPE_CHECKING:
     from zlbench import warmup
 
-# yaml, zlbench.warmup (ops.scan, ops.tree) and ops.shapes are imported only once the
+# yaml, zlbench.warmup (corpus.scan, corpus.tree) and corpus.shapes are imported only once the
 # plugin is on: it is loaded into every benchmark process and is off in most of them.
 
 PLUGIN = "parallel_warmup"
@@ -99,7 +100,7 @@ def _finish(report: Dict[str, Any], refused: str) -> None:
 def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
     """Run the sharded sweep and switch this process to replay, or refuse. Fills report."""
     from zlbench import warmup
-    from zlbench.ops.shapes import ShapeFileError, load_shape_file
+    from zlbench.corpus.shapes import ShapeFileError, load_shape_file
 
     environ = os.environ
     cwd = Path(config.invocation_params.dir)
@@ -140,7 +141,7 @@ def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
     report.update(shards=len(shards), devices=devices,
                   shapes_per_shard=[{k: len(v) for k, v in s.items()} for s in shards])
 
-    warm_dir = root / warmup.WARMUP_DIRNAME
+    warm_dir = rundir.warmup_dir(root)
     shutil.rmtree(warm_dir, ignore_errors=True)  # a retry must not merge stale records
     fast = hasattr(config.option, "warmup") and hasattr(config.option, "iter")
     jobs = [_prepare(i, warm_dir, shapes, subsets, raw, fast, visible_key, devices[i])
@@ -166,14 +167,14 @@ def _adopt_merged(jobs: Sequence[Dict[str, Any]], warm_dir: Path, report: Dict[s
     """Merge the shards' records and make this process's autotune plugin replay them."""
     from zlbench import warmup
 
-    merge = warmup.load_and_merge([j["dir"] / "autotune_records" for j in jobs])
+    merge = warmup.load_and_merge([rundir.records_dir(j["dir"]) for j in jobs])
     report.update(merged_keys=merge.keys, merged_kernels=len(merge.records),
                   conflicts=len(merge.conflicts),
                   conflicting_keys=[f"{k} {kid}" for k, kid in merge.conflicts[:_CONFLICTS_KEPT]])
     refusal = warmup.refusal_after_merge(merge)
     if refusal:
         return _refuse(report, refusal)
-    merged = warmup.write_merged(merge, warm_dir / warmup.MERGED_DIRNAME)
+    merged = warmup.write_merged(merge, rundir.merged_dir(warm_dir))
     print_line(f"parallel warmup: merged {merge.keys} keys in {len(merge.records)} kernels "
                f"from {len(jobs)} shards in {report['sweep_wall_s']:.1f} s; replaying {merged}")
     print_line(merge.warning())
@@ -188,9 +189,9 @@ def _prepare(i: int, warm_dir: Path, shapes: Dict[str, Any], subsets, raw: List[
 
     from zlbench import warmup
 
-    shard_dir = warm_dir / f"shard-{i}"
+    shard_dir = rundir.shard_dir(warm_dir, i)
     shard_dir.mkdir(parents=True)
-    shape_path = shard_dir / "shapes.yaml"
+    shape_path = rundir.shapes_path(shard_dir)
     shape_path.write_text(yaml.safe_dump(warmup.shard_shape_data(shapes, subsets), sort_keys=False))
     env = warmup.shard_env(os.environ, shard_dir, visible_key, device)
     db_dir = warmup.sqlite_dir(env)
@@ -198,7 +199,7 @@ def _prepare(i: int, warm_dir: Path, shapes: Dict[str, Any], subsets, raw: List[
         db_dir.mkdir(parents=True, exist_ok=True)
     return {
         "dir": shard_dir,
-        "log": shard_dir / warmup.SHARD_LOG,
+        "log": shard_dir / rundir.SHARD_LOG,
         "cmd": [sys.executable, "-m", "pytest", *warmup.shard_args(raw, shape_path, fast)],
         "env": env,
     }
@@ -214,12 +215,13 @@ def _refuse(report: Dict[str, Any], refusal: warmup.Refusal) -> None:
 
 def _shape_file(config, raw: Sequence[str], cwd: Path) -> Path:
     from zlbench import warmup
+    from zlbench.corpus.layout import upstream_shape_file
 
     given = warmup.option_value(raw, "--shape_file")
     if given:
         return (cwd / given) if not Path(given).is_absolute() else Path(given)
     default = getattr(config.option, "shape_file", None)
-    return Path(default) if default else cwd / "benchmark" / "core_shapes.yaml"
+    return Path(default) if default else upstream_shape_file(cwd)
 
 
 def _resolution_line(res: warmup.Resolution) -> str:
@@ -260,10 +262,8 @@ def launch_shards(jobs: Sequence[Dict[str, Any]], cwd: Path) -> List[subprocess.
     try:
         for job in jobs:
             with open(job["log"], "wb") as log:
-                procs.append(subprocess.Popen(
-                    job["cmd"], cwd=str(cwd), env=job["env"], stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                    preexec_fn=_parent_death_signal()))
+                procs.append(proc.start(job["cmd"], job["env"], log, cwd=str(cwd),
+                                        parent_death=True))
     except BaseException:
         stop_shards(procs)
         raise
@@ -278,11 +278,11 @@ def wait_shards(procs: Sequence[subprocess.Popen], grace_s: float = GRACE_S,
     try:
         pending = dict(enumerate(procs))
         while pending:
-            for i, proc in list(pending.items()):
-                if proc.poll() is not None:
+            for i, shard in list(pending.items()):
+                if shard.poll() is not None:
                     del pending[i]
                     if on_exit is not None:
-                        on_exit(i, proc.returncode)
+                        on_exit(i, shard.returncode)
             if pending:
                 time.sleep(0.05)
         return [p.returncode for p in procs]
@@ -295,27 +295,8 @@ def wait_shards(procs: Sequence[subprocess.Popen], grace_s: float = GRACE_S,
 
 
 def stop_shards(procs: Sequence[subprocess.Popen], grace_s: float = GRACE_S) -> None:
-    """SIGTERM to every shard's process group, SIGKILL to those still there after the
-    grace period, and reap them all."""
-    for proc in procs:
-        _signal_group(proc, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    for proc in procs:
-        # The leader may be gone while its children (compile workers) are not.
-        _signal_group(proc, signal.SIGKILL)
-        proc.wait()
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """Stop every shard's process group (zlbench.proc's one rule) and reap them all."""
+    proc.stop(procs, grace_s)
 
 
 def _raise_on_sigterm():
@@ -327,23 +308,3 @@ def _raise_on_sigterm():
     except ValueError:  # not the main thread: leave SIGTERM alone
         return None
 
-
-def _parent_death_signal():
-    """A preexec function asking Linux to SIGTERM the shard when this process dies
-    (a SIGKILL leaves no chance to reap); None where prctl is not available."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec

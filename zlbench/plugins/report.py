@@ -10,18 +10,16 @@ does nothing and FlagGems' text reaches the log unchanged.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import List, Optional, Tuple
 
+from zlbench.corpus import table as fg_table
 from zlbench.markers import parse_marker
 from zlbench.plugins import run_dir
 
 GREEN, RED, YELLOW, CYAN, DIM, RESET = (
     "\033[32m", "\033[31m", "\033[33m", "\033[36m", "\033[2m", "\033[0m",
 )
-_TITLE = re.compile(r"^Operator: .+ Performance Test \(")
-_ROW = re.compile(r"^(SUCCESS|FAILED)((?:\s+(?:[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?|inf|nan|N/A))+) {10}(.*)$")
 _OPEN, _CLOSE = "([{", ")]}"
 
 
@@ -68,17 +66,17 @@ def fold_shapes(shapes: List[str]) -> Tuple[List[str], Optional[str]]:
 
 def render_table(lines: List[str], colour: bool = True) -> List[str]:
     """A printed result table with shared inputs folded and status coloured."""
-    rows = [(i, _ROW.match(line)) for i, line in enumerate(lines)]
+    rows = [(i, fg_table.well_formed_row(line)) for i, line in enumerate(lines)]
     rows = [(i, m) for i, m in rows if m]
-    new_shapes, legend = fold_shapes([m.group(3) for _, m in rows])
+    new_shapes, legend = fold_shapes([m["shape"] for _, m in rows])
     out = list(lines)
     for (i, m), shape in zip(rows, new_shapes):
-        status = m.group(1)
+        status = m["status"]
         if colour:
             status = (GREEN if status == "SUCCESS" else RED) + status + RESET
-        out[i] = status + m.group(2) + " " * 10 + shape
+        out[i] = fg_table.format_row(status, m["cells"], shape)
     if legend:
-        title = next((i for i, line in enumerate(out) if _TITLE.match(line)), 0)
+        title = next((i for i, line in enumerate(out) if fg_table.TITLE_RE.match(line)), 0)
         out.insert(title + 1, (DIM + legend + RESET) if colour else legend)
     return out
 
@@ -112,7 +110,7 @@ class PrettyStream:
 
     def _line(self, line: str) -> None:
         if self.table is None:
-            if _TITLE.match(line):
+            if fg_table.TITLE_RE.match(line):
                 self.table = [line]
             else:
                 self.inner.write(style_line(line) + "\n")

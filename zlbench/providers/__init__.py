@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import ResolveError, Target, detect_layout, list_ops, resolve_node
+from ..corpus.resolve import ResolveError, Target, list_ops, resolve_node
 from .flaggems import FlagGemsProvider
 from .sample import SampleProvider
 
@@ -14,5 +14,5 @@ def make_provider(settings):
     return SampleProvider()
 
 
-__all__ = ["ResolveError", "Target", "make_provider", "detect_layout", "list_ops",
+__all__ = ["ResolveError", "Target", "make_provider", "list_ops",
            "resolve_node", "FlagGemsProvider", "SampleProvider"]

@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import List, Optional
 
-from ..ops.tree import TreeError, bench_dir_name
-from .base import ResolveError, Target, list_ops, resolve_node
+from ..corpus.layout import TreeError, bench_dir_name
+from ..corpus.resolve import ResolveError, Target, list_ops, resolve_node
 
 
 def installed_benchmark_root() -> Optional[Path]:

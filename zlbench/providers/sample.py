@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List
 
-from .base import Target, list_ops, resolve_node
+from ..corpus.resolve import Target, list_ops, resolve_node
 
-CORPUS_ROOT = Path(__file__).resolve().parent.parent / "corpus"
+CORPUS_ROOT = Path(__file__).resolve().parent.parent / "sample_corpus"
 
 
 class SampleProvider:

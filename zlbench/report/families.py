@@ -40,7 +40,7 @@ def family_of_chain(chain: Sequence[str]) -> str:
 
 
 def _from_scan(root: Path) -> Dict[str, str]:
-    from zlbench.ops.scan import scan_tree
+    from zlbench.corpus.scan import scan_tree
 
     out: Dict[str, str] = {}
     for entry in scan_tree(root):
@@ -50,7 +50,7 @@ def _from_scan(root: Path) -> Dict[str, str]:
 
 
 def _from_inventory(name: str) -> Dict[str, str]:
-    from zlbench.ops.inventory import load_inventory
+    from zlbench.corpus.inventory import load_inventory
 
     out: Dict[str, str] = {}
     for op, entry in (load_inventory(name).get("ops") or {}).items():

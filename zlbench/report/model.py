@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from zlbench import rundir
 from zlbench.batch.classify import BAD, NOT_RUN, STATUSES, count_statuses
 from zlbench.batch.driver import load_plan
-from zlbench.batch.state import LOGS_DIR, BatchError, StatusFile, tail_lines
+from zlbench.batch.state import BatchError, tail_lines
 from zlbench.report.families import Families, operator_families
 from zlbench.summary.ab import ABResult
 from zlbench.summary.caliber import batch_caliber
@@ -138,13 +139,12 @@ def _failures(root: Path, status: Dict[str, Dict[str, str]]) -> List[Failure]:
             continue
         # The batch dir holding the op's run dir: the root, or its shard of a screen.
         batch_dir = root / Path(row.get("run_dir") or op).parent
-        logs = sorted((batch_dir / LOGS_DIR / op).glob("*.log"),
-                      key=lambda p: p.stat().st_mtime)
+        logs = rundir.attempt_logs(batch_dir, op)
         if logs:
             tail = "\n".join(tail_lines(logs[-1])[-TAIL_LINES:])
             log = _rel(str(logs[-1]), root)
         else:
-            tail, log = "(no attempt log under logs/)", ""
+            tail, log = f"(no attempt log under {rundir.LOGS_DIR}/)", ""
         out.append(Failure(op, row.get("status", ""), row.get("attempts", ""),
                            row.get("reason", ""), log, tail))
     return out
@@ -159,7 +159,7 @@ def _status_counts(summary: Summary
         status = summary.screen.rows
         planned = [op for shard in summary.screen.shards.values() for op in shard.planned]
     else:
-        status = StatusFile(summary.root).read()
+        status = rundir.StatusFile(summary.root).read()
         try:
             plan = load_plan(summary.root) or {}
         except BatchError as e:  # an unreadable plan: count what ops_status.csv says

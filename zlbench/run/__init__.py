@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -16,10 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, TextIO
 
-from .. import backends, knobs, providers, tuner_cache
-from ..atomic import write_atomic, write_json_atomic
+from .. import backends, knobs, proc, providers, rundir, tuner_cache
 from ..backends import Backend, Device, DeviceError
-from ..plugins import importable_pythonpath
 from ..providers import ResolveError, Target
 from . import identity as ident
 from .outdir import claim_run_dir, use_run_dir
@@ -144,7 +141,7 @@ def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, 
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     if plan.backend.run_env is not None:
         env.update(plan.backend.run_env(s.values))
-    env["PYTHONPATH"] = importable_pythonpath(env.get("PYTHONPATH"))
+    env["PYTHONPATH"] = proc.importable_pythonpath(env.get("PYTHONPATH"))
     if plan.warmup_pool:
         env["ZL_WARMUP_DEVICES"] = ",".join(plan.warmup_pool)
     if plan.replay_from:
@@ -166,7 +163,7 @@ def archive_shapes(plan: RunPlan, run_dir: Path) -> None:
     header = (f"# zlbench: level={plan.settings.level} shape_mode={plan.settings.shape_mode} "
               f"source={plan.shape_file}\n")
     body = plan.shape_file.read_text() if plan.shape_file.is_file() else "# (no shape file found)\n"
-    (run_dir / "shapes.yaml").write_text(header + body)
+    rundir.shapes_path(run_dir).write_text(header + body)
 
 
 def build_identity(plan: RunPlan, run_dir: Path, cache_description: str) -> dict:
@@ -261,9 +258,10 @@ def header_lines(plan: RunPlan, run_dir: Path, ident_data: dict, cmd: List[str])
 
 
 def spawn_pytest(cmd: List[str], cwd: str, env: Dict[str, str], output_fd: int):
-    """The benchmark process as a fresh interpreter (``python -m pytest ...``)."""
-    return subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=output_fd, stderr=output_fd)
+    """The benchmark process as a fresh interpreter (``python -m pytest ...``), in our
+    own process group: Ctrl-C reaches it as it reaches us, and the batch's SIGKILL of our
+    group takes it along."""
+    return proc.start(cmd, env, output_fd, cwd=cwd, new_group=False)
 
 
 def _launch(cmd, cwd, env, log, out: TextIO, start=spawn_pytest) -> int:
@@ -288,17 +286,12 @@ def _launch(cmd, cwd, env, log, out: TextIO, start=spawn_pytest) -> int:
         rc = child.wait()
     except KeyboardInterrupt:
         # Ctrl-C reached the child too (same process group); give it time to report.
-        try:
-            rc = child.wait(timeout=CHILD_GRACE_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            rc = child.wait()
+        proc.stop([child], CHILD_GRACE_S, sig=None, group=False)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
         if child.poll() is None:
-            child.kill()
-            child.wait()
+            proc.stop([child], 0, sig=None, group=False)
         pumper.join(timeout=5)
         os.close(read_fd)
     return rc
@@ -343,13 +336,13 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
     ident_data = build_identity(plan, run_dir, cache.description)
     if keep_triton and cache.triton_cache_dir is not None:
         ident_data["triton_cache_dir"] = str(cache.triton_cache_dir)
-    write_json_atomic(run_dir / "run_identity.json", ident_data)
+    rundir.write_identity(run_dir, ident_data)
 
     color = out.isatty() if hasattr(out, "isatty") else False
     cmd = pytest_command(plan, color)
     env = child_env(plan, run_dir, {**cache.env, **(extra_env or {})})
     rc: Optional[int] = None
-    with open(run_dir / "run.log", "wb") as log:
+    with open(rundir.run_log_path(run_dir), "wb") as log:
         for line in header_lines(plan, run_dir, ident_data, cmd):
             _print(line, out, log)
         try:
@@ -360,7 +353,7 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
             cache.cleanup()
             elapsed = time.monotonic() - started
             code = _exit_code(rc)
-            reports = ident.collect_plugin_reports(run_dir)
+            reports = rundir.read_plugin_reports(run_dir)
             ident_data.update({
                 "status": "ok" if code == EXIT_OK else ("interrupted" if rc is None else "failed"),
                 "finished": ident.now_iso(),
@@ -377,7 +370,7 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
                 # The measurement replayed the sharded sweep's merged configs.
                 ident_data["autotune_mode"] = "replay(parallel_warmup)"
                 ident_data["replay_from"] = merged
-            write_json_atomic(run_dir / "run_identity.json", ident_data)
+            rundir.write_identity(run_dir, ident_data)
             _print(f"=== zlbench run: {settings.op or plan.target.test_node} finished: exit {code} "
                    f"({ident_data['status']}) in {elapsed:.1f} s ===", out, log)
     if code == EXIT_OK:
@@ -396,4 +389,4 @@ def _exit_code(rc: Optional[int]) -> int:
 
 
 def _mark_complete(run_dir: Path) -> None:
-    write_atomic(run_dir / ".complete", ident.now_iso() + "\n")
+    rundir.mark_complete(run_dir, ident.now_iso())

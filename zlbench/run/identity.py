@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import sys
 import time
 from importlib import metadata
-from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Dict, Optional
 
 # Distributions whose versions define a measurement. flagtree is how several vendors
 # ship triton; we never import any of these here.
@@ -22,17 +20,6 @@ def package_versions() -> Dict[str, Optional[str]]:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = None
-    return out
-
-
-def collect_plugin_reports(run_dir: Path) -> Dict[str, Any]:
-    """Fold $ZL_RUN_DIR/plugins/<plugin>.json files into one mapping."""
-    out: Dict[str, Any] = {}
-    for path in sorted((run_dir / "plugins").glob("*.json")):
-        try:
-            out[path.stem] = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            out[path.stem] = {"unreadable": str(e)}
     return out
 
 

@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from ..rundir import COMPLETE, is_complete
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -39,8 +41,8 @@ def use_run_dir(path: Path) -> Path:
     there is a preflight failure (exit 3), not a failed benchmark."""
     from .preflight import PreflightFailed
 
-    if (path / ".complete").exists():
-        raise PreflightFailed("run_dir", f"{path} already holds a complete run (.complete); "
+    if is_complete(path):
+        raise PreflightFailed("run_dir", f"{path} already holds a complete run ({COMPLETE}); "
                               "choose another --run-dir or remove it", path)
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..markers import PREFLIGHT_FAILED, format_marker
+from ..rundir import replay_records
 
 EXIT_PREFLIGHT = 3
 
@@ -44,8 +45,7 @@ def check_replay_from(replay_from: Optional[str]) -> Optional[Path]:
     path = Path(replay_from).expanduser().resolve()
     if not path.is_dir():
         raise PreflightFailed("REPLAY_FROM", f"REPLAY_FROM {replay_from} is not a directory", path)
-    if (path / "autotune_records").is_dir():
-        path = path / "autotune_records"
+    path = replay_records(path)
     if not any(path.glob("*.json")):
         raise PreflightFailed("REPLAY_FROM", f"REPLAY_FROM {path} holds no autotune records (*.json)", path)
     return path

@@ -12,10 +12,6 @@ ANSI_RE = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\
 _MAX_PARTIAL = 32
 
 
-def strip_ansi(text: str) -> str:
-    return ANSI_RE.sub(b"", text.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
-
-
 class AnsiStripper:
     """Strips escape sequences from a byte stream that arrives in arbitrary chunks."""
 

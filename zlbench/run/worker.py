@@ -26,7 +26,6 @@ The run dir, exit codes and output are the same as ``zlbench run``'s.
 from __future__ import annotations
 
 import argparse
-import ast
 import atexit
 import gc
 import importlib
@@ -60,17 +59,9 @@ _WORKER_PYTHONPATH: List[str] = []
 def conftest_imports(corpus_root: Path) -> List[str]:
     """Top-level absolute imports of the corpus' benchmark/conftest.py (module names),
     leaving out the library under test and the corpus' own packages."""
-    path = corpus_root / "benchmark" / "conftest.py"
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        return []
-    names: List[str] = []
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            names += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.append(node.module)
+    from ..corpus.tree import conftest_imports as imported_by_conftest
+
+    names = imported_by_conftest(corpus_root)
     local = {p.name.split(".")[0] for p in corpus_root.iterdir()} if corpus_root.is_dir() else set()
     out = []
     for name in names:

@@ -15,8 +15,9 @@ import click
 
 from zlbench import knobs
 from zlbench.atomic import write_atomic
-from zlbench.batch.state import (SLURM_DIR, SLURM_SCREEN, SLURM_SCRIPT, SLURM_SUBMISSIONS,
-                                 SLURM_TASK_LOG, BatchError)
+from zlbench.batch.state import BatchError
+from zlbench.rundir import (SLURM_DIR, SLURM_SCREEN, SLURM_SCRIPT, SLURM_SUBMISSIONS, SLURM_TASK_LOG,
+                            plan_path)
 from zlbench.slurm import scheduler
 from zlbench.slurm.script import array_spec, render_script
 from zlbench.slurm.status import (EXIT_FINISHED, EXIT_RUNNING, RESUBMIT, exit_code,
@@ -153,7 +154,7 @@ def _check_screen(screen: Path, shards: int, settings: dict) -> None:
     if recorded:
         sources.append((f"{SLURM_DIR}/{SLURM_SCREEN}", recorded.get("settings") or {}))
     for (k, n), path in sorted(found.items()):
-        plan = _read_json(path / "plan.json")
+        plan = _read_json(plan_path(path))
         if plan:
             sources.append((path.name, plan.get("settings") or {}))
     for name, saved in sources:

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 from typing import List, Sequence, Tuple
 
-from zlbench.batch.state import SLURM_DIR, SLURM_TASK_LOG
+from zlbench.rundir import SLURM_DIR, SLURM_TASK_LOG
 
 
 def pair_options(args: Sequence[str]) -> List[Tuple[str, ...]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from zlbench.batch.progress import fmt_duration
-from zlbench.batch.state import SLURM_DIR, SLURM_SUBMISSIONS
+from zlbench.rundir import SLURM_DIR, SLURM_SUBMISSIONS
 from zlbench.slurm.scheduler import ACTIVE, TaskState
 from zlbench.summary.screen import Screen
 

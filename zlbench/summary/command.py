@@ -7,6 +7,7 @@ from typing import List, Optional, Tuple
 
 import click
 
+from zlbench import rundir
 from zlbench.summary.ab import ABResult, pair_summaries
 from zlbench.summary.plot import PlotUnavailable, plot_gains, pyplot
 from zlbench.summary.render import FORMATS, render_csv, render_summary
@@ -15,7 +16,6 @@ from zlbench.summary.rows import Summary, summarize
 from zlbench.summary.sources import OPS_STATUS, SummaryInputError
 from zlbench.summary.verdict import DEFAULT_NOISE_FLOOR
 
-SUMMARY_CSV = "summary.csv"
 
 
 def _write(path: Path, text: str, flag_hint: str) -> None:
@@ -34,7 +34,7 @@ def _summarize(path: str) -> Summary:
 
 def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
     summary = _summarize(path)
-    target = Path(out) if out else summary.root / SUMMARY_CSV
+    target = Path(out) if out else summary.root / rundir.SUMMARY_CSV
     csv_text = render_csv(summary)
     _write(target, csv_text, "choose another file with --out FILE")
     if summary.screen is not None:

@@ -1,18 +1,7 @@
 """Read one benchmark log: FlagGems' printed tables, marker lines and failures.
 
-FlagGems prints each (op, dtype) as one table (see docs and the protocol notes):
-
-    Operator: abs  Performance Test (dtype=torch.float16, mode=kernel,level=core)
-    Status       Torch Latency (ms)    Gems Latency (ms)  ...  Size Detail
-    ----------------------------------------------------------------------
-    SUCCESS               1.004192            1.064736  ...          [torch.Size([64])]
-    <blank line>
-
-A row is the status left-justified in 10 columns, then value cells right-justified in
-20 columns each (a wider value pushes the rest right), then 10 spaces and the Size
-Detail text. A row prints its TFLOPS cell
-only when its own tflops is non-zero and its two GBPS cells only when it has gbps, so
-the number of cells (3 to 6) says which columns a row has, whatever its header says.
+FlagGems prints each (op, dtype) as one table; zlbench.corpus.table holds its format
+(title, column titles, rows of 3 to 6 value cells and a Size Detail).
 
 Nothing is dropped silently: truncated tables, cut rows, lines that break a table,
 pytest's FAILED lines and FlagGems' ``FAILED: Operator=...`` input errors become issues.
@@ -25,25 +14,12 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
 from zlbench import markers as marker_lines
+from zlbench.corpus import table as fg_table
 from zlbench.markers import Marker
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# FlagGems starts the title with "\n", so it begins a line (pytest's "." or "F" for
-# the previous test is tolerated in front of it).
-HEADER_RE = re.compile(
-    r"^[.FEsxX]*\s*Operator: (?P<op>\S+)\s+Performance Test \(dtype=(?P<dtype>[^,]*),\s*"
-    r"mode=(?P<mode>[^,]*),\s*level=(?P<level>[^)]*)\)"
-)
-INPUT_ERROR_RE = re.compile(
-    r"FAILED: Operator=(?P<op>\S+) dtype=(?P<dtype>\S+) err=<<<(?P<err>.*?)>>>"
-)
 PYTEST_FAILED_RE = re.compile(r"^(?P<kind>FAILED|ERROR) (?P<node>\S+)(?: - (?P<msg>.*))?$")
 SESSION_END_RE = re.compile(r"^=+ (?P<text>.+ in [0-9.]+s\b.*?) =+$")
-ROW_START_RE = re.compile(r"^(SUCCESS|FAILED)\s")
-TOKEN_RE = re.compile(r"\s*(\S+)")
-VALUE = r"N/A|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)"
-VALUE_RE = re.compile(VALUE)
-ROW_RE = re.compile(r"^\S+((?: +(?:%s)){3,6}) {10}(\S.*)$" % VALUE)
 # A marker may share its line with pytest's progress ("benchmark/test_x.py ", then "."
 # or "F" once a test ends); it is followed by key=value pairs or nothing, which keeps
 # source lines quoted in a traceback ("NAME = ...") from reading as markers.
@@ -53,7 +29,8 @@ MARKER_START_RE = re.compile(
     % "|".join(sorted(map(re.escape, marker_lines.KNOWN), key=len, reverse=True))
 )
 
-STATUS_WIDTH = 10
+
+
 class Row:
     """One printed table row; timer, markers, fallback and run_dir are set by rows.py."""
 
@@ -110,39 +87,14 @@ class ParsedLog:
     session_end: Optional[str] = None
 
 
-def _split_cells(line: str) -> Optional[Tuple[List[str], str]]:
-    """Cells and shape of a well-formed row: 3 to 6 values, 10 spaces, the Size Detail.
-
-    A shape that reads like a value ("N/A") stays the shape: the greedy match backs off
-    one cell when nothing is left after it.
-    """
-    m = ROW_RE.match(line)
-    return (m[1].split(), m[2]) if m else None
-
-
-def _split_tokens(line: str) -> Tuple[List[str], str]:
-    """Fallback for a row whose values outgrew their 20 columns: split on whitespace."""
-    pos = len(line.split(None, 1)[0])
-    cells: List[str] = []
-    while len(cells) < 6:
-        token = TOKEN_RE.match(line, pos)
-        # The last token is the shape even when it reads like a value ("N/A").
-        if not token or not VALUE_RE.fullmatch(token[1]) or not line[token.end():].strip():
-            break
-        cells.append(token[1])
-        pos = token.end()
-    return cells, line[pos:].strip()
-
-
 def parse_row(line: str, op: str, dtype: str, mode: str, level: str,
               lineno: int) -> Optional[Row]:
     """The row on this line, or None when it is not a complete FlagGems row."""
-    cells, shape = _split_cells(line) or _split_tokens(line)
-    shape = shape.rstrip()
-    if not 3 <= len(cells) <= 6 or not shape:
+    text = fg_table.split_row(line)
+    if text is None:
         return None
-    row = Row(op, dtype, mode, level, shape, line[:STATUS_WIDTH].strip(), lineno)
-    values = [None if text == "N/A" else float(text) for text in cells]
+    row = Row(op, dtype, mode, level, text.shape, text.status, lineno)
+    values = [None if cell == "N/A" else float(cell) for cell in text.cells]
     row.torch_ms, row.gems_ms, row.speedup = values[0], values[1], values[2]
     # 4 cells: TFLOPS; 5: the two GBPS; 6: both.
     if len(values) in (4, 6):
@@ -200,7 +152,7 @@ def parse_log(text: str, source: str = "") -> ParsedLog:
                 close(table, lineno, "blank line")
                 table = None
                 continue
-            if ROW_START_RE.match(line):
+            if fg_table.ROW_START_RE.match(line):
                 row = parse_row(line, table.op, table.dtype, table.mode, table.level, lineno)
                 if lineno == last and not ends_cleanly:
                     issue("partial_row", f"log ends inside a row, row dropped: {line!r}",
@@ -213,9 +165,9 @@ def parse_log(text: str, source: str = "") -> ParsedLog:
                     table.rows += 1
                 continue
             # Column titles and the rule under them.
-            if (line.startswith("Status") and "Size Detail" in line) or line.strip("-") == "":
+            if fg_table.is_column_titles(line):
                 continue
-        header = HEADER_RE.match(line)
+        header = fg_table.TITLE_RE.match(line)
         if header:
             if table is not None:
                 close(table, lineno, "next table began")
@@ -242,7 +194,7 @@ def parse_log(text: str, source: str = "") -> ParsedLog:
 
 def _scan_outside_table(line: str, lineno: int, out: ParsedLog,
                         issue: Callable[..., None]) -> None:
-    bad_input = INPUT_ERROR_RE.search(line)
+    bad_input = fg_table.INPUT_ERROR_RE.search(line)
     if bad_input:
         err = bad_input["err"]
         if err == "{e}":

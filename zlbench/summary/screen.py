@@ -10,16 +10,13 @@ of different N.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from zlbench.batch.state import (COLUMNS, JOURNAL_FILE, PLAN_FILE, StatusFile,
-                                 parse_shard_dir_name, read_journal, shard_dir_name)
+from zlbench.rundir import (PLAN_FILE, StatusFile, format_status, parse_shard_dir_name, plan_path,
+                            read_journal, read_plan, shard_dir_name)
 from zlbench.summary.parse import Issue
 
 # Statuses that count as an operator measured badly (batch/classify.py's BAD).
@@ -67,7 +64,7 @@ class ShardDir:
         """Operators whose latest attempt started and has no result yet (per the journal;
         right while the driver lives, stale after it was killed)."""
         open_: Dict[str, bool] = {}
-        for ev in read_journal(self.path / JOURNAL_FILE):
+        for ev in read_journal(self.path):
             if ev.get("event") == "attempt":
                 open_[ev.get("op")] = True
             elif ev.get("event") == "result":
@@ -110,12 +107,7 @@ class Screen:
 
     def status_csv(self) -> str:
         """The merged ops_status.csv: the columns of a batch's, run_dir below the screen."""
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for op in sorted(self.rows):
-            writer.writerow({c: self.rows[op].get(c, "") for c in COLUMNS})
-        return out.getvalue()
+        return format_status(self.rows)
 
 
 def shard_dirs(root: Path) -> Dict[tuple, Path]:
@@ -138,12 +130,10 @@ def is_screen(root: Path) -> bool:
 
 def _read_plan(path: Path, issues: List[Issue]) -> Optional[dict]:
     try:
-        return json.loads((path / PLAN_FILE).read_text())
-    except FileNotFoundError:
-        return None
+        return read_plan(path)
     except (OSError, ValueError) as e:
         issues.append(Issue("bad_plan", f"cannot read {PLAN_FILE}: {e}",
-                            source=str(path / PLAN_FILE)))
+                            source=str(plan_path(path))))
         return None
 
 

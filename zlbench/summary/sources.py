@@ -15,14 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from zlbench.batch.state import RESERVED, is_complete
-from zlbench.batch.state import STATUS_FILE as OPS_STATUS
+from zlbench.rundir import COMPLETE, IDENTITY, RESERVED, RUN_LOG, is_complete
+from zlbench.rundir import STATUS_FILE as OPS_STATUS
 from zlbench.summary.parse import Issue
 from zlbench.summary.screen import Screen
-
-RUN_LOG = "run.log"
-IDENTITY = "run_identity.json"
-COMPLETE = ".complete"
 OK_STATUS = "ok"
 
 

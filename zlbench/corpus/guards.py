@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from .paths import OpsDataError, compat_table_path, read_yaml
+from ..opsdata import OpsDataError, compat_table_path, read_yaml
 from .tree import BenchTree, Module
 
 MARKER_KINDS = ("skipif", "module-skipif")

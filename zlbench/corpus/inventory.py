@@ -23,10 +23,11 @@ import yaml
 
 from ..atomic import write_atomic
 from .collect import Comparison, compare, run_collect
-from .paths import OpsDataError, inventory_path, read_yaml
+from ..opsdata import OpsDataError, inventory_path, read_yaml
 from .scan import MIRROR_FILES, OpCase, TestEntry, scan_tree, shape_key_for
 from .shapes import class_keys, load_shape_file, upstream_shapes_path
-from .tree import BenchTree, detect_layout
+from .layout import detect_layout
+from .tree import BenchTree
 
 FORMAT = 1
 # libyaml's loader where PyYAML has it: the HEAD inventory is ~400 kB.

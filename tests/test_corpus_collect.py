@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from zlbench.ops.collect import compare, format_comparison, run_collect
-from zlbench.ops.inventory import build_inventory
-from zlbench.ops.scan import scan_tree
+from zlbench.corpus.collect import compare, format_comparison, run_collect
+from zlbench.corpus.inventory import build_inventory
+from zlbench.corpus.scan import scan_tree
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

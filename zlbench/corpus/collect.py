@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
-from ..plugins import importable_pythonpath
+from ..proc import importable_pythonpath
 from .collect_dump import OUT_ENV
 from .scan import NON_OPERATOR_MARKS, TestEntry
-from .tree import bench_dir_name
+from .layout import bench_dir_name
 
 COLLECT_TIMEOUT_S = 600
 
@@ -76,9 +76,9 @@ def run_collect(root: Path, python: str = sys.executable, timeout: int = COLLECT
         env["PYTHONPATH"] = importable_pythonpath(os.pathsep.join(paths))
         cmd = [python, "-m", "pytest", bench, "--collect-only", "-q",
                "--continue-on-collection-errors", "-p", "no:cacheprovider",
-               "-p", "zlbench.ops.collect_dump"]
+               "-p", "zlbench.corpus.collect_dump"]
         if cpu_driver:
-            cmd += ["-p", "zlbench.ops.cpu_collect_driver"]
+            cmd += ["-p", "zlbench.corpus.cpu_collect_driver"]
         shown = " ".join(cmd[1:])
         try:
             proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True,

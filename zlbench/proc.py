@@ -1,6 +1,10 @@
-"""Child processes in their own process group, waited for without polling, and killed
-as a whole group (SIGTERM, a grace period, SIGKILL) so that nothing is left holding a
-device.
+"""The one way zlbench starts and stops child processes.
+
+A child runs as the leader of its own session (and so process group) unless it must
+share ours; stopping is one rule everywhere: a signal to the child's group, a grace
+period, SIGKILL to what is left, then the group's other members (compile workers, a
+pytest's own children) the same way, and the leader reaped. Used by ``zlbench run``
+(the pytest child), the batch (each ``zlbench run``) and parallel warmup (its shards).
 
 The leader is waited for through a pidfd where the kernel has them: it becomes
 readable when the leader exits but before it is reaped, and while the leader is an
@@ -18,13 +22,119 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import IO, Dict, List, Mapping, Optional, Sequence, Union
 
 # Fallback polling period where pidfd_open is missing (not Linux, old kernels).
 _POLL_S = 0.02
 # The longest wait for SIGKILLed processes to vanish; an uninterruptible one (stuck in a
 # driver call) can outlive it, and the batch reports it rather than hang.
 KILL_SETTLE_S = 10.0
+
+
+def importable_pythonpath(pythonpath: Optional[str]) -> str:
+    """PYTHONPATH for a child that loads zlbench's plugins with ``-p``.
+
+    The child runs in the corpus root, so a zlbench found only through the caller's
+    working directory (``python -m zlbench`` in a source tree) would be missing there;
+    this zlbench's parent dir is appended then. An installed zlbench needs nothing, and
+    a site-packages dir is never added (on PYTHONPATH it would precede the stdlib).
+    """
+    import site
+    import sysconfig
+
+    parent = str(Path(__file__).resolve().parents[1])
+    site_dirs = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages(),
+                                                   sysconfig.get_paths()["purelib"]]}
+    entries = [p for p in (pythonpath or "").split(os.pathsep) if p]
+    if parent not in site_dirs and parent not in entries:
+        entries.append(parent)
+    return os.pathsep.join(entries)
+
+
+def start(cmd: Sequence[str], env: Mapping[str, str], stdout: Union[int, IO], *,
+          cwd: Optional[str] = None, new_group: bool = True, parent_death: bool = False,
+          stdin: Union[int, IO] = subprocess.DEVNULL,
+          stderr: Union[int, IO] = subprocess.STDOUT) -> subprocess.Popen:
+    """Start ``cmd``; by default stdin is closed and stderr goes where stdout goes.
+
+    ``new_group``: as the leader of a new session, so Ctrl-C in the terminal does not
+    reach it (its owner decides when it stops) and its whole group can be killed.
+    ``parent_death``: Linux SIGTERMs it if this process dies without reaping it.
+    """
+    return subprocess.Popen(list(cmd), cwd=cwd, env=dict(env), stdin=stdin,
+                            stdout=stdout, stderr=stderr,
+                            start_new_session=new_group,
+                            preexec_fn=_parent_death_signal() if parent_death else None)
+
+
+def start_group(cmd: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
+    """``start`` a group leader with stdout and stderr appended to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return start(cmd, env, log)
+
+
+def stop(procs: Sequence, grace_s: float, sig: Optional[int] = signal.SIGTERM,
+         group: bool = True, rcs: Optional[List[Optional[int]]] = None) -> int:
+    """Stop children and reap them: ``sig`` to each (to its whole group when
+    ``group``; None when it was delivered already, as Ctrl-C is to our own group), a
+    shared grace period, SIGKILL to what is left, then the group's other members the
+    same way. Returns how many group members outlived their leader; ``rcs`` receives
+    each exit code (None when a warm worker lost it).
+
+    A child is a Popen, or anything with ``pid`` and ``wait()`` (and ``own_child``
+    False for a warm worker's child, reaped by its worker)."""
+    watches = [_ExitWatch(p.pid, getattr(p, "own_child", True)) for p in procs]
+    try:
+        if sig is not None:
+            for proc in procs:
+                _signal(proc, sig, group)
+        deadline = time.monotonic() + grace_s
+        for proc, watch in zip(procs, watches):
+            if watch.wait(max(0.0, deadline - time.monotonic()), None) != "exited":
+                _signal(proc, signal.SIGKILL, group)
+                watch.wait(None, None)
+        # Each leader is a zombie now: its pgid is ours until we reap it.
+        leftovers = sum(kill_group_members(p.pid, grace_s) for p in procs) if group else 0
+    finally:
+        for watch in watches:
+            watch.close()
+    for child in procs:
+        rc = child.wait()
+        if rcs is not None:
+            rcs.append(rc)
+    return leftovers
+
+
+def _signal(proc: subprocess.Popen, sig: int, group: bool) -> None:
+    if group:
+        _signal_group(proc.pid, sig)
+    elif proc.poll() is None:
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+def _parent_death_signal():
+    """A preexec function asking Linux to SIGTERM the child when this process dies
+    (a SIGKILL leaves no chance to reap); None where prctl is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
 
 
 @dataclass
@@ -34,16 +144,6 @@ class Finished:
     interrupted: bool
     leftovers_killed: int       # group members still alive after the leader exited
     stalled: bool = False       # stopped for making no progress (timed_out is True too)
-
-
-def start_group(cmd: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
-    """Start ``cmd`` as the leader of a new session (and so a new process group), with
-    stdout and stderr to ``log_path``. Ctrl-C in the terminal does not reach it: the
-    driver decides when children stop."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(list(cmd), env=dict(env), stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 class _ExitWatch:
@@ -105,14 +205,13 @@ def wait_group(proc, timeout_s: Optional[float], grace_s: float,
                wake_fd: Optional[int] = None, stall=None) -> Finished:
     """Wait for the leader, at most ``timeout_s``; on timeout, when ``stall.stalled()``
     says the run stopped making progress (asked every ``stall.tick_s``), or when
-    ``wake_fd`` turns readable, stop the whole group. Returns only once the leader is
-    reaped and its group holds no live process.
+    ``wake_fd`` turns readable, stop the whole group (``stop``). Returns only once the
+    leader is reaped and its group holds no live process.
 
     ``proc`` is a Popen, or anything with ``pid``, ``wait()`` (reaps, returns the exit
     code or None when it is lost) and ``own_child`` False (a warm worker's child)."""
     watch = _ExitWatch(proc.pid, getattr(proc, "own_child", True))
-    pgid = proc.pid
-    timed_out = interrupted = stalled = False
+    stalled = False
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         while True:
@@ -124,28 +223,12 @@ def wait_group(proc, timeout_s: Optional[float], grace_s: float,
             if stall is not None and stall.stalled():
                 stalled = True
                 break
-        if why != "exited":
-            timed_out, interrupted = why == "timeout", why == "woken"
-            _signal_group(pgid, signal.SIGTERM)
-            if watch.wait(grace_s, None) != "exited":
-                _signal_group(pgid, signal.SIGKILL)
-                watch.wait(None, None)
-        # The leader is a zombie now: its pgid is ours until we reap it.
-        leftovers = kill_group_members(pgid, grace_s)
     finally:
         watch.close()
-    rc = proc.wait()
-    return Finished(rc, timed_out, interrupted, leftovers, stalled)
-
-
-def stop_group(proc: subprocess.Popen, grace_s: float) -> int:
-    """SIGTERM the group led by ``proc``, SIGKILL it after ``grace_s``; reap the leader."""
-    _signal_group(proc.pid, signal.SIGTERM)
-    try:
-        return proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        _signal_group(proc.pid, signal.SIGKILL)
-        return proc.wait()
+    # After a normal exit this only clears what the leader left in its group.
+    rcs: List[Optional[int]] = []
+    leftovers = stop([proc], grace_s, sig=None if why == "exited" else signal.SIGTERM, rcs=rcs)
+    return Finished(rcs[0], why == "timeout", why == "woken", leftovers, stalled)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

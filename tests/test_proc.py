@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from zlbench.batch import procs
+from zlbench import proc as procs
 
 # A leader that starts a grandchild, writes both pids, ignores SIGTERM and waits forever.
 TREE = """

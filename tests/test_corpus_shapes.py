@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from zlbench.ops.command import ops_group
-from zlbench.ops.shapes import (ShapeFileError, check_shape_file, class_keys, load_shape_file,
+from zlbench.corpus.shapes import (ShapeFileError, check_shape_file, class_keys, load_shape_file,
                                 merge_class_keys)
 
 UPSTREAM = Path(__file__).parent / "fixtures" / "flaggems_head"
@@ -112,7 +112,7 @@ def test_cli_check_with_upstream_warns_when_the_unknown_key_check_is_skipped(tmp
 
 
 def test_a_shape_file_that_is_not_yaml_is_an_ops_data_error(tmp_path):
-    from zlbench.ops.paths import OpsDataError
+    from zlbench.opsdata import OpsDataError
 
     path = tmp_path / "bad.yaml"
     path.write_text("mm: [unclosed\n")

@@ -1,4 +1,4 @@
-"""Where the ops/ data directory is.
+"""Where the curated ops/ data directory is, and how its YAML files are read.
 
 ``$ZL_OPS_DIR`` wins; otherwise the repo-root ``ops/`` beside the zlbench package
 (zlbench is installed editable, so the package sits in its checkout).
@@ -44,7 +44,7 @@ def ops_dir() -> Path:
         if not path.is_dir():
             raise OpsDataError(f"{OPS_DIR_ENV}={env} is not a directory; point it at an ops/ data dir")
         return path
-    path = Path(__file__).resolve().parents[2] / "ops"
+    path = Path(__file__).resolve().parents[1] / "ops"
     if not path.is_dir():
         raise OpsDataError(
             f"no ops/ data dir at {path}; install zlbench editable from its checkout "
@@ -59,10 +59,6 @@ def inventory_path(name: str) -> Path:
 
 def dismiss_path() -> Path:
     return ops_dir() / "dismiss.yaml"
-
-
-def shapes_dir() -> Path:
-    return ops_dir() / "shapes"
 
 
 def compat_table_path(backend: str) -> Path:

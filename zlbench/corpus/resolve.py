@@ -1,8 +1,7 @@
-"""Where pytest nodes come from, and how an operator name becomes one.
+"""Which pytest node measures operator X, read from the tree's AST.
 
 Both providers hand out a FlagGems-format tree (a root whose benchmark/ holds a
-conftest, a Benchmark base and test files); node resolution is shared and knows both
-FlagGems layouts:
+conftest, a Benchmark base and test files); resolution knows both FlagGems layouts:
 
 - HEAD: ``benchmark/test_<op>.py`` with ``@pytest.mark.<op>`` on each test function.
 - v5.0.2: ``benchmark/test_*_perf.py`` where operators are marks inside parametrize;
@@ -11,13 +10,13 @@ FlagGems layouts:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..ops.scan import MIRROR_FILES as V502_DUPLICATE_FILES  # -m mm would run BLAS twice
-from ..ops.tree import TreeError, bench_dir_name
+from .scan import TestEntry, scan_module, scan_tree
+from .layout import UPSTREAM_SHAPES, TreeError, bench_dir_name, detect_layout
+from .tree import BenchTree
 
 
 class ResolveError(Exception):
@@ -43,51 +42,6 @@ class Target:
     env: Dict[str, str] = field(default_factory=dict)
 
 
-def detect_layout(bench_dir: Path) -> str:
-    if (bench_dir / "base.py").is_file():
-        return "head"
-    if (bench_dir / "performance_utils.py").is_file():
-        return "v5.0.2"
-    if any(bench_dir.glob("test_*_perf.py")):
-        return "v5.0.2"
-    return "head"
-
-
-def _mark_re(op: str) -> "re.Pattern[str]":
-    return re.compile(r"(?:pytest\.mark\.|mark\.)" + re.escape(op) + r"\b(?!\w)")
-
-
-def _files_with_mark(files: List[Path], op: str) -> List[Path]:
-    pattern = _mark_re(op)
-    quoted = re.compile(r"""["']""" + re.escape(op) + r"""["']""")
-    hits = []
-    for path in files:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        if pattern.search(text) or quoted.search(text):
-            hits.append(path)
-    return hits
-
-
-def _functions_with_mark(path: Path, op: str) -> List[str]:
-    """Test functions decorated with @pytest.mark.<op> (HEAD layout), by text."""
-    names: List[str] = []
-    pending = False
-    pattern = _mark_re(op)
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        stripped = line.strip()
-        if stripped.startswith("@") and pattern.search(stripped):
-            pending = True
-        elif stripped.startswith("def ") and pending:
-            names.append(stripped[4:].split("(", 1)[0].strip())
-            pending = False
-        elif stripped and not stripped.startswith("@"):
-            pending = False
-    return names
-
-
 def resolve_node(root: Path, op: Optional[str], op_file: Optional[str],
                  test_node: Optional[str]) -> Target:
     try:
@@ -97,8 +51,11 @@ def resolve_node(root: Path, op: Optional[str], op_file: Optional[str],
         raise ResolveError("benchmark_dir", root / "benchmark",
                            f"no benchmark/ under {root}: point --flaggems-dir at the FlagGems checkout root"
                            ) from None
-    layout = detect_layout(bench)
-    upstream = bench / "core_shapes.yaml"
+    try:
+        layout = detect_layout(root)
+    except TreeError as e:
+        raise ResolveError("benchmark_dir", bench, str(e)) from None
+    upstream = bench / UPSTREAM_SHAPES
 
     if test_node:
         file_part = test_node.split("::", 1)[0]
@@ -111,6 +68,7 @@ def resolve_node(root: Path, op: Optional[str], op_file: Optional[str],
     if not op:
         raise ResolveError("op", root, "nothing to run: give --op (OP) or --test-node (TEST_NODE)")
 
+    tree = BenchTree(root)
     if op_file:
         path = Path(op_file)
         if not path.is_absolute():
@@ -121,9 +79,9 @@ def resolve_node(root: Path, op: Optional[str], op_file: Optional[str],
     elif layout == "head" and (bench / f"test_{op}.py").is_file():
         candidates = [bench / f"test_{op}.py"]
     else:
-        pool = sorted(p for p in bench.rglob("test_*.py")
-                      if p.name not in V502_DUPLICATE_FILES)
-        candidates = _files_with_mark(pool, op)
+        # Mirror files re-run other files' benchmarks: -m mm would run BLAS twice.
+        marked = {e.file for e in _entries_marking(tree, op) if not e.mirror}
+        candidates = [root / rel for rel in sorted(marked)]
         if not candidates:
             raise ResolveError("benchmark_file", bench / f"test_{op}.py",
                                f"no benchmark file marks operator {op!r} under {bench}; "
@@ -132,14 +90,45 @@ def resolve_node(root: Path, op: Optional[str], op_file: Optional[str],
     rel = [str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in candidates]
     functions = []
     for path, relpath in zip(candidates, rel):
-        functions += [f"{relpath}::{fn}" for fn in _functions_with_mark(path, op)]
+        functions += [f"{relpath}::{e.function}" for e in _file_entries(tree, path)
+                      if _marked_outside_params(e, op)]
     display = " ".join(functions) if functions else f"{' '.join(rel)} -m {op}"
     return Target(root, [*rel, "-m", op], display, op, candidates, layout, upstream)
+
+
+def _file_entries(tree: BenchTree, path: Path) -> List[TestEntry]:
+    try:
+        module = tree.module_at(path.resolve().relative_to(tree.root).as_posix())
+    except ValueError:  # an --op-file outside the tree: nothing to list by name
+        return []
+    return scan_module(tree, module) if module is not None else []
+
+
+def _entries_marking(tree: BenchTree, op: str) -> List[TestEntry]:
+    """Test functions carrying operator mark ``op``, either layout. Only files that spell
+    the name are scanned (a mark, even ``getattr(pytest.mark, name)``, names it)."""
+    out = []
+    for name, path in sorted(tree.paths().items()):
+        if not path.name.startswith("test_"):
+            continue
+        try:
+            if op not in path.read_text(encoding="utf-8", errors="replace"):
+                continue
+        except OSError:
+            continue
+        module = tree.module(name)
+        if module is not None:
+            out += [e for e in scan_module(tree, module) if op in e.marks]
+    return out
+
+
+def _marked_outside_params(entry: TestEntry, op: str) -> bool:
+    """The function carries ``op`` itself (a decorator), not through pytest.param: a
+    node id then names exactly what runs (HEAD); v5.0.2 needs ``-m``."""
+    return any(op in case.marks and not case.from_params for case in entry.cases)
 
 
 def list_ops(root: Path) -> List[str]:
     """Every operator mark of a tree, in either layout (v5.0.2's marks live inside
     parametrize), read by AST without importing anything."""
-    from ..ops.scan import scan_tree
-
     return sorted({mark for entry in scan_tree(root) for mark in entry.marks})

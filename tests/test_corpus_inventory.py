@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zlbench.ops import inventory as inv
-from zlbench.ops.paths import OpsDataError
-from zlbench.ops.scan import scan_tree
-from zlbench.ops.shapes import load_shape_file
+from zlbench.corpus import inventory as inv
+from zlbench.opsdata import OpsDataError
+from zlbench.corpus.scan import scan_tree
+from zlbench.corpus.shapes import load_shape_file
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HEAD = FIXTURES / "flaggems_head"

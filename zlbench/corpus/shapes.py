@@ -19,10 +19,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
-from .paths import OpsDataError, parse_yaml
-from .tree import bench_dir_name
-
-UPSTREAM_SHAPES = "core_shapes.yaml"
+from ..opsdata import OpsDataError, parse_yaml
+from .layout import UPSTREAM_SHAPES, bench_dir_name
 _CLASS_KEY = re.compile(r"^[A-Z][A-Za-z0-9_]*$")
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from .static_eval import Evaluator, Opaque, Template, marks_of
-from .tree import ROOT_CLASS, BenchTree, ClassRef, FuncRef, Module, bench_dir_name
+from .layout import bench_dir_name
+from .tree import ROOT_CLASS, BenchTree, ClassRef, FuncRef, Module
 
 # FlagGems' own list of marks that are not operators (conftest BUILTIN_MARKS), plus
 # "performance", which one HEAD test carries as a category next to its operator mark.

@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from zlbench.ops.command import ops_group
-from zlbench.ops.guards import CompatTableError, coverage, find_guards, load_table, removals
+from zlbench.corpus.guards import CompatTableError, coverage, find_guards, load_table, removals
 
 HEAD = Path(__file__).parent / "fixtures" / "flaggems_head"
 

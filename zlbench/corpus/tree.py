@@ -13,11 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .paths import OpsDataError
+from .layout import TreeError, bench_dir_name
 
-BENCH_DIR = "benchmark"
-# HEAD's wheel ships the same tree as this package.
-PACKAGED_BENCH_DIR = "flaggems_benchmark"
 # Every FlagGems benchmark class derives from this one (benchmark/base.py at HEAD,
 # benchmark/performance_utils.py at v5.0.2).
 ROOT_CLASS = "Benchmark"
@@ -70,10 +67,6 @@ class Package:
     name: str
 
 
-class TreeError(OpsDataError):
-    """A path that is not a FlagGems benchmark tree."""
-
-
 def _module_name(root: Path, path: Path) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -119,12 +112,21 @@ def _index(module: Module) -> None:
                 module.imports[local] = ("symbol", source, alias.name)
 
 
-def bench_dir_name(root: Path) -> str:
-    for name in (BENCH_DIR, PACKAGED_BENCH_DIR):
-        if (Path(root) / name).is_dir():
-            return name
-    raise TreeError(f"{root} has no {BENCH_DIR}/ (or {PACKAGED_BENCH_DIR}/): pass the "
-                    f"checkout root, the parent of {BENCH_DIR}/")
+def conftest_imports(root: Path) -> List[str]:
+    """Module names the tree's benchmark conftest.py imports at its top level (absolute
+    imports only), in order; [] when it is missing or does not parse."""
+    try:
+        path = Path(root) / bench_dir_name(Path(root)) / "conftest.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, TreeError):
+        return []
+    names: List[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
 
 
 class BenchTree:
@@ -145,6 +147,10 @@ class BenchTree:
             path = self._paths.get(name)
             self._parsed[name] = self._parse(name, path) if path else None
         return self._parsed[name]
+
+    def paths(self) -> Dict[str, Path]:
+        """Dotted module name -> file, for every module of the tree (nothing parsed)."""
+        return dict(self._paths)
 
     def module_at(self, rel: str) -> Optional[Module]:
         """The module at a checkout-relative path such as ``benchmark/test_abs.py``."""
@@ -286,13 +292,3 @@ def _c3(ref: ClassRef, bases_of, seen: set) -> List[ClassRef]:
         seqs = [s for s in seqs if s]
     return out
 
-
-def detect_layout(root: Path) -> str:
-    """``head`` (benchmark/base.py) or ``v5.0.2`` (benchmark/performance_utils.py)."""
-    bench = Path(root) / bench_dir_name(Path(root))
-    if (bench / "base.py").is_file():
-        return "head"
-    if (bench / "performance_utils.py").is_file():
-        return "v5.0.2"
-    raise TreeError(f"{bench} has neither base.py (HEAD layout) nor performance_utils.py "
-                    "(v5.0.2 layout); is it a FlagGems benchmark tree?")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zlbench.ops.scan import resolve_shape_key, scan_tree
-from zlbench.ops.tree import TreeError, detect_layout
+from zlbench.corpus.scan import resolve_shape_key, scan_tree
+from zlbench.corpus.layout import TreeError, detect_layout
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HEAD = FIXTURES / "flaggems_head"

@@ -1,0 +1,349 @@
+"""The files a run and a batch leave: their names, and the reading and writing of them.
+
+This is the contract between run, batch, summary and ab (docs/design.md, "Files a run
+leaves"); no other module spells these names.
+
+A run dir::
+
+    run.log              pytest's output, ANSI stripped
+    run_identity.json    how the run was measured (written first, rewritten at the end)
+    shapes.yaml          the shape set actually used
+    autotune_records/    configs chosen per kernel (record mode), read by replay
+    warmup/              parallel warmup: shard-<i>/{shard.log, shapes.yaml, ...}, merged/
+    plugins/<name>.json  run-level counts of each plugin
+    .complete            written last, only when the run succeeded
+
+A batch dir::
+
+    plan.json            the plan this batch ran (ops, device per op, settings)
+    ops_status.csv       one row per operator, rewritten atomically as each finishes
+    attempts.jsonl       one line per attempt started / finished (resume reads it)
+    <op>/                the run dir of the attempt that produced the op's status
+    logs/<op>/...        stdout+stderr of every attempt of ``zlbench run``
+    set-aside/<op>/...   run dirs of earlier attempts and of interrupted drivers
+    batch.log            the driver's own event lines (markers included)
+    driver.json          who holds the batch (pid, host), beside the .driver.lock
+
+A sharded screen (``--shard K/N --out OUT``) is one such batch dir per host shard,
+``OUT/shard-K-of-N/``, and ``OUT/slurm/`` when Slurm ran it (``zlbench slurm``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
+
+from .atomic import write_atomic, write_json_atomic
+
+# --- a run dir -------------------------------------------------------------------------
+RUN_LOG = "run.log"
+IDENTITY = "run_identity.json"
+COMPLETE = ".complete"
+SHAPES = "shapes.yaml"
+RECORDS_DIR = "autotune_records"
+PLUGINS_DIR = "plugins"
+WARMUP_DIR = "warmup"
+WARMUP_MERGED_DIR = "merged"
+SHARD_LOG = "shard.log"
+
+# --- a batch dir -----------------------------------------------------------------------
+STATUS_FILE = "ops_status.csv"
+JOURNAL_FILE = "attempts.jsonl"
+PLAN_FILE = "plan.json"
+SET_ASIDE_DIR = "set-aside"
+LOGS_DIR = "logs"
+BATCH_LOG = "batch.log"
+DRIVER_LOCK = ".driver.lock"
+DRIVER_INFO = "driver.json"
+# Names inside a batch dir that are not operator run dirs.
+RESERVED = frozenset({SET_ASIDE_DIR, LOGS_DIR})
+
+# --- a sharded screen ------------------------------------------------------------------
+# A sharded screen run by Slurm keeps its scheduler files in <screen>/slurm/.
+SLURM_DIR = "slurm"
+SLURM_SCRIPT = "array.sbatch"            # the job script, rewritten by each submission
+SLURM_SUBMISSIONS = "submissions.jsonl"  # one line per sbatch: job id, array indices, argv
+SLURM_SCREEN = "screen.json"             # shard count and settings of the first submission
+SLURM_TASK_LOG = "shard-%a-job-%A.out"   # sbatch's --output pattern: one log per task
+SHARD_DIR_RE = re.compile(r"^shard-(\d+)-of-(\d+)$")
+
+# --- what summary and ab add -----------------------------------------------------------
+SUMMARY_CSV = "summary.csv"
+AB_JSON = "ab.json"
+
+
+# --- run dir ---------------------------------------------------------------------------
+
+def is_complete(run_dir: Path) -> bool:
+    return (run_dir / COMPLETE).is_file()
+
+
+def mark_complete(run_dir: Path, stamp: str) -> None:
+    """Written last, atomically, only when the run succeeded."""
+    write_atomic(run_dir / COMPLETE, stamp + "\n")
+
+
+def read_identity(run_dir: Path) -> dict:
+    """run_identity.json as a dict; {} when absent or unreadable."""
+    return _read_json(run_dir / IDENTITY)
+
+
+def write_identity(run_dir: Path, data: Mapping[str, Any]) -> None:
+    write_json_atomic(run_dir / IDENTITY, dict(data))
+
+
+def identity_paths(root: Path) -> List[Path]:
+    """Every run_identity.json below ``root`` (set-aside attempts included), sorted."""
+    return sorted(root.rglob(IDENTITY))
+
+
+def run_log_path(run_dir: Path) -> Path:
+    return run_dir / RUN_LOG
+
+
+def shapes_path(run_dir: Path) -> Path:
+    return run_dir / SHAPES
+
+
+def records_dir(run_dir: Path) -> Path:
+    return run_dir / RECORDS_DIR
+
+
+def replay_records(path: Path) -> Path:
+    """The autotune_records/ dir a replay reads: ``path`` itself, or the one in a run dir."""
+    return records_dir(path) if records_dir(path).is_dir() else path
+
+
+def plugin_report_path(run_dir: Path, plugin: str) -> Path:
+    return run_dir / PLUGINS_DIR / f"{plugin}.json"
+
+
+def write_plugin_report(run_dir: Path, plugin: str, data: Mapping[str, Any]) -> Path:
+    path = plugin_report_path(run_dir, plugin)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def read_plugin_reports(run_dir: Path) -> Dict[str, Any]:
+    """Every plugins/<plugin>.json folded into one mapping (unreadable ones say why)."""
+    out: Dict[str, Any] = {}
+    for path in sorted((run_dir / PLUGINS_DIR).glob("*.json")):
+        try:
+            out[path.stem] = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            out[path.stem] = {"unreadable": str(e)}
+    return out
+
+
+def warmup_dir(run_dir: Path) -> Path:
+    return run_dir / WARMUP_DIR
+
+
+def shard_dir(warm_dir: Path, index: int) -> Path:
+    return warm_dir / f"shard-{index}"
+
+
+def merged_dir(warm_dir: Path) -> Path:
+    return warm_dir / WARMUP_MERGED_DIR
+
+
+def shard_dir_name(index: int, count: int) -> str:
+    """``shard-K-of-N``: host shard K's batch dir inside a sharded screen's dir."""
+    return f"shard-{index}-of-{count}"
+
+
+def parse_shard_dir_name(name: str) -> Optional[tuple]:
+    """(K, N) of a ``shard-K-of-N`` name, else None."""
+    m = SHARD_DIR_RE.match(name)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+# --- batch dir -------------------------------------------------------------------------
+
+COLUMNS = ["operator", "status", "attempts", "dtype_level", "dtypes", "backend", "device",
+           "timer", "duration_s", "total_s", "exit_code", "reason", "notes", "run_dir",
+           # How the last attempt ran and where its time went (batch.activity.split_phases).
+           "run_mode", "timeout_kind", "startup_s", "collect_s", "first_call_s", "measure_s",
+           "overhead_s"]
+
+
+def status_row(operator: str, status: str, **cells: object) -> Dict[str, object]:
+    """One ops_status.csv row; cells not given stay empty. ``dtypes`` is the list tried
+    (None: the corpus' default)."""
+    unknown = set(cells) - set(COLUMNS)
+    if unknown:
+        raise ValueError(f"not an ops_status.csv column: {', '.join(sorted(unknown))}")
+    if "dtypes" in cells:
+        dtypes = cells["dtypes"]
+        cells["dtypes"] = ",".join(dtypes) if dtypes else "default"  # type: ignore[arg-type]
+    return {"operator": operator, "status": status, **cells}
+
+
+class StatusFile:
+    """ops_status.csv: read-modify-write under a file lock (other drivers, readers)
+    and a thread lock (filelock is re-entrant within one process)."""
+
+    def __init__(self, batch_dir: Path):
+        from filelock import FileLock  # the batch's; plugins import this module too
+
+        self.path = batch_dir / STATUS_FILE
+        self._file_lock = FileLock(str(self.path) + ".lock")
+        self._thread_lock = threading.Lock()
+
+    def read(self) -> Dict[str, Dict[str, str]]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        return {row["operator"]: row for row in csv.DictReader(io.StringIO(text)) if row.get("operator")}
+
+    def update(self, rows: Iterable[Mapping[str, object]]) -> None:
+        rows = list(rows)
+        if not rows:
+            return
+        with self._thread_lock, self._file_lock:
+            current = self.read()
+            for row in rows:
+                current[str(row["operator"])] = {c: _cell(row.get(c)) for c in COLUMNS}
+            write_atomic(self.path, format_status(current))
+
+
+def format_status(rows: Mapping[str, Mapping[str, object]]) -> str:
+    """ops_status.csv's text: the header, then one row per operator in name order."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    for op in sorted(rows):
+        writer.writerow({c: rows[op].get(c, "") for c in COLUMNS})
+    return out.getvalue()
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def status_path(batch_dir: Path) -> Path:
+    return batch_dir / STATUS_FILE
+
+
+class Journal:
+    """attempts.jsonl: append-only, one JSON object per line."""
+
+    def __init__(self, batch_dir: Path, session: str):
+        self.path = batch_dir / JOURNAL_FILE
+        self.session = session
+        self._lock = threading.Lock()
+
+    def record(self, event: str, **fields: object) -> None:
+        line = json.dumps({"t": round(time.time(), 3), "session": self.session, "event": event,
+                           **fields}, default=str) + "\n"
+        with self._lock:
+            # One write() of one line with O_APPEND: a killed driver leaves whole lines.
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+
+
+def read_journal(batch_dir: Path) -> Iterator[dict]:
+    """The events of a batch's attempts.jsonl (lines cut by a crash are skipped)."""
+    try:
+        text = (batch_dir / JOURNAL_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return iter(())
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut by a crash
+    return iter(out)
+
+
+def plan_path(batch_dir: Path) -> Path:
+    return batch_dir / PLAN_FILE
+
+
+def read_plan(batch_dir: Path) -> Optional[dict]:
+    """plan.json, or None when the batch has none yet. Raises ValueError when unreadable."""
+    path = plan_path(batch_dir)
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_plan(batch_dir: Path, doc: Mapping[str, Any]) -> None:
+    write_atomic(plan_path(batch_dir), json.dumps(doc, indent=2) + "\n")
+
+
+def batch_log_path(batch_dir: Path) -> Path:
+    return batch_dir / BATCH_LOG
+
+
+def attempt_log_path(batch_dir: Path, op: str, session: str, number: int, level: int) -> Path:
+    """logs/<op>/<session>-a<attempt>-l<dtype level>.log"""
+    return batch_dir / LOGS_DIR / op / f"{session}-a{number}-l{level}.log"
+
+
+def worker_log_dir(batch_dir: Path) -> Path:
+    """logs/workers/: each warm worker's own log."""
+    return batch_dir / LOGS_DIR / "workers"
+
+
+def attempt_logs(batch_dir: Path, op: str) -> List[Path]:
+    """Every attempt log of ``op`` under logs/, oldest first."""
+    return sorted((batch_dir / LOGS_DIR / op).glob("*.log"), key=lambda p: p.stat().st_mtime)
+
+
+def set_aside(batch_dir: Path, op: str, label: str) -> Optional[Path]:
+    """Move ``<batch>/<op>`` to ``<batch>/set-aside/<op>/<label>`` (never deleted).
+    Returns where it went, or None when there was nothing to move."""
+    src = batch_dir / op
+    if not src.exists():
+        return None
+    parent = batch_dir / SET_ASIDE_DIR / op
+    parent.mkdir(parents=True, exist_ok=True)
+    dest = parent / label
+    n = 2
+    while dest.exists():
+        dest = parent / f"{label}-{n}"
+        n += 1
+    try:
+        os.rename(src, dest)
+    except OSError:
+        shutil.move(str(src), str(dest))
+    return dest
+
+
+def driver_lock_path(batch_dir: Path) -> Path:
+    return batch_dir / DRIVER_LOCK
+
+
+def read_driver_info(batch_dir: Path) -> dict:
+    return _read_json(batch_dir / DRIVER_INFO)
+
+
+def write_driver_info(batch_dir: Path, info: Mapping[str, Any]) -> None:
+    write_atomic(batch_dir / DRIVER_INFO, json.dumps(dict(info)) + "\n")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
