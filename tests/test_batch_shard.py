@@ -2,6 +2,7 @@
 a sharded screen read as one batch by summary."""
 
 import csv
+import json
 import os
 import shutil
 from pathlib import Path
@@ -168,3 +169,23 @@ def test_summary_ab_pairs_a_sharded_screen_with_a_plain_batch(tmp_path):
     assert not result.caliber.mismatch, result.caliber
     proc = zlbench("summary", "--ab", tmp_path / "a", tmp_path / "b", "--format", "csv")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_shard_auto_in_a_kubernetes_indexed_job(tmp_path):
+    """A pod of an indexed job sees JOB_COMPLETION_INDEX and is told N with --shards."""
+    ops = "good_op,dtype_op,slow_op,flaky_op"
+    env = {**ENV, "FAULTY_STATE_DIR": str(tmp_path / "state"), "JOB_COMPLETION_INDEX": "1",
+           "HOSTNAME": "zlbench-nightly-1-x7k2p", "SLURM_ARRAY_TASK_ID": "", "SLURM_JOB_ID": ""}
+    args = ["batch", "--shard", "auto", "--flaggems-dir", CORPUS, "--backend", "cpu",
+            "--dismiss", "none", "--ops", ops, "--out", tmp_path / "screen"]
+    refused = zlbench(*args, env=env)
+    assert refused.returncode == 2 and "needs --shards N" in refused.stderr, refused.stderr
+    proc = zlbench(*args, "--shards", "2", env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shard_dir = tmp_path / "screen" / "shard-1-of-2"
+    plan = json.loads((shard_dir / "plan.json").read_text())
+    assert plan["shard"] == [1, 2]
+    assert plan["sessions"][-1]["pod"] == "zlbench-nightly-1-x7k2p"
+    mine = [op for op in ops.split(",") if HostShard(1, 2).holds(op)]
+    assert sorted(_rows(shard_dir / "ops_status.csv")) == sorted(mine) and mine
+    assert not (tmp_path / "screen" / "shard-0-of-2").exists()

@@ -85,6 +85,16 @@ screen of another shard count, or measured with other settings (the check
 `zlbench batch --resume` makes).
 
 \b
+Then:
+  zlbench slurm status DIR   per shard: Slurm's state, operators done/failed, ETA;
+                             exit 0 finished, 3 running, 4 needs resubmit
+  scancel JOB (or JOB_K)     stops the screen (or shard K): the batch stops its
+                             operators on SIGTERM and leaves the shard resumable
+  zlbench summary DIR        the shards read as one batch (--ab A B: two screens)
+A task that measured every operator, some of them failing, exits 1: Slurm shows it
+FAILED, `slurm status` shows it finished.
+
+\b
 Exit codes: 0 submitted (or nothing left to submit); 2 nothing submitted: a bad
 option, a refused DIR, or sbatch failed (its message is shown). After a submission
 the last line printed is the job id alone.
@@ -176,6 +186,7 @@ def _states(tasks: Dict[int, str], strict: bool):
 
 @slurm_group.command("submit", help=SUBMIT_HELP,
                      short_help="Submit a screen as a Slurm job array, one task per host shard.",
+                     options_metavar="[OPTIONS] [BATCH OPTIONS]",
                      context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.option("--shards", "shards", type=click.IntRange(min=1), required=True, metavar="N",
               help="Host shards: array tasks 0..N-1, each running the operators whose stable "
