@@ -154,6 +154,7 @@ def test_scancel_a_running_task_then_resubmit_resumes_it(slurm, tmp_path):
     stuck = _wait_status(env, screen, 60, until=(4,))
     assert "CANCELLED" in stuck.stdout and "needs resubmit" in stuck.stdout, stuck.stdout
     assert "Needs resubmit: shard(s) 0" in stuck.stdout and "zlbench slurm submit" in stuck.stdout
+    assert f"its log {screen}/slurm/shard-0-job-{job}.out ends:" in stuck.stdout
     before = [e for e in _events(shard0) if e["event"] == "attempt"]
     assert {e["op"] for e in before} == {"broken_op", "flaky_op", "slow_op"}
 
@@ -242,3 +243,12 @@ def test_submit_refuses_bad_options_in_one_line(tmp_path, args, says):
 def test_status_of_a_dir_without_a_screen(tmp_path):
     proc = zl(None, "slurm", "status", tmp_path)
     assert proc.returncode == 2 and "holds no sharded screen" in proc.stderr, proc.stderr
+
+
+def test_array_spec_and_option_lines():
+    from zlbench.slurm.script import array_spec, pair_options
+
+    assert array_spec(range(8)) == "0-7" and array_spec([4, 1]) == "1,4"
+    assert array_spec([2, 3, 4], 2) == "2-4%2" and array_spec([5]) == "5"
+    assert pair_options(["--ops", "a,b", "--dismiss=none", "--level", "core", "--x"]) == [
+        ("--ops", "a,b"), ("--dismiss=none",), ("--level", "core"), ("--x",)]

@@ -175,6 +175,13 @@ def _check_screen(screen: Path, shards: int, settings: dict) -> None:
                               "environment, or choose a new --out")
 
 
+def _last_line(path: Path) -> str:
+    from zlbench.batch.state import tail_lines
+
+    lines = [line for line in tail_lines(path, 4096) if line.strip()]
+    return lines[-1].strip() if lines else "(empty or missing)"
+
+
 def _states(tasks: Dict[int, str], strict: bool):
     try:
         return scheduler.task_states(tasks.values())
@@ -286,7 +293,7 @@ Exit codes (for scripts and cron):
   3  running: no shard needs a resubmit, some are still pending or running
   4  needs resubmit: some shard is unfinished and nothing runs it (the command to
      resubmit is printed)
-  2  DIR holds no sharded screen, or a Slurm command failed
+  2  DIR holds no sharded screen, or squeue is missing or did not answer
 """
 
 
@@ -326,6 +333,12 @@ def status_command(screen_dir):
         click.echo(f"Running: {done} of {planned or '?'} operators have a status. "
                    f"Next: zlbench slurm status {screen}")
     else:
+        for line in lines:
+            if line.verdict == RESUBMIT and line.task:
+                job, k = line.task.split("_")
+                log = screen / SLURM_DIR / SLURM_TASK_LOG.replace("%A", job).replace("%a", k)
+                click.echo(f"shard {line.index}: {line.scheduler}; its log {log} ends: "
+                           f"{_last_line(log)}")
         stuck = ",".join(str(line.index) for line in lines if line.verdict == RESUBMIT)
         again = (" ".join(shlex.quote(a) for a in submissions[-1]["command"])
                  if submissions and submissions[-1].get("command") else

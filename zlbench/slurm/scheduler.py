@@ -75,16 +75,20 @@ def _squeue(jobs: Sequence[str], environ) -> Tuple[Dict[str, TaskState], List[st
     proc = _run([*argv, "-j", ",".join(jobs)], environ)
     if proc.returncode != 0:
         # One forgotten job id fails the whole query: ask for each job alone.
-        outputs, notes = [], []
+        outputs = []
         for job in jobs:
             one = _run([*argv, "-j", job], environ)
             if one.returncode == 0:
                 outputs.append(one.stdout)
             elif "Invalid job id" not in one.stderr:
-                notes.append(f"squeue -j {job}: {_last_line(one.stderr)}")
+                # Not a forgotten job: the scheduler did not answer; guessing would
+                # call running shards stopped.
+                raise SchedulerError(f"squeue failed (exit {one.returncode}): "
+                                     f"{_last_line(one.stderr)}")
         text = "\n".join(outputs)
     else:
-        text, notes = proc.stdout, []
+        text = proc.stdout
+    notes: List[str] = []
     states = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
