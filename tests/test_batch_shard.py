@@ -3,7 +3,6 @@ a sharded screen read as one batch by summary."""
 
 import csv
 import json
-import os
 import shutil
 from pathlib import Path
 

@@ -154,7 +154,9 @@ def test_scancel_a_running_task_then_resubmit_resumes_it(slurm, tmp_path):
     stuck = _wait_status(env, screen, 60, until=(4,))
     assert "CANCELLED" in stuck.stdout and "needs resubmit" in stuck.stdout, stuck.stdout
     assert "Needs resubmit: shard(s) 0" in stuck.stdout and "zlbench slurm submit" in stuck.stdout
-    assert f"its log {screen}/slurm/shard-0-job-{job}.out ends:" in stuck.stdout
+    said = next(line for line in stuck.stdout.splitlines() if "its log" in line)
+    assert f"its log {screen}/slurm/shard-0-job-{job}.out says: slurmstepd" in said
+    assert "*** JOB" in said and "CANCELLED" in said, said
     before = [e for e in _events(shard0) if e["event"] == "attempt"]
     assert {e["op"] for e in before} == {"broken_op", "flaky_op", "slow_op"}
 

@@ -263,4 +263,4 @@ def config_from_args(args: Sequence[str]) -> BatchConfig:
     named = {name: params.pop(name) for name in _NAMED}
     extra = {name: params.pop(name) for name in ("shard", "shards", "stall_timeout", "run_mode",
                                                  "worker_max_ops", "balance_from")}
-    return build_config(ctx, *(named[n] for n in _NAMED[:-1]), named["progress"], params, **extra)
+    return build_config(ctx, flags=params, **named, **extra)

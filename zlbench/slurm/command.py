@@ -4,7 +4,7 @@ job array, using the scheduler the cluster already has."""
 from __future__ import annotations
 
 import json
-import os
+import re
 import shlex
 import sys
 import time
@@ -176,10 +176,13 @@ def _check_screen(screen: Path, shards: int, settings: dict) -> None:
 
 
 def _last_line(path: Path) -> str:
+    """Slurm's own word on the task (``slurmstepd[-node]: error: *** JOB ... CANCELLED``
+    line), else the last line of the log."""
     from zlbench.batch.state import tail_lines
 
-    lines = [line for line in tail_lines(path, 4096) if line.strip()]
-    return lines[-1].strip() if lines else "(empty or missing)"
+    lines = [line.strip() for line in tail_lines(path, 16384) if line.strip()]
+    slurm = [line for line in lines if re.match(r"slurmstepd(-\S+)?: ", line)]
+    return (slurm or lines or ["(empty or missing)"])[-1]
 
 
 def _states(tasks: Dict[int, str], strict: bool):
@@ -337,7 +340,7 @@ def status_command(screen_dir):
             if line.verdict == RESUBMIT and line.task:
                 job, k = line.task.split("_")
                 log = screen / SLURM_DIR / SLURM_TASK_LOG.replace("%A", job).replace("%a", k)
-                click.echo(f"shard {line.index}: {line.scheduler}; its log {log} ends: "
+                click.echo(f"shard {line.index}: {line.scheduler}; its log {log} says: "
                            f"{_last_line(log)}")
         stuck = ",".join(str(line.index) for line in lines if line.verdict == RESUBMIT)
         again = (" ".join(shlex.quote(a) for a in submissions[-1]["command"])

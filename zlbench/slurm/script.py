@@ -54,7 +54,7 @@ def render_script(screen: Path, shards: int, batch_args: Sequence[str],
     lines = [
         "#!/bin/bash",
         f"# zlbench screen in {shards} host shards: array task K runs shard K of {shards}",
-        f"# (`zlbench batch --shard auto`, K from SLURM_ARRAY_TASK_ID) into",
+        "# (`zlbench batch --shard auto`, K from SLURM_ARRAY_TASK_ID) into",
         f"# {screen}/shard-K-of-{shards}/.",
         f"# Written by `zlbench slurm submit` on {written}. Submit again with the same",
         "# command to resume: finished shards are left out of --array, the others pick up",

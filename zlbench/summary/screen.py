@@ -65,10 +65,11 @@ class ShardDir:
         right while the driver lives, stale after it was killed)."""
         open_: Dict[str, bool] = {}
         for ev in read_journal(self.path):
+            op = str(ev.get("op"))
             if ev.get("event") == "attempt":
-                open_[ev.get("op")] = True
+                open_[op] = True
             elif ev.get("event") == "result":
-                open_[ev.get("op")] = False
+                open_[op] = False
             elif ev.get("event") == "session_end":
                 open_.clear()
         return sorted(op for op, is_open in open_.items() if is_open and op not in self.rows)
