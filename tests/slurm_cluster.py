@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
+
+from zlbench import proc
 
 BINARIES = ("munged", "slurmctld", "slurmd", "slurmstepd", "sbatch", "squeue", "scancel",
             "sinfo")
@@ -126,17 +127,14 @@ PartitionName=debug Nodes=zlnode Default=YES MaxTime=INFINITE State=UP
         return self
 
     def _spawn(self, name: str, argv: List[str]) -> None:
-        log = open(self.root / "log" / f"{name}.stdout", "ab")
-        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                            env=self.env, start_new_session=True)
-        log.close()
+        self.procs[name] = proc.start_group(argv, self.env, self.root / "log" / f"{name}.stdout")
 
     def _wait(self, ready, timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
         while not ready():
-            for name, proc in self.procs.items():
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {proc.returncode} while waiting "
+            for name, daemon in self.procs.items():
+                if daemon.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {daemon.returncode} while waiting "
                                        f"for {what}:\n{self.logs()}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"timed out waiting for {what}:\n{self.logs()}")
@@ -168,34 +166,10 @@ PartitionName=debug Nodes=zlnode Default=YES MaxTime=INFINITE State=UP
         if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
             self.run("scancel", "--full", "--user", str(os.getuid()))
         for name in ("slurmd", "slurmctld", "munged"):
-            proc = self.procs.get(name)
-            if proc is None or proc.poll() is not None:
-                continue
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        self._kill_stepds()
-
-    def _kill_stepds(self) -> None:
-        """slurmstepd outlives slurmd by design; stop the ones of this cluster's spool."""
-        spool = str(self.root)
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                environ = Path(f"/proc/{pid}/environ").read_bytes()
-            except OSError:
-                continue
-            if cmdline and cmdline[0].endswith(b"slurmstepd") and spool.encode() in environ:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except OSError:
-                    pass
-
-
-def start_cluster(root: Path) -> Optional[SlurmCluster]:
-    return SlurmCluster(root).start()
+            daemon = self.procs.get(name)
+            if daemon is not None and daemon.poll() is None:
+                proc.stop([daemon], grace_s=15)
+        # slurmstepd and job processes outlive slurmd by design: every one of this
+        # cluster's carries its SLURM_CONF.
+        if self.env:
+            proc.kill_tagged("SLURM_CONF", str(self.conf), grace_s=5)
