@@ -104,3 +104,56 @@ def test_row_stats_round_trip_and_a_torn_line_is_reported(tmp_path):
     assert records == [rec] and len(problems) == 1
     assert list(rowstats.by_key(records)) == [("abs", "torch.float16", "[torch.Size([64])]", "gems")]
     assert json.loads((tmp_path / rowstats.ROW_STATS).read_text().splitlines()[0]) == rec
+
+
+# --- summary --ab end to end over run dirs carrying row_stats.jsonl -------------------
+
+from summary_logwriter import identity, op_log, write_run  # noqa: E402
+
+from conftest import zlbench  # noqa: E402
+
+SHAPES = ["[torch.Size([64, 64])]", "[torch.Size([4096, 4096])]"]
+
+
+def _run(root, latency, spread):
+    """A batch-like dir: abs and sum, float16, two shapes; row_stats for both sides."""
+    for op in ("abs", "sum"):
+        run_dir = write_run(root / op, op_log(op, ["torch.float16"], SHAPES, latency),
+                            identity())
+        for shape in SHAPES:
+            for side in ("torch", "gems"):
+                rowstats.append(run_dir, {"op": op, "dtype": "torch.float16", "shape": shape,
+                                          "side": side, "samples": 500,
+                                          "spread": spread(op, shape)})
+    return root
+
+
+def test_ab_gives_verdicts_counts_them_per_operator_and_lists_real_changes_first(tmp_path):
+    a = _run(tmp_path / "a", lambda op, d, s: 0.1, lambda op, s: 0.002)
+    # B: abs 5% slower on both shapes; sum unchanged; one sum row 3% faster but noisy.
+    b = _run(tmp_path / "b", lambda op, d, s: {"abs": 0.105}.get(op, 0.097 if "4096" in s else 0.1),
+             lambda op, s: 0.03 if (op, "4096" in s) == ("sum", True) else 0.002)
+    proc = zlbench("summary", "--ab", a, b, "--format", "json", check=True)
+    doc = json.loads(proc.stdout)
+    statuses = [(p["op"], p["verdict"]) for p in doc["pairs"]]
+    assert statuses[:2] == [("abs", "SLOWER"), ("abs", "SLOWER")]     # real changes first
+    assert sorted(statuses[2:]) == [("sum", "SAME"), ("sum", "SAME")]
+    noisy = next(p for p in doc["pairs"] if p["op"] == "sum" and "4096" in p["shape"])
+    assert noisy["threshold"] == pytest.approx(0.02 + (0.002 ** 2 + 0.03 ** 2) ** 0.5)
+    by_op = {r["name"]: r for r in doc["by_op"]}
+    assert (by_op["abs"]["slower"], by_op["abs"]["same"]) == (2, 0)
+    assert (by_op["sum"]["same"], by_op["sum"]["slower"], by_op["sum"]["faster"]) == (2, 0, 0)
+    text = zlbench("summary", "--ab", a, b, check=True).stdout
+    assert "Verdicts: A/A noise floor 2.0%" in text and "2 slower" in text
+    # With a tighter floor the noisy row's 3% is still inside its own spread (0.5% +
+    # 3.0%), while the quiet unchanged row stays SAME too.
+    tight = json.loads(zlbench("summary", "--ab", a, b, "--format", "json", "--noise-floor",
+                               "0.5", check=True).stdout)
+    assert sorted(p["verdict"] for p in tight["pairs"]) == ["SAME", "SAME", "SLOWER", "SLOWER"]
+
+
+def test_ab_of_a_run_with_itself_gives_no_confident_same(tmp_path):
+    a = _run(tmp_path / "a", lambda op, d, s: 0.1, lambda op, s: 0.002)
+    text = zlbench("summary", "--ab", a, a, check=True).stdout
+    assert "A and B are the same run: no verdict can be given (every row UNKNOWN)." in text
+    assert "| SAME " not in text and "4 unknown" in text
