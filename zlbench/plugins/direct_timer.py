@@ -213,16 +213,29 @@ class RowRecorder:
 
     def __init__(self, backend_name: Optional[str]):
         from zlbench.backends import BACKENDS
-        from zlbench.backends.base import DeviceState, open_device_state
 
-        backend = BACKENDS.get(backend_name or "")
-        self.torch_device = backend.torch_device if backend is not None else None
-        self.state = (open_device_state(backend) if backend is not None
-                      else DeviceState(f"unknown backend {backend_name!r}"))
+        self.backend = BACKENDS.get(backend_name or "")
+        self.backend_name = backend_name
+        self.torch_device = self.backend.torch_device if self.backend is not None else None
+        self._state = None
         self.reference_mhz: Optional[float] = None
         self.before: Optional[dict] = None
         self.rows_throttled = 0
         self.records = 0
+
+    @property
+    def state(self):
+        """Opened at the first timed row, when the benchmark has set up its device."""
+        if self._state is None:
+            from zlbench.backends.base import DeviceState, open_device_state
+
+            self._state = (open_device_state(self.backend) if self.backend is not None
+                           else DeviceState(f"unknown backend {self.backend_name!r}"))
+        return self._state
+
+    def close(self) -> None:
+        if self._state is not None:
+            self._state.close()
 
     def start(self) -> None:
         self.before = None
@@ -264,6 +277,9 @@ class RowRecorder:
             self.records += 1
 
     def report(self) -> dict:
+        if self._state is None:
+            return {"source": "not opened", "reason": "no row was timed",
+                    "clocks_locked": "unknown", "rows_throttled": 0, "row_records": 0}
         data = dict(self.state.describe())
         data["rows_throttled"] = self.rows_throttled
         data["row_records"] = self.records
@@ -359,7 +375,7 @@ class TimerSession:
         write_plugin_json(self.plugin, self.report())
         unpatch_all()
         row_context.uninstall()
-        self.recorder.state.close()
+        self.recorder.close()
         self.timer = None
 
 
