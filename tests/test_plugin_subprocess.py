@@ -105,15 +105,23 @@ def test_percall_timer_times_every_call_itself_until_the_median_is_pinned(tmp_pa
     assert data["mode"] == "percall" and data["clock"] == "host" and data["host_threads"] == 1
     assert data["rows_direct"] == ROWS and data["timings"] == TIMINGS
     assert sum(data["stops"].values()) == TIMINGS
-    assert data["device_state"]["source"] == "unavailable" and data["device_state"]["row_records"] == TIMINGS
+    assert data["device_state"]["source"] == "host" and data["device_state"]["row_records"] == TIMINGS
     records = row_records(run_dir)
     assert len(records) == TIMINGS
     for r in records:
         assert r["timer"] == "direct" and r["samples"] >= 10 and r["stop"] in ("noise", "time_cap")
-        assert r["median_ms"] > 0 and r["spread"] is not None and r["throttled"] is None
+        assert r["median_ms"] > 0 and r["spread"] is not None
         # Stopped for noise only when the target (5%) was met.
         assert r["stop"] != "noise" or r["spread"] <= 0.05
-    assert markers(stdout) == []
+        # The host's state around the row: the process's CPU time against the wall.
+        before, after = r["device"]["before"], r["device"]["after"]
+        assert after["wall_s"] > before["wall_s"] and after["cpu_s"] >= before["cpu_s"]
+    # A row that got less than 90% of a CPU (this machine is shared) says so.
+    throttled = [r for r in records if r["throttled"]]
+    assert all(r["throttled"] == "cpu_contention" for r in throttled)
+    found = markers(stdout)
+    assert [m.name for m in found] == ["DEVICE_THROTTLED"] * len(throttled)
+    assert data["device_state"]["rows_throttled"] == len(throttled)
 
 
 def test_device_setup_reaches_the_benchmark_process(direct_run):

@@ -44,7 +44,7 @@ def test_sample_run_records_identity_and_completes(tmp_path):
     assert ident["cpu_threads"] == 1 == ident["knobs"]["ZL_CPU_THREADS"] == timer["host_threads"]
     assert ident["direct_timer"] == {"mode": "percall", "noise_target_pct": 0.5,
                                      "l2_flush": False, "clock": "host"}
-    assert ident["clocks_locked"] == "unknown" and ident["device_state"]["source"] == "unavailable"
+    assert ident["clocks_locked"] == "unknown" and ident["device_state"]["source"] == "host"
     # summary joins every row's samples and spread from row_stats.jsonl.
     from zlbench.summary import summarize
     rows = summarize(run_dir).rows

@@ -65,10 +65,13 @@ def test_the_slowed_rows_were_really_slowed_by_five_percent(noise):
 
 def test_verdicts_call_the_slowed_operator_slower_and_the_rest_same(noise):
     data, _, _ = noise
-    aa_max = data["table"]["direct"]["max"]
-    if aa_max > 2.0:
-        pytest.skip(f"this machine's A/A noise is {aa_max}% (max over 6 rows), above the 2% "
-                    "floor: a 5% change cannot be told from it here")
     ab = data["ab"]
+    aa_max = data["table"]["direct"]["max"]
+    if aa_max > 2.0 or ab["slow_op_rows_unmarked"] < 2 or ab["rows_unmarked"] < 6:
+        pytest.skip(f"this machine's A/A noise is {aa_max}% (max over 6 rows) and "
+                    f"{6 - ab['rows_unmarked']} of 6 A/B rows were timed while the process "
+                    "was starved of CPU (DEVICE_THROTTLED cpu_contention): a 5% change "
+                    "cannot be told from that here")
+    # A quiet machine (A/A within the floor, no row starved of CPU): the rule must see it.
     assert ab["verdicts_per_op"]["abs"] == {"SLOWER": 2}, ab
     assert ab["wrong"] == [] and ab["met"] is True

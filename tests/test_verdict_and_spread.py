@@ -64,6 +64,11 @@ def test_throttle_reason_names_vendor_reasons_and_clock_drops():
     assert timing.throttle_reason(full, {"sm_mhz": 1960, "throttle": ["sw_power_cap"]},
                                   1980) == "sw_power_cap"
     assert timing.throttle_reason({}, {}, None) is None          # nothing readable: no claim
+    # Host samples: the timing process ran for 60% of the wall time.
+    host = ({"cpu_s": 1.0, "wall_s": 10.0}, {"cpu_s": 1.6, "wall_s": 11.0})
+    assert timing.throttle_reason(*host, None) == "cpu_contention"
+    assert timing.throttle_reason({"cpu_s": 1.0, "wall_s": 10.0}, {"cpu_s": 1.98, "wall_s": 11.0},
+                                  None) is None
 
 
 def test_nvml_reason_bits_and_lock_evidence():

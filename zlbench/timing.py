@@ -175,6 +175,17 @@ def measured_from(times: Sequence[float], quantiles, return_mode: str, stop: str
 # --- device state around a row ----------------------------------------------------------
 
 CLOCK_DROP = 0.05   # an SM clock this far below the run's highest reading is a drop
+CPU_SHARE_MIN = 0.9  # a timing process on the CPU less than this share of the wall time
+
+
+def cpu_share(before: dict, after: dict) -> Optional[float]:
+    """The share of the wall time the process ran on a CPU between two host samples."""
+    try:
+        wall = after["wall_s"] - before["wall_s"]
+        cpu = after["cpu_s"] - before["cpu_s"]
+    except (KeyError, TypeError):
+        return None
+    return cpu / wall if wall > 0.01 else None
 
 
 def throttle_reason(before: dict, after: dict, reference_mhz: Optional[float]) -> Optional[str]:
@@ -183,12 +194,16 @@ def throttle_reason(before: dict, after: dict, reference_mhz: Optional[float]) -
     ``before``/``after`` are device-state samples taken after warm-up and after the
     last timed call; ``reference_mhz`` is the highest SM clock read in the run so far.
     A slowdown reason reported by the vendor (power cap, thermal, ...) at either end,
-    or an SM clock more than CLOCK_DROP below the reference, names the row.
+    an SM clock more than CLOCK_DROP below the reference, or (host samples) a timing
+    process that ran on a CPU for less than CPU_SHARE_MIN of the time names the row.
     """
     reasons = sorted(set(before.get("throttle") or []) | set(after.get("throttle") or []))
     clocks = [c for c in (before.get("sm_mhz"), after.get("sm_mhz")) if c]
     if reference_mhz and clocks and min(clocks) < (1.0 - CLOCK_DROP) * reference_mhz:
         reasons.append("sm_clock_drop")
+    share = cpu_share(before, after)
+    if share is not None and share < CPU_SHARE_MIN:
+        reasons.append("cpu_contention")
     return ",".join(reasons) or None
 
 

@@ -25,7 +25,7 @@ from zlbench import rowstats
 from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_HOST_CLOCK, format_marker
 from zlbench.plugins import print_line, row_context, run_dir, write_plugin_json
 from zlbench.plugins.percall import choose_clock, percall_bench
-from zlbench.timing import (Measured, Row, StopRule, footer_line, measured_from,
+from zlbench.timing import (Measured, Row, StopRule, cpu_share, footer_line, measured_from,
                             parse_direct_mode, parse_noise_target, parse_repeat,
                             relative_spread, repeat_median, throttle_reason)
 
@@ -259,11 +259,15 @@ class RowRecorder:
         why = throttle_reason(before, after, self.reference_mhz)
         if why:
             self.rows_throttled += 1
+            share = cpu_share(before, after)
             print_line(format_marker(
                 DEVICE_THROTTLED, op=row.op, dtype=row.dtype, shape=row.shape, side=row.side,
-                why=why, sm_mhz=f"{before.get('sm_mhz')}->{after.get('sm_mhz')}",
+                why=why,
+                sm_mhz=f"{before.get('sm_mhz')}->{after.get('sm_mhz')}" if clocks else None,
                 ref_mhz=self.reference_mhz, temp_c=after.get("temp_c"),
-                power_w=after.get("power_w")))
+                power_w=after.get("power_w"),
+                cpu_share=None if share is None else round(share, 3),
+                load1=after.get("load1")))
         record = {
             "op": row.op, "dtype": row.dtype, "shape": row.shape, "side": row.side,
             "timer": timer, "median_ms": measured.median_ms, "samples": measured.samples,
