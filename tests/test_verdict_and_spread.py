@@ -120,11 +120,15 @@ from conftest import zlbench  # noqa: E402
 SHAPES = ["[torch.Size([64, 64])]", "[torch.Size([4096, 4096])]"]
 
 
-def _run(root, latency, spread):
+THROTTLED = ('\nDEVICE_THROTTLED op=abs dtype=torch.float16 shape="[torch.Size([64, 64])]" '
+             'side=gems why=sw_power_cap sm_mhz=1980->1710\n')
+
+
+def _run(root, latency, spread, prefix=""):
     """A batch-like dir: abs and sum, float16, two shapes; row_stats for both sides."""
     for op in ("abs", "sum"):
-        run_dir = write_run(root / op, op_log(op, ["torch.float16"], SHAPES, latency),
-                            identity())
+        log = op_log(op, ["torch.float16"], SHAPES, latency, prefix if op == "abs" else "")
+        run_dir = write_run(root / op, log, identity())
         for shape in SHAPES:
             for side in ("torch", "gems"):
                 rowstats.append(run_dir, {"op": op, "dtype": "torch.float16", "shape": shape,
@@ -137,12 +141,15 @@ def test_ab_gives_verdicts_counts_them_per_operator_and_lists_real_changes_first
     a = _run(tmp_path / "a", lambda op, d, s: 0.1, lambda op, s: 0.002)
     # B: abs 5% slower on both shapes; sum unchanged; one sum row 3% faster but noisy.
     b = _run(tmp_path / "b", lambda op, d, s: {"abs": 0.105}.get(op, 0.097 if "4096" in s else 0.1),
-             lambda op, s: 0.03 if (op, "4096" in s) == ("sum", True) else 0.002)
+             lambda op, s: 0.03 if (op, "4096" in s) == ("sum", True) else 0.002, THROTTLED)
     proc = zlbench("summary", "--ab", a, b, "--format", "json", check=True)
     doc = json.loads(proc.stdout)
     statuses = [(p["op"], p["verdict"]) for p in doc["pairs"]]
     assert statuses[:2] == [("abs", "SLOWER"), ("abs", "SLOWER")]     # real changes first
     assert sorted(statuses[2:]) == [("sum", "SAME"), ("sum", "SAME")]
+    # The row B measured while the GPU's clocks dropped says so.
+    assert [(p["op"], p["shape"]) for p in doc["pairs"] if p["throttled"] == "B"] == [
+        ("abs", SHAPES[0])]
     noisy = next(p for p in doc["pairs"] if p["op"] == "sum" and "4096" in p["shape"])
     assert noisy["threshold"] == pytest.approx(0.02 + (0.002 ** 2 + 0.03 ** 2) ** 0.5)
     by_op = {r["name"]: r for r in doc["by_op"]}
@@ -150,6 +157,7 @@ def test_ab_gives_verdicts_counts_them_per_operator_and_lists_real_changes_first
     assert (by_op["sum"]["same"], by_op["sum"]["slower"], by_op["sum"]["faster"]) == (2, 0, 0)
     text = zlbench("summary", "--ab", a, b, check=True).stdout
     assert "Verdicts: A/A noise floor 2.0%" in text and "2 slower" in text
+    assert "throttled in B" in text
     # With a tighter floor the noisy row's 3% is still inside its own spread (0.5% +
     # 3.0%), while the quiet unchanged row stays SAME too.
     tight = json.loads(zlbench("summary", "--ab", a, b, "--format", "json", "--noise-floor",

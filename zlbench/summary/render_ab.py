@@ -7,6 +7,7 @@ import io
 import json
 from typing import List
 
+from zlbench.markers import DEVICE_THROTTLED
 from zlbench.summary.ab import ABResult, GainRange, PairedRow
 from zlbench.summary.verdict import UNKNOWN
 from zlbench.summary.caliber import CaliberReport
@@ -78,10 +79,20 @@ def _spread(value) -> str:
     return "" if value is None else f"{value * 100:.2f}%"
 
 
+def throttled_sides(p: PairedRow) -> str:
+    """"A", "B", "A+B" or "": the sides measured while the device (or the host's CPU)
+    was slowed down (DEVICE_THROTTLED): their verdict may be the machine's, not the build's."""
+    sides = [s for s, row in (("A", p.a), ("B", p.b))
+             if any(m.name == DEVICE_THROTTLED for m in row.markers)]
+    return "+".join(sides)
+
+
 def _pair_row(p: PairedRow) -> tuple:
+    notes = ["direct fallback" if p.fallback else "",
+             f"throttled in {throttled_sides(p)}" if throttled_sides(p) else ""]
     return (p.verdict.status, p.a.op, p.a.dtype, p.a.shape, fmt(p.a.gems_ms),
             _spread(p.a.gems_spread), fmt(p.b.gems_ms), _spread(p.b.gems_spread),
-            fmt_pct(p.gain), "direct fallback" if p.fallback else "")
+            fmt_pct(p.gain), "; ".join(n for n in notes if n))
 
 
 def render_ab_text(result: ABResult, style: str) -> str:
@@ -158,7 +169,8 @@ def render_ab_json(result: ABResult) -> str:
                    "change": p.verdict.change, "threshold": p.verdict.threshold,
                    "why": p.verdict.why, "a_spread": p.a.gems_spread,
                    "b_spread": p.b.gems_spread, "a_samples": p.a.gems_samples,
-                   "b_samples": p.b.gems_samples} for p in result.pairs],
+                   "b_samples": p.b.gems_samples, "throttled": throttled_sides(p)}
+                  for p in result.pairs],
         "only_a": [list(r.key) for r in result.only_a],
         "only_b": [list(r.key) for r in result.only_b],
         "not_comparable": [{"key": list(n.a.key), "reason": n.reason}
