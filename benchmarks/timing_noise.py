@@ -44,6 +44,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
+from zlbench import rundir  # noqa: E402
 from zlbench.markers import DEVICE_THROTTLED  # noqa: E402
 from zlbench.summary import summarize  # noqa: E402
 from zlbench.summary.ab import pair_summaries  # noqa: E402
@@ -78,7 +79,7 @@ def spread(values: Sequence[float]) -> Dict[str, Optional[float]]:
 def batch_done(batch_dir: Path, ops: Optional[List[str]]) -> bool:
     """Every operator asked for has its outcome in ops_status.csv (a failed operator
     stays failed: running it again would not make the pair any more complete)."""
-    status = batch_dir / "ops_status.csv"
+    status = batch_dir / rundir.STATUS_FILE
     if not status.is_file():
         return False
     with open(status, newline="") as f:

@@ -1,4 +1,4 @@
-"""Per-row measurement records: ``$ZL_RUN_DIR/row_stats.jsonl``, one JSON line per timing.
+"""Per-row measurement records (``rundir.ROW_STATS``), one JSON line per timing.
 
 The timer plugins append a line after every timing call (a killed run keeps the rows
 it measured); summary joins them to the printed rows on (op, dtype, shape, side), the
@@ -17,45 +17,21 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
-ROW_STATS = "row_stats.jsonl"
+from zlbench import rundir
 
 Key = Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]
 
-
-def append(run_dir: Path, record: dict) -> None:
-    """One line, flushed: lines never interleave (one writer per run dir)."""
-    with open(Path(run_dir) / ROW_STATS, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+# The file itself (name, append, read) belongs to zlbench.rundir.
+ROW_STATS = rundir.ROW_STATS
+append = rundir.append_row_stat
+read = rundir.read_row_stats
 
 
 def key_of(record: dict) -> Key:
     return (record.get("op"), record.get("dtype"), record.get("shape"), record.get("side"))
-
-
-def read(run_dir: Path) -> Tuple[List[dict], List[str]]:
-    """(records, problems). A torn last line (the process was killed) is a problem,
-    not an error."""
-    path = Path(run_dir) / ROW_STATS
-    if not path.is_file():
-        return [], []
-    records, problems = [], []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                problems.append(f"{path}:{lineno}: not a JSON line, skipped")
-                continue
-            if isinstance(rec, dict):
-                records.append(rec)
-    return records, problems
 
 
 def by_key(records: Iterable[dict]) -> Dict[Key, List[dict]]:

@@ -11,6 +11,7 @@ A run dir::
     autotune_records/    configs chosen per kernel (record mode), read by replay
     warmup/              parallel warmup: shard-<i>/{shard.log, shapes.yaml, ...}, merged/
     plugins/<name>.json  run-level counts of each plugin
+    row_stats.jsonl      one line per timing: samples, spread, device state (rowstats.py)
     .complete            written last, only when the run succeeded
 
 A batch dir::
@@ -53,6 +54,7 @@ PLUGINS_DIR = "plugins"
 WARMUP_DIR = "warmup"
 WARMUP_MERGED_DIR = "merged"
 SHARD_LOG = "shard.log"
+ROW_STATS = "row_stats.jsonl"
 
 # --- a batch dir -----------------------------------------------------------------------
 STATUS_FILE = "ops_status.csv"
@@ -347,3 +349,32 @@ def _read_json(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
 
+
+
+# --- per-row measurement records (the record's fields: zlbench/rowstats.py) ----------
+
+def append_row_stat(run_dir: Path, record: Mapping[str, Any]) -> None:
+    """One JSON line, flushed at once: a killed run keeps every row it measured."""
+    with open(Path(run_dir) / ROW_STATS, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+
+
+def read_row_stats(run_dir: Path) -> "tuple[List[dict], List[str]]":
+    """(records, problems); a torn last line (the process was killed) is a problem."""
+    path = Path(run_dir) / ROW_STATS
+    if not path.is_file():
+        return [], []
+    records: List[dict] = []
+    problems: List[str] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                problems.append(f"{path}:{lineno}: not a JSON line, skipped")
+                continue
+            if isinstance(rec, dict):
+                records.append(rec)
+    return records, problems
