@@ -40,9 +40,8 @@ if triton is not None:
 
 def _session(monkeypatch, run_dir, mode, replay_from=None):
     monkeypatch.setenv("ZL_RUN_DIR", str(run_dir))
-    session = plugin.AutotuneSession(plugin.Settings(run_dir, mode, replay_from, "0"))
+    session = plugin.AutotuneSession(plugin.AutotuneSettings(run_dir, mode, replay_from, "0"))
     session.start()
-    monkeypatch.setattr(plugin, "_SESSION", session)
     session.patch(sys.modules)
     return session
 
@@ -91,7 +90,6 @@ DRIVER = textwrap.dedent('''
 
     session = plugin.AutotuneSession(plugin.settings_from_env(os.environ))
     session.start()
-    plugin._SESSION = session
     session.patch(sys.modules)
     torch.manual_seed(0)
     for m, n, k in ((384, 384, 384),):  # fp16, N and K % 8 == 0: hopper's TMA mm (pre_hook)

@@ -135,12 +135,11 @@ class Harness:
             self.session.close()
         run_dir = self.tmp_path / name
         self.monkeypatch.setenv("ZL_RUN_DIR", str(run_dir))
-        settings = plugin.Settings(run_dir, mode, replay_from, use_flagtune)
+        settings = plugin.AutotuneSettings(run_dir, mode, replay_from, use_flagtune)
         self.lines = []
         self.session = plugin.AutotuneSession(settings, emit=self.lines.append)
         self.session.start()
         self.session.patch({"fake_tuners": self.module})
-        self.monkeypatch.setattr(plugin, "_SESSION", self.session)
         return run_dir
 
     def markers(self):

@@ -2,7 +2,6 @@
 
 import pytest
 
-from zlbench.plugins import device_setup
 from zlbench.plugins.device_setup import apply, plan_vendor_env
 
 
@@ -56,11 +55,11 @@ def test_backend_vendor_uses_a_probe_when_the_backend_has_one(monkeypatch):
     probed = type("Probed", (), {"gems_vendor": rocm.gems_vendor,
                                  "gems_vendor_probe": staticmethod(lambda: "hygon")})()
     monkeypatch.setitem(backends.BACKENDS, "rocm", probed)
-    assert device_setup.backend_vendor("rocm") == ("hygon", "probe:rocm")
+    assert backends.gems_vendor("rocm") == ("hygon", "probe:rocm")
     failing = type("Failing", (), {"gems_vendor": "amd",
                                    "gems_vendor_probe": staticmethod(lambda: 1 / 0)})()
     monkeypatch.setitem(backends.BACKENDS, "rocm", failing)
-    assert device_setup.backend_vendor("rocm") == ("amd", "backend:rocm")
+    assert backends.gems_vendor("rocm") == ("amd", "backend:rocm")
 
 
 def test_apply_is_a_no_op_without_a_run_dir():

@@ -8,10 +8,12 @@ import torch
 from zlbench.plugins import row_context
 
 SEEN = []
+# The state the wrapped methods share (a timer session owns one in a real run).
+ROWS = row_context.RowContext()
 
 
 def _timer(fn):
-    SEEN.append(row_context.current())
+    SEEN.append(ROWS.current())
     fn()
     return 1.0
 
@@ -48,11 +50,11 @@ def bench_module():
     SEEN.clear()
     module = make_module()
     yield module
-    row_context.uninstall()
+    ROWS.uninstall()
 
 
 def test_rows_carry_op_dtype_exact_shape_and_side(bench_module):
-    assert row_context.install({"benchmark.base": bench_module}) == [bench_module.Benchmark]
+    assert ROWS.install({"benchmark.base": bench_module}) == [bench_module.Benchmark]
     bench_module.Benchmark("mul", [(4, 4), (8,)], [torch.float16, torch.bfloat16]).run()
     rows = [t.row for t in SEEN]
     assert [r.side for r in rows] == ["torch", "gems"] * 4
@@ -62,12 +64,12 @@ def test_rows_carry_op_dtype_exact_shape_and_side(bench_module):
     # both sides of a row share its id; rows differ from each other
     ids = [t.row_id for t in SEEN]
     assert ids[0] == ids[1] and len(set(ids)) == 4
-    assert row_context.stats["latency_calls"] == 8
-    assert row_context.current() is None
+    assert ROWS.stats["latency_calls"] == 8
+    assert ROWS.current() is None
 
 
 def test_subclasses_defined_after_install_are_wrapped_and_super_calls_count_once(bench_module):
-    row_context.install({"benchmark.base": bench_module})
+    ROWS.install({"benchmark.base": bench_module})
 
     class Inner(bench_module.Benchmark):  # like FlagGems classes defined inside a test
         def get_input_iter(self, dtype):
@@ -79,11 +81,11 @@ def test_subclasses_defined_after_install_are_wrapped_and_super_calls_count_once
     Inner("neg", [], [torch.float32]).run()
     assert [(t.row.op, t.row.dtype, t.row.side) for t in SEEN] == [
         ("neg", "torch.float32", "torch"), ("neg", "torch.float32", "gems")]
-    assert row_context.stats["latency_calls"] == 2
+    assert ROWS.stats["latency_calls"] == 2
 
 
 def test_without_record_shapes_the_shape_is_derived_and_sides_alternate(bench_module):
-    row_context.install({"benchmark.base": bench_module})
+    ROWS.install({"benchmark.base": bench_module})
     bench = bench_module.Benchmark("mul", [], [])
     x = torch.zeros(3, dtype=torch.int32)
     for _ in range(2):
@@ -108,9 +110,9 @@ def test_side_order_follows_the_metrics_asked_for():
 def test_uninstall_restores_the_class(bench_module):
     cls = bench_module.Benchmark
     original = cls.__dict__["get_latency"]
-    row_context.install({"benchmark.base": bench_module})
+    ROWS.install({"benchmark.base": bench_module})
     assert cls.__dict__["get_latency"] is not original
-    row_context.uninstall()
+    ROWS.uninstall()
     assert cls.__dict__["get_latency"] is original
     assert "__init_subclass__" not in cls.__dict__
 

@@ -246,5 +246,5 @@ def test_a_parallel_warmup_run_asks_the_vendor_tool_once(tmp_path, monkeypatch):
     settings = knobs.resolve({"backend": "cuda", "op": "abs", "device": "1",
                               "parallel_warmup_gpus": "2"}, {})
     plan = plan_run(settings)
-    assert plan.warmup_pool == ["1", "0"]   # the run's own device first
+    assert plan.parallel_warmup_pool == ["1", "0"]   # the run's own device first
     assert calls.read_text().count("x") == 1

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from zlbench import timing
+from zlbench import knobs, timing
 
 
 def test_timing_and_plugin_modules_import_neither_torch_nor_triton():
@@ -20,13 +20,13 @@ def test_timing_and_plugin_modules_import_neither_torch_nor_triton():
 
 @pytest.mark.parametrize("text,expected", [(None, 1), ("", 1), ("1", 1), (" 5 ", 5)])
 def test_parse_repeat_accepts_positive_ints(text, expected):
-    assert timing.parse_repeat(text) == expected
+    assert knobs.env_value("direct_repeat", {} if text is None else {"ZL_DIRECT_REPEAT": text}) == expected
 
 
 @pytest.mark.parametrize("text", ["0", "-2", "three", "1.5"])
 def test_parse_repeat_rejects_the_rest(text):
     with pytest.raises(ValueError, match="ZL_DIRECT_REPEAT"):
-        timing.parse_repeat(text)
+        knobs.env_value("direct_repeat", {"ZL_DIRECT_REPEAT": text})
 
 
 def _calls(values):
@@ -75,25 +75,25 @@ def test_repetition_applies_to_scalar_modes(mode):
     assert timing.repetition_applies(None, mode)
 
 
-def test_summarize_median_is_the_lower_median_like_torch_median():
-    assert timing.summarize([4.0, 1.0, 3.0, 2.0], return_mode="median") == 2.0
-    assert timing.summarize([3.0, 1.0, 2.0], return_mode="median") == 2.0
+def test_reduce_samples_median_is_the_lower_median_like_torch_median():
+    assert timing.reduce_samples([4.0, 1.0, 3.0, 2.0], return_mode="median") == 2.0
+    assert timing.reduce_samples([3.0, 1.0, 2.0], return_mode="median") == 2.0
 
 
-def test_summarize_quantiles_interpolate_linearly_and_unwrap_a_single_one():
+def test_reduce_samples_quantiles_interpolate_linearly_and_unwrap_a_single_one():
     times = [1.0, 2.0, 3.0, 4.0, 5.0]
-    assert timing.summarize(times, [0.5, 0.2, 0.8]) == pytest.approx([3.0, 1.8, 4.2])
-    assert timing.summarize(times, [0.25]) == pytest.approx(2.0)
+    assert timing.reduce_samples(times, [0.5, 0.2, 0.8]) == pytest.approx([3.0, 1.8, 4.2])
+    assert timing.reduce_samples(times, [0.25]) == pytest.approx(2.0)
 
 
-def test_summarize_modes():
+def test_reduce_samples_modes():
     times = [2.0, 1.0, 6.0]
-    assert timing.summarize(times, return_mode="min") == 1.0
-    assert timing.summarize(times, return_mode="max") == 6.0
-    assert timing.summarize(times, return_mode="mean") == 3.0
-    assert timing.summarize(times, return_mode="all") == [2.0, 1.0, 6.0]
+    assert timing.reduce_samples(times, return_mode="min") == 1.0
+    assert timing.reduce_samples(times, return_mode="max") == 6.0
+    assert timing.reduce_samples(times, return_mode="mean") == 3.0
+    assert timing.reduce_samples(times, return_mode="all") == [2.0, 1.0, 6.0]
     with pytest.raises(ValueError):
-        timing.summarize(times, return_mode="p50")
+        timing.reduce_samples(times, return_mode="p50")
 
 
 def _cpu_bench(monkeypatch, **kwargs):
@@ -112,14 +112,14 @@ def _cpu_bench(monkeypatch, **kwargs):
         return cpu_timer.do_bench(fn, warmup=25, rep=100, **kwargs)
 
 
-def test_cpu_timer_reduces_like_summarize_on_an_even_count(monkeypatch):
+def test_cpu_timer_reduces_like_reduce_samples_on_an_even_count(monkeypatch):
     samples = _cpu_bench(monkeypatch, return_mode="all")
     assert samples == pytest.approx([4.0, 1.0, 3.0, 2.0])
     for mode in ("min", "max", "mean", "median"):
-        assert _cpu_bench(monkeypatch, return_mode=mode) == timing.summarize(samples, None, mode)
+        assert _cpu_bench(monkeypatch, return_mode=mode) == timing.reduce_samples(samples, None, mode)
     assert _cpu_bench(monkeypatch, return_mode="median") == pytest.approx(2.0)  # lower median
     picks = _cpu_bench(monkeypatch, quantiles=[0.5, 0.2])
-    assert picks == timing.summarize(samples, [0.5, 0.2])
+    assert picks == timing.reduce_samples(samples, [0.5, 0.2])
     assert picks == pytest.approx([2.5, 1.6])  # interpolated, not nearest rank
 
 

@@ -135,7 +135,7 @@ def test_reason_is_one_bounded_line():
 
 
 def test_fallback_marker_round_trips_with_the_exact_size_detail():
-    row = timing.Row("nonzero", "torch.float16", "[torch.Size([64, 64])]", "gems")
+    row = timing.TimedRow("nonzero", "torch.float16", "[torch.Size([64, 64])]", "gems")
     line = timing.fallback_marker("capture", 3, row, "AcceleratorError: CUDA error: x y")
     assert line.startswith("BENCHMARK_DIRECT_NO_CUDAGRAPH phase=capture repeat=3 ")
     marker = parse_marker(line)
@@ -148,7 +148,7 @@ def test_fallback_marker_round_trips_with_the_exact_size_detail():
 
 
 def test_fallback_marker_says_when_the_dtype_was_guessed():
-    row = timing.Row("unique", "torch.int32", "[torch.Size([8])]", "torch", "guess")
+    row = timing.TimedRow("unique", "torch.int32", "[torch.Size([8])]", "torch", "guess")
     marker = parse_marker(timing.fallback_marker("warmup", 1, row, "r"))
     assert marker.get("dtype_source") == "guess"
 

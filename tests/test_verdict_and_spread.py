@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from zlbench import rowstats, timing
+from zlbench import rowstats, rundir, timing
 from zlbench.backends.nvml import clocks_locked, reason_names
 from zlbench.summary.verdict import FASTER, SAME, SLOWER, UNKNOWN, verdict
 
@@ -43,12 +43,21 @@ def test_stop_rule_waits_for_samples_and_budget_then_stops_at_the_noise_target()
 
 
 def test_knob_texts_parse_or_name_the_variable():
-    assert timing.parse_noise_target(None) == 0.005 and timing.parse_noise_target("2") == 0.02
-    assert timing.parse_direct_mode("") == "percall" and timing.parse_direct_mode("do_bench") == "do_bench"
+    # The benchmark process reads them through the knobs table (DirectSettings.from_env).
+    from zlbench.plugins.direct_timer import DirectSettings
+
+    def noise(text):
+        return DirectSettings.from_env({} if text is None else {"ZL_DIRECT_NOISE": text}).noise
+
+    def mode(text):
+        return DirectSettings.from_env({"ZL_DIRECT_TIMER": text}).mode
+
+    assert noise(None) == 0.005 and noise("2") == 0.02
+    assert mode("") == "percall" and mode("do_bench") == "do_bench"
     with pytest.raises(ValueError, match="ZL_DIRECT_NOISE"):
-        timing.parse_noise_target("0")
+        noise("0")
     with pytest.raises(ValueError, match="ZL_DIRECT_TIMER"):
-        timing.parse_direct_mode("graph")
+        mode("graph")
 
 
 def test_measured_from_reports_the_median_and_what_the_caller_asked():
@@ -103,7 +112,7 @@ def test_row_stats_round_trip_and_a_torn_line_is_reported(tmp_path):
     rec = {"op": "abs", "dtype": "torch.float16", "shape": "[torch.Size([64])]", "side": "gems",
            "samples": 12, "spread": 0.001}
     rowstats.append(tmp_path, rec)
-    with open(tmp_path / rowstats.ROW_STATS, "a") as f:
+    with open(tmp_path / rundir.ROW_STATS, "a") as f:
         f.write('{"op": "ab')
     records, problems = rowstats.read(tmp_path)
     assert records == [rec] and len(problems) == 1

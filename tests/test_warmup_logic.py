@@ -1,4 +1,4 @@
-"""Parallel warmup decisions (zlbench.warmup): static shape keys on both FlagGems
+"""Parallel warmup decisions (zlbench.autotune_sweep): static shape keys on both FlagGems
 layouts, refusals, shard planning, device mapping, shard command/env, merging."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from zlbench import autotune_records as ar
-from zlbench import warmup as w
+from zlbench import autotune_sweep as w
 from zlbench.markers import PARALLEL_WARMUP_REFUSED, parse_marker
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -131,8 +131,12 @@ def test_first_failing_shard_is_named():
 
 
 def test_parse_gpus():
-    # Lives in the plugin, so a process with the plugin off never imports zlbench.warmup.
-    from zlbench.plugins.parallel_warmup import parse_gpus
+    # Read through the knobs table, so a process with the plugin off never imports
+    # zlbench.autotune_sweep.
+    from zlbench import knobs
+
+    def parse_gpus(text):
+        return knobs.env_value("parallel_warmup_gpus", {} if text is None else {"PARALLEL_WARMUP_GPUS": text})
 
     assert [parse_gpus(v) for v in (None, "", " 0 ", "2")] == [0, 0, 0, 2]
     with pytest.raises(ValueError):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from zlbench import warmup
+from zlbench import autotune_sweep as sweep
 from zlbench.markers import parse_marker
 from zlbench.plugins import parallel_warmup as plugin
 
@@ -142,7 +142,7 @@ def test_unset_is_a_silent_no_op(tmp_path):
 def test_importing_the_plugin_leaves_the_sweep_machinery_unloaded():
     # Every benchmark process loads the plugin; only PARALLEL_WARMUP_GPUS>=1 needs these.
     code = ("import sys, zlbench.plugins.parallel_warmup; print(sorted(m for m in "
-            "('yaml', 'zlbench.warmup', 'zlbench.corpus.shapes', 'zlbench.corpus.scan') "
+            "('yaml', 'zlbench.autotune_sweep', 'zlbench.corpus.shapes', 'zlbench.corpus.scan') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=REPO)
@@ -233,7 +233,7 @@ def test_a_broken_warmup_refuses_instead_of_failing_the_run(tmp_path, monkeypatc
     def boom(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(warmup, "resolve_keys", boom)
+    monkeypatch.setattr(sweep, "resolve_keys", boom)
     monkeypatch.delenv("REPLAY_FROM", raising=False)
     for name, value in bench_env(tmp_path).items():
         if name.startswith("ZL_") or name == "PARALLEL_WARMUP_GPUS":

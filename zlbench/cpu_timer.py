@@ -3,7 +3,7 @@
 The bundled sample corpus times through ``triton.testing.do_bench`` when triton imports
 and through this function otherwise; both are looked up at call time, so the timer
 plugins can replace either for a run. It runs ``fn`` for ``warmup`` ms, then for ``rep``
-ms, and reduces the per-call times (ms) with ``zlbench.timing.summarize``, as the graph
+ms, and reduces the per-call times (ms) with ``zlbench.timing.reduce_samples``, as the graph
 timer does, so CPU and GPU numbers reduce alike.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Callable, List, Optional, Sequence, Union
 
-from zlbench.timing import clear_grads, summarize
+from zlbench.timing import clear_grads, reduce_samples
 
 
 def do_bench(
@@ -37,4 +37,4 @@ def do_bench(
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
-    return summarize(times, quantiles, return_mode)
+    return reduce_samples(times, quantiles, return_mode)

@@ -16,7 +16,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import click
 
-from zlbench.timing import DIRECT_MODES
+from . import backends
+from zlbench.timing import DEFAULT_NOISE_TARGET, DIRECT_MODES
 
 BENCH_LEVELS = ("core", "comprehensive")
 SHAPE_MODES = ("file", "upstream")
@@ -25,7 +26,7 @@ PROVIDERS = ("sample", "flaggems")
 KNOWN_DTYPES = ("float16", "float32", "bfloat16", "int16", "int32", "bool", "cfloat")
 
 
-class KnobError(click.UsageError):
+class KnobError(click.UsageError, ValueError):
     """A knob value that cannot be used; the message names flag, variable and fix."""
 
     def __init__(self, knob: "Knob", value: object, why: str):
@@ -86,9 +87,15 @@ def _choice(choices: Tuple[str, ...]) -> Callable[["Knob", str], str]:
     return parse
 
 
+def split_dtypes(text: str) -> Tuple[Tuple[str, ...], List[str]]:
+    """(names, unknown names) of a dtype list: commas or spaces, ``torch.`` dropped
+    (``torch.float16, bfloat16`` -> float16, bfloat16)."""
+    names = tuple(d.strip().replace("torch.", "") for d in text.replace(" ", ",").split(",") if d.strip())
+    return names, [d for d in names if d not in KNOWN_DTYPES]
+
+
 def _dtypes(knob: "Knob", raw: str) -> Optional[Tuple[str, ...]]:
-    names = tuple(d.strip().replace("torch.", "") for d in raw.replace(" ", ",").split(",") if d.strip())
-    bad = [d for d in names if d not in KNOWN_DTYPES]
+    names, bad = split_dtypes(raw)
     if bad:
         raise KnobError(
             knob, raw, f"unknown dtype {', '.join(bad)}; FlagGems accepts {', '.join(KNOWN_DTYPES)}"
@@ -134,7 +141,8 @@ KNOBS: List[Knob] = [
     Knob("test_node", "TEST_NODE", "--test-node", None, _text, False,
          "A pytest node to run as is (benchmark/test_abs.py::test_abs); overrides --op."),
     Knob("backend", "ZL_BACKEND", "--backend", None, _text, True,
-         "cuda, musa, rocm, ascend or cpu, or an alias (nvidia, gpu, mthreads, amd, npu, ...); "
+         f"{', '.join(backends.BACKENDS)}, or an alias "
+         f"({', '.join(a for b in backends.BACKENDS.values() for a in b.aliases[:1])}, ...); "
          "default: detected."),
     Knob("device", "ZL_DEVICE", "--device", None, _text, True,
          "Device index within the visible devices (default: the first)."),
@@ -161,7 +169,7 @@ KNOBS: List[Knob] = [
          "warm-up, until the median is pinned to ZL_DIRECT_NOISE or 10x the rep budget; "
          "warm L2, like graph replay) or do_bench (FlagGems' kernel mode: triton's "
          "do_bench with its L2 flush, ZL_DIRECT_REPEAT times, median)."),
-    Knob("direct_noise", "ZL_DIRECT_NOISE", "--direct-noise", 0.5, _percent, True,
+    Knob("direct_noise", "ZL_DIRECT_NOISE", "--direct-noise", DEFAULT_NOISE_TARGET * 100, _percent, True,
          "percall direct timer: stop once the median's 95% confidence half-width is "
          "within this many percent of it (nvbench's --max-noise; default 0.5)."),
     Knob("cpu_threads", "ZL_CPU_THREADS", "--cpu-threads", 1, _positive_int, True,
@@ -234,6 +242,14 @@ def resolve(flags: Mapping[str, Any], environ: Optional[Mapping[str, str]] = Non
         values["provider"] = "flaggems" if values.get("flaggems_dir") else "sample"
         sources["provider"] = "derived"
     return Settings(values, sources)
+
+
+def env_value(name: str, environ: Optional[Mapping[str, str]] = None) -> Any:
+    """A knob as a benchmark process reads it from the environment ``zlbench run`` gave
+    it: the flag's own parser; unset or blank is the default. Raises KnobError."""
+    knob = BY_NAME[name]
+    raw = (os.environ if environ is None else environ).get(knob.env)
+    return knob.default if raw is None or not raw.strip() else knob.parse_value(raw)
 
 
 def knob_options(names: Iterable[str]):

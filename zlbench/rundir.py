@@ -51,8 +51,8 @@ COMPLETE = ".complete"
 SHAPES = "shapes.yaml"
 RECORDS_DIR = "autotune_records"
 PLUGINS_DIR = "plugins"
-WARMUP_DIR = "warmup"
-WARMUP_MERGED_DIR = "merged"
+PARALLEL_WARMUP_DIR = "warmup"
+MERGED_DIR = "merged"
 SHARD_LOG = "shard.log"
 ROW_STATS = "row_stats.jsonl"
 
@@ -115,6 +115,10 @@ def shapes_path(run_dir: Path) -> Path:
     return run_dir / SHAPES
 
 
+def row_stats_path(run_dir: Path) -> Path:
+    return run_dir / ROW_STATS
+
+
 def records_dir(run_dir: Path) -> Path:
     return run_dir / RECORDS_DIR
 
@@ -146,8 +150,8 @@ def read_plugin_reports(run_dir: Path) -> Dict[str, Any]:
     return out
 
 
-def warmup_dir(run_dir: Path) -> Path:
-    return run_dir / WARMUP_DIR
+def parallel_warmup_dir(run_dir: Path) -> Path:
+    return run_dir / PARALLEL_WARMUP_DIR
 
 
 def shard_dir(warm_dir: Path, index: int) -> Path:
@@ -155,7 +159,7 @@ def shard_dir(warm_dir: Path, index: int) -> Path:
 
 
 def merged_dir(warm_dir: Path) -> Path:
-    return warm_dir / WARMUP_MERGED_DIR
+    return warm_dir / MERGED_DIR
 
 
 def shard_dir_name(index: int, count: int) -> str:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from typing import Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
+from zlbench import backends
 from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, format_marker
+from zlbench.stats import quantile
 
 Result = Union[float, List[float]]
 
@@ -21,19 +23,6 @@ PHASES = ("warmup", "capture", "replay")
 
 
 # --- repeat median (ZL_DIRECT_REPEAT) -------------------------------------------------
-
-def parse_repeat(text: Optional[str]) -> int:
-    """ZL_DIRECT_REPEAT as an int >= 1; unset or empty means 1."""
-    if text is None or not str(text).strip():
-        return 1
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise ValueError(f"ZL_DIRECT_REPEAT must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise ValueError(f"ZL_DIRECT_REPEAT must be a positive integer, got {text!r}")
-    return value
-
 
 def repetition_applies(quantiles: Optional[Sequence[float]], return_mode: str) -> bool:
     """A median over calls only makes sense when each call returns one number."""
@@ -95,26 +84,6 @@ def relative_spread(ordered: Sequence[float]) -> Optional[float]:
     return (hi - lo) / 2.0 / mid
 
 
-def parse_noise_target(text: Optional[str]) -> float:
-    """ZL_DIRECT_NOISE (percent) as a fraction; unset means nvbench's 0.5%."""
-    if text is None or not str(text).strip():
-        return DEFAULT_NOISE_TARGET
-    try:
-        value = float(str(text).strip())
-    except ValueError:
-        raise ValueError(f"ZL_DIRECT_NOISE must be a percentage such as 0.5, got {text!r}") from None
-    if not 0 < value < 100:
-        raise ValueError(f"ZL_DIRECT_NOISE must be a percentage between 0 and 100, got {text!r}")
-    return value / 100.0
-
-
-def parse_direct_mode(text: Optional[str]) -> str:
-    value = (text or "").strip().lower() or DIRECT_MODES[0]
-    if value not in DIRECT_MODES:
-        raise ValueError(f"ZL_DIRECT_TIMER must be one of {', '.join(DIRECT_MODES)}, got {text!r}")
-    return value
-
-
 class StopRule(NamedTuple):
     """When the per-call timer has enough samples (nvbench's stopping criterion).
 
@@ -167,7 +136,7 @@ class Measured(NamedTuple):
 
 def measured_from(times: Sequence[float], quantiles, return_mode: str, stop: str) -> Measured:
     ordered = sorted(float(t) for t in times)
-    return Measured(summarize(times, quantiles, return_mode),
+    return Measured(reduce_samples(times, quantiles, return_mode),
                     statistics.median(ordered) if ordered else None,
                     len(ordered), relative_spread(ordered), stop)
 
@@ -209,17 +178,7 @@ def throttle_reason(before: dict, after: dict, reference_mhz: Optional[float]) -
 
 # --- reducing samples the way triton's do_bench does ----------------------------------
 
-def quantile(ordered: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (torch.quantile's default)."""
-    if not ordered:
-        raise ValueError("no samples")
-    pos = q * (len(ordered) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def summarize(times: Sequence[float], quantiles: Optional[Sequence[float]] = None,
+def reduce_samples(times: Sequence[float], quantiles: Optional[Sequence[float]] = None,
               return_mode: str = "mean") -> Result:
     """Reduce per-call times (ms) like triton.testing's do_bench family.
 
@@ -230,14 +189,17 @@ def summarize(times: Sequence[float], quantiles: Optional[Sequence[float]] = Non
         raise ValueError(f"unknown return_mode {return_mode!r}")
     samples = [float(t) for t in times]
     if quantiles is not None:
-        ordered = sorted(samples)
-        picks = [quantile(ordered, q) for q in quantiles]
+        if not samples:
+            raise ValueError("no samples")
+        # zlbench.stats.quantile interpolates linearly, as torch.quantile does by default.
+        picks = [quantile(samples, q) for q in quantiles]
         return picks[0] if len(picks) == 1 else picks
     if return_mode == "all":
         return samples
     if return_mode == "median":
         return statistics.median_low(samples)
-    return {"min": min, "max": max, "mean": statistics.fmean}[return_mode](samples)
+    reduce: Dict[str, Callable[[List[float]], float]] = {"min": min, "max": max, "mean": statistics.fmean}
+    return reduce[return_mode](samples)
 
 
 def clear_grads(grad_to_none) -> None:
@@ -307,25 +269,14 @@ def warmup_batch_size(per_call_ms: float, batch_target_ms: float = 1.0) -> int:
 
 # --- error classification -------------------------------------------------------------
 
-# Errors that leave the context unusable (sticky errors). Matched on the runtime's own
-# text (cudaGetErrorString / cuGetErrorString; HIP and MUSA reuse these wordings) and on
-# the enum names torch prints ("Search for `cudaErrorIllegalAddress' ...").
-# torch appends "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
-# to every CUDA error, so "device-side assert" alone must never count.
-FATAL_TEXTS = (
-    "an illegal memory access was encountered",
-    "device-side assert triggered",
-    "unspecified launch failure",
-    "misaligned address",
-    "an illegal instruction was encountered",
-    "uncorrectable ecc error encountered",
-    "uncorrectable nvlink error detected",
-    "hardware stack error",
-    "invalid program counter",
-    "operation not supported on global/shared address space",
-    "the launch timed out and was terminated",
-    "context is destroyed",
-)
+# Errors that leave the context unusable (sticky errors), and errors that mean "this
+# work cannot be captured": each backend module lists its runtime's texts, enum name
+# prefixes and codes; an error is judged against every backend's (the batch does not
+# always know which runtime printed it). torch prints enum names such as
+# "cudaErrorIllegalAddress": a vendor prefix, then one of these suffixes.
+FATAL_TEXTS = backends.union("fatal_texts")
+FATAL_CODES = frozenset(backends.union("fatal_codes"))
+CAPTURE_TEXTS = backends.union("capture_texts")
 FATAL_ENUM_SUFFIXES = (
     "illegaladdress",
     "assert",
@@ -340,34 +291,17 @@ FATAL_ENUM_SUFFIXES = (
     "launchtimeout",
     "contextisdestroyed",
 )
-# cudaError_t values of the same errors, for exceptions that carry ``error_code``.
-FATAL_CODES = frozenset({214, 220, 700, 702, 709, 710, 714, 715, 716, 717, 718, 719})
-
-# Errors that mean "this work cannot be captured", not "the work is broken".
-CAPTURE_TEXTS = (
-    "operation not permitted when stream is capturing",
-    "operation failed due to a previous error during capture",
-    "operation would make the legacy stream depend on a capturing blocking stream",
-    "capture was not initiated in this stream",
-    "capturing stream has unjoined work",
-    "operation not permitted on an event last recorded in a capturing stream",
-    "attempt to terminate a thread-local capture sequence from another thread",
-    "during cuda graph capture",
-    "offset increment outside graph capture",
-    "not in capture mode",
-    "the cuda graph is empty",
-)
 
 
 def _exception_chain(exc: BaseException, limit: int = 8) -> Iterator[BaseException]:
-    seen = set()
+    seen: Set[int] = set()
     while exc is not None and id(exc) not in seen and len(seen) < limit:
         seen.add(id(exc))
         yield exc
         exc = exc.__cause__ or exc.__context__
 
 
-_ENUM_NAME = re.compile(r"(?:cudaerror|hiperror|musaerror|cuda_error_)([a-z_]+)")
+_ENUM_NAME = re.compile(r"(?:%s)([a-z_]+)" % "|".join(map(re.escape, backends.union("error_enum_prefixes"))))
 
 
 def is_fatal_text(text: str) -> bool:
@@ -428,7 +362,7 @@ def error_reason(exc: BaseException, limit: int = 200) -> str:
 
 # --- markers and footers ---------------------------------------------------------------
 
-class Row(NamedTuple):
+class TimedRow(NamedTuple):
     """The table row a timing call belongs to, as FlagGems prints it."""
     op: Optional[str]
     dtype: Optional[str]
@@ -437,7 +371,7 @@ class Row(NamedTuple):
     dtype_source: Optional[str] = None   # "guess" when dtype came from an argument
 
 
-def fallback_marker(phase: str, repeat: int, row: Row, reason: str,
+def fallback_marker(phase: str, repeat: int, row: TimedRow, reason: str,
                     direct: Optional[str] = None) -> str:
     """``direct``: how the direct timer times the row instead (percall or do_bench)."""
     return format_marker(

@@ -104,16 +104,16 @@ def plan_tuner_cache(run_dir: Path, isolate: bool, environ: Mapping[str, str],
     prefix = f"{ISOLATED_ROOT_PREFIX}{re.sub(r'[^A-Za-z0-9_.-]', '-', Path(run_dir).name)}-"
     root = Path(tempfile.mkdtemp(prefix=prefix, dir=str(temp_root) if temp_root else None))
     flaggems_dir = root / "flaggems"
-    triton_dir = root / "triton"
+    triton_path = root / "triton"
     flaggems_dir.mkdir()
-    triton_dir.mkdir()
-    env = {"FLAGGEMS_CACHE_DIR": str(flaggems_dir), "TRITON_CACHE_DIR": str(triton_dir)}
+    triton_path.mkdir()
+    env = {"FLAGGEMS_CACHE_DIR": str(flaggems_dir), "TRITON_CACHE_DIR": str(triton_path)}
     if environ.get("FLAGGEMS_DB_URL"):
         # The URL wins over FLAGGEMS_CACHE_DIR inside FlagGems: point it here as well.
         db = flaggems_db_path(flaggems_dir)
         db.parent.mkdir()
         env["FLAGGEMS_DB_URL"] = f"sqlite:///{db}"
-    return TunerCachePlan(env=env, description=ISOLATED, triton_cache_dir=triton_dir,
+    return TunerCachePlan(env=env, description=ISOLATED, triton_cache_dir=triton_path,
                           flaggems_cache_dir=flaggems_dir,
                           keep_triton_cache=keep_triton_cache, root=root)
 

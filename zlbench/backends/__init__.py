@@ -5,18 +5,18 @@ A new vendor is a module here that defines ``BACKEND`` and one line in ``_MODULE
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import ascend, cpu, cuda, musa, rocm
-from .base import Backend, Device, DeviceError
+from .base import GEMS_VENDORS, Backend, Device, DeviceError
 
 _MODULES = (cuda, musa, rocm, ascend, cpu)
 BACKENDS: Dict[str, Backend] = {m.BACKEND.name: m.BACKEND for m in _MODULES}
 # Detection order: hardware vendors first, cpu last.
 DETECT_ORDER = ("cuda", "musa", "rocm", "ascend")
 
-__all__ = ["Backend", "Device", "DeviceError", "BACKENDS", "get_backend", "detect_backend",
-           "plugin_plan", "canonical_name"]
+__all__ = ["Backend", "Device", "DeviceError", "BACKENDS", "GEMS_VENDORS", "get_backend",
+           "detect_backend", "plugin_plan", "canonical_name", "union", "gems_vendor"]
 
 
 class UnknownBackend(ValueError):
@@ -82,6 +82,35 @@ def plugin_plan(backend: Backend, enable_cudagraph: bool = True) -> List[str]:
         "zlbench.plugins.parallel_warmup",
         "zlbench.plugins.report",
     ]
+
+
+def union(attribute: str) -> Tuple[Any, ...]:
+    """Every backend's entries of a tuple attribute, in registry order, each once: what
+    to patch, record or recognise when the vendor at hand is not known (an error text
+    seen by the batch, a timer a corpus may call)."""
+    out: Dict[Any, None] = {}
+    for backend in BACKENDS.values():
+        for item in getattr(backend, attribute):
+            out[item] = None
+    return tuple(out)
+
+
+def gems_vendor(name: Optional[str]) -> Tuple[Optional[str], str]:
+    """(vendor FlagGems knows the backend by, where that came from). A backend may refine
+    it by probing torch in this process (``gems_vendor_probe``); a probe that fails or
+    names a vendor FlagGems does not accept is ignored."""
+    backend = BACKENDS.get(name or "")
+    if backend is None:
+        return None, f"backend:{name}:unknown"
+    probe = getattr(backend, "gems_vendor_probe", None)
+    if probe is not None:
+        try:
+            found = probe()
+        except Exception:
+            found = None
+        if found in GEMS_VENDORS:
+            return found, f"probe:{name}"
+    return backend.gems_vendor, f"backend:{name}"
 
 
 def visibility_env(backend: Backend, device: Device) -> Dict[str, str]:

@@ -3,7 +3,7 @@
 import re
 from typing import List, Tuple
 
-from .base import Backend, torch_runtime_initialised
+from .base import TRITON_TIMER, Backend, torch_runtime_initialised
 
 
 def parse_npu_smi(text: str) -> List[Tuple[str, str]]:
@@ -33,4 +33,5 @@ BACKEND = Backend(
     runtime_initialised=torch_runtime_initialised("npu"),
     description="Huawei Ascend NPUs; direct timer",
     torch_device="npu",
+    timer_targets=(TRITON_TIMER, ("triton.backends.ascend.testing", "do_bench_npu")),
 )

@@ -1,4 +1,6 @@
-"""What a backend is: one vendor's devices, visibility variable and capabilities.
+"""What a backend is: one vendor's devices, visibility variable, capabilities, and the
+vendor knowledge the rest of zlbench asks for (timers to patch, packages whose versions
+are recorded, error texts, the name FlagGems knows it by).
 
 A backend module builds one ``Backend``; the registry (``__init__``) collects them.
 Nothing outside backends/ names a vendor.
@@ -15,6 +17,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 # A vendor tool that hangs must not hang zlbench (FlagGems' own probe has no timeout).
 TOOL_TIMEOUT_S = 10.0
+# The vendor names FlagGems accepts in GEMS_VENDOR; v5.0.2 silently ignores anything else.
+GEMS_VENDORS = frozenset({
+    "nvidia", "cambricon", "metax", "iluvatar", "mthreads", "kunlunxin", "hygon",
+    "amd", "aipu", "ascend", "tsingmicro", "sunrise", "enflame",
+})
+# Where benchmark code looks its timer up at call time, on any backend with triton.
+TRITON_TIMER = ("triton.testing", "do_bench")
 
 
 @dataclass(frozen=True)
@@ -84,7 +93,8 @@ class Backend:
     # Command that lists devices, one per line as "<index>, <model>".
     list_tool: Optional[Tuple[str, ...]] = None
     parse_tool_output: Optional[Callable[[str], List[Tuple[str, str]]]] = None
-    # Python distributions whose presence (found without importing) marks this vendor.
+    # Python distributions whose presence (found without importing) marks this vendor;
+    # their versions are recorded in run_identity.json.
     torch_extensions: Tuple[str, ...] = ()
     description: str = ""
     # Refines gems_vendor inside the benchmark process (may import torch there, never in
@@ -104,6 +114,19 @@ class Backend:
     # Extra variables for the benchmark process, from the run's knob values (cpu pins
     # its thread count here).
     run_env: Optional[Callable[[Mapping[str, object]], Dict[str, str]]] = None
+    # (module, attribute) of the do_bench functions benchmark code calls here: the
+    # direct timer patches them. Vendor modules are patched only once loaded.
+    timer_targets: Tuple[Tuple[str, str], ...] = (TRITON_TIMER,)
+    # Runtime error texts (lower case) after which the device context is dead, the enum
+    # name prefixes torch prints ("cudaerror" in "cudaErrorIllegalAddress"), and the
+    # numeric codes exceptions may carry for the same errors.
+    fatal_texts: Tuple[str, ...] = ()
+    error_enum_prefixes: Tuple[str, ...] = ()
+    fatal_codes: frozenset = frozenset()
+    # Error texts (lower case) meaning "this work cannot be graph-captured".
+    capture_texts: Tuple[str, ...] = ()
+    # Regex alternatives for errors that usually mean the device hiccuped (retry).
+    transient_patterns: Tuple[str, ...] = ()
 
     @property
     def default_timer(self) -> str:

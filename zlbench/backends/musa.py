@@ -8,7 +8,8 @@ direct timer (with ZL_DIRECT_REPEAT) everywhere.
 import re
 from typing import List, Tuple
 
-from .base import Backend, torch_runtime_initialised
+from . import cuda
+from .base import TRITON_TIMER, Backend, torch_runtime_initialised
 
 
 def parse_mthreads_gmi(text: str) -> List[Tuple[str, str]]:
@@ -34,4 +35,8 @@ BACKEND = Backend(
     runtime_initialised=torch_runtime_initialised("musa"),
     description="MThreads GPUs (MUSA); direct timer",
     torch_device="musa",
+    timer_targets=(TRITON_TIMER, ("triton.musa_testing", "do_bench")),
+    fatal_texts=cuda.FATAL_TEXTS,   # MUSA reuses CUDA's wording
+    error_enum_prefixes=("musaerror",),
+    transient_patterns=("MUSA error",),
 )

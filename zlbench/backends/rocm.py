@@ -3,6 +3,7 @@
 import re
 from typing import List, Tuple
 
+from . import cuda
 from .base import Backend, torch_runtime_initialised
 
 
@@ -41,4 +42,7 @@ BACKEND = Backend(
     runtime_initialised=torch_runtime_initialised("cuda"),
     description="AMD GPUs (ROCm/HIP); direct timer",
     torch_device="cuda",  # ROCm builds of torch speak torch.cuda
+    fatal_texts=cuda.FATAL_TEXTS,   # HIP reuses CUDA's wording
+    error_enum_prefixes=("hiperror",),
+    transient_patterns=("HIP error",),
 )

@@ -42,7 +42,7 @@ def default_cache_dirs(environ: Mapping[str, str]) -> List[str]:
 
 
 def cache_signature(dirs: Sequence[str]) -> Tuple:
-    out = []
+    out: List[tuple] = []
     for d in dirs:
         try:
             st = os.stat(d)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import re
 import signal
 from dataclasses import dataclass
-from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
+from .. import backends
 from ..markers import PREFLIGHT_FAILED, parse_marker
+from ..pytestlog import FAILED_RE, last_session_end
 
 EXIT_OK = 0
 EXIT_PREFLIGHT = 3
@@ -36,21 +38,20 @@ def count_statuses(rows: Mapping[str, Mapping[str, str]], planned: Sequence[str]
         counts[status] = counts.get(status, 0) + 1
     return counts
 
-# Error text that usually means the device or driver hiccuped, not the operator.
+# Error text that usually means the device or driver hiccuped, not the operator: these
+# words, and each backend's runtime errors (backends/<vendor>.py transient_patterns).
 TRANSIENT_TEXT = re.compile(
-    r"launch failure|unspecified launch|CUDA error|HIP error|MUSA error|"
-    r"CUBLAS_STATUS|cudaErrorLaunch|device-side assert|illegal memory access|"
-    r"ECC error|NCCL error|driver shutting down|device not ready",
+    "|".join(("launch failure", "unspecified launch", *backends.union("transient_patterns"),
+              "device-side assert", "illegal memory access", "ECC error",
+              "driver shutting down", "device not ready")),
     re.IGNORECASE,
 )
 
 # Lines that carry an error, best first within one log tail.
 _PREFLIGHT = re.compile(r"^PREFLIGHT_FAILED\b")
 _PYTEST_E = re.compile(r"^E\s+(\S.*)$")
-_PYTEST_FAILED = re.compile(r"^(FAILED|ERROR) \S+ - (.+)$")
 _EXCEPTION = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Failure))\b(:.*)?$")
 _FATAL = re.compile(r"Fatal Python error|Segmentation fault|Aborted|core dumped", re.IGNORECASE)
-_SESSION_END = re.compile(r"^=+ (.+ in [0-9.]+s\b.*?) =+$")
 # Parts of an error line that change between identical failures.
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b\d+(\.\d+)?\s*(s|ms|sec|seconds)\b|\bpid[ =]\d+", re.IGNORECASE)
 
@@ -134,7 +135,7 @@ def classify(exit_code: Optional[int], timed_out: bool, log_tail: Iterable[str],
         # The process that could reap it (a warm worker) died first: no exit status.
         return Outcome(CRASHED, None, None, error or "exit status lost: its worker died")
     if exit_code == EXIT_OK:
-        session = session_summary(log_tail)
+        session = last_session_end(log_tail)
         if session and "skipped" in session and "passed" not in session and "failed" not in session:
             # pytest exits 0 when every test skipped (a skipif on the device): nothing measured.
             return Outcome(SKIPPED, exit_code, None, session)
@@ -147,24 +148,32 @@ def classify(exit_code: Optional[int], timed_out: bool, log_tail: Iterable[str],
     return Outcome(FAILED, exit_code, None, error, preflight=exit_code == EXIT_PREFLIGHT)
 
 
-def session_summary(lines: Iterable[str]) -> str:
-    """pytest's closing line, e.g. ``2 skipped, 1 deselected in 0.12s``; "" when absent."""
-    for line in reversed(list(lines)):
-        m = _SESSION_END.match(line.strip())
-        if m:
-            return m.group(1)
-    return ""
-
-
 def last_error_line(lines: Iterable[str], limit: int = 300) -> str:
     """The most telling error line of a log tail: a preflight marker, else pytest's
     last ``E ...`` line or FAILED summary, else the last exception-looking line."""
     lines = [ln.rstrip() for ln in lines]
-    for pattern, group in ((_PREFLIGHT, 0), (_PYTEST_E, 1), (_PYTEST_FAILED, 2),
-                           (_EXCEPTION, 0), (_FATAL, 0)):
+    for find in (_whole(_PREFLIGHT), _group(_PYTEST_E, 1), _failed_reason,
+                 _whole(_EXCEPTION), _whole(_FATAL)):
         for line in reversed(lines):
-            m = pattern.search(line)
-            if m:
-                text = m.group(group) if group else line   # group 0: the whole line
+            text = find(line)
+            if text:
                 return text.strip()[:limit]
     return ""
+
+
+def _whole(pattern: "re.Pattern[str]") -> Callable[[str], Optional[str]]:
+    return lambda line: line if pattern.search(line) else None
+
+
+def _group(pattern: "re.Pattern[str]", group: int) -> Callable[[str], Optional[str]]:
+    def find(line: str) -> Optional[str]:
+        m = pattern.search(line)
+        return m.group(group) if m else None
+
+    return find
+
+
+def _failed_reason(line: str) -> Optional[str]:
+    """The reason of pytest's ``FAILED node - reason`` line (none without a reason)."""
+    m = FAILED_RE.match(line)
+    return m["msg"] if m and m["msg"] else None

@@ -28,8 +28,7 @@ def parse_fallback_dtypes(values: Sequence[str]) -> Tuple[Tuple[str, ...], ...]:
         return ()
     levels = []
     for value in values:
-        names = tuple(d.strip().replace("torch.", "") for d in value.split(",") if d.strip())
-        bad = [d for d in names if d not in knobs.KNOWN_DTYPES]
+        names, bad = knobs.split_dtypes(value)
         if bad or not names:
             raise click.BadParameter(
                 f"{value!r}: unknown dtype {', '.join(bad) or '(empty)'}; use a comma list of "

@@ -15,7 +15,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from .. import backends, knobs, providers
 from ..backends import DeviceError
@@ -40,7 +40,7 @@ class _Log:
     def __init__(self, path: Path):
         self.path = path
         self.lock = threading.Lock()
-        self.screen = None
+        self.screen: Optional[Callable[[str], None]] = None
 
     def __call__(self, line: str, show: bool = False) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import knobs, proc, rundir
 from . import classify
@@ -87,9 +87,9 @@ class ExecContext:
     planned_timer: str
     journal: rundir.Journal
     stopper: Stopper
-    log: Callable[[str], None]
+    log: Callable[..., None]        # (line, show=False)
     # Warm workers by device (worker mode); a device without one runs fresh processes.
-    slots: Mapping[str, object] = field(default_factory=dict)
+    slots: Mapping[str, Any] = field(default_factory=dict)
     stall_s: Optional[float] = None      # the no-progress timeout; None: off
 
 

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, TextIO
+from typing import Any, Dict, List, Mapping, Optional, TextIO
 
 from .classify import BAD
 
@@ -94,7 +94,7 @@ class Progress:
         self.mode = mode
         self.state = ProgressState(per_device, expected)
         self.heartbeat_s = heartbeat_s
-        self._live = None
+        self._live: Any = None
         self._stop = threading.Event()
         self._beat: Optional[threading.Thread] = None
         self._write_lock = threading.Lock()
@@ -145,7 +145,7 @@ class Progress:
         if self.mode == "plain" and number > 1:
             self._write(f"[{device}] {op} attempt {number} (dtype level {level})")
 
-    def finished(self, device: str, op: str, row: Dict[str, object]) -> None:
+    def finished(self, device: str, op: str, row: Mapping[str, Any]) -> None:
         status = str(row.get("status"))
         with self.state.lock:
             dev = self.state.devices[device]

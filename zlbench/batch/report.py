@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from .. import rundir
 from .classify import BAD, NOT_RUN, STATUSES, count_statuses
 from .progress import fmt_duration
 
@@ -98,7 +99,7 @@ def render_report(out: Path, rows: Mapping[str, Mapping[str, str]], planned: Seq
     if fell_back:
         lines.append(f"Measured with fallback dtypes ({len(fell_back)}): "
                      + ", ".join(f"{op} (level {rows[op]['dtype_level']})" for op in fell_back))
-    lines.append(f"Status table: {out / 'ops_status.csv'}")
+    lines.append(f"Status table: {rundir.status_path(out)}")
     if interrupted or counts.get(NOT_RUN):
         left = projected_remaining(rows, planned, len(devices) or 1)
         if left is not None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
+from .. import backends
 from ..proc import importable_pythonpath
 from .collect_dump import OUT_ENV
 from .scan import NON_OPERATOR_MARKS, TestEntry
@@ -64,7 +65,7 @@ def run_collect(root: Path, python: str = sys.executable, timeout: int = COLLECT
     with tempfile.TemporaryDirectory(prefix="zl-collect-") as tmp:
         out = Path(tmp) / "collected.json"
         env = dict(os.environ)
-        env.setdefault("GEMS_VENDOR", "nvidia")
+        env.setdefault("GEMS_VENDOR", backends.BACKENDS["cuda"].gems_vendor or "")
         env["FLAGGEMS_DB_URL"] = f"sqlite:///{Path(tmp) / 'flaggems.db'}"
         env[OUT_ENV] = str(out)
         # Collection needs FlagGems' conftest, not whatever pytest plugins this
@@ -152,8 +153,9 @@ def format_comparison(cmp: Comparison) -> List[str]:
         lines.append(f"  collect only (scan missed): {node}")
     for node, (a, c) in cmp.mark_mismatches.items():
         lines.append(f"  marks differ at {node}: scan only {a}, collect only {c}")
-    for node, (a, c) in cmp.case_mismatches.items():
-        lines.append(f"  marks per parametrization differ at {node}: scan {a}, collect {c}")
+    for node, (scan_cases, collect_cases) in cmp.case_mismatches.items():
+        lines.append(f"  marks per parametrization differ at {node}: scan {scan_cases}, "
+                     f"collect {collect_cases}")
     if cmp.ast_only_ops:
         lines.append(f"  operators only the scan found: {', '.join(cmp.ast_only_ops)}")
     if cmp.collect_only_ops:

@@ -12,8 +12,8 @@ import os
 OUT_ENV = "ZL_COLLECT_OUT"
 SHIM_ENV = "ZL_COLLECT_DRIVER_SHIM"
 
-_items = []
-_errors = {}
+_items: list = []
+_errors: dict = {}
 
 
 def pytest_collectreport(report):

@@ -75,7 +75,7 @@ def _contains_check(node: ast.AST) -> bool:
     return any(_is_cuda_check(n) for n in ast.walk(node))
 
 
-def _skipif_parts(call: ast.AST) -> Optional[Tuple[str, Optional[str]]]:
+def _skipif_parts(call: ast.AST) -> Optional[Tuple[str, Any]]:
     """(condition source, reason) for a ``pytest.mark.skipif(...)`` call."""
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
             and call.func.attr == "skipif"):
@@ -121,7 +121,7 @@ def _module_guards(module: Module) -> List[Guard]:
                                                       ast.ClassDef)) else None
                 kind = "runtime" if where else "import-time"
                 stmt = _enclosing_statement(node, sub)
-                out.append(Guard(module.rel, kind, None, where or "<module>", None, sub.lineno,
+                out.append(Guard(module.rel, kind, None, where or "<module>", None, sub.lineno,  # type: ignore[attr-defined]
                                  ast.unparse(stmt).splitlines()[0][:160]))
     return out
 

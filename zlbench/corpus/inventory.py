@@ -210,7 +210,7 @@ def _collect_block(cmp: Optional[Comparison]) -> Dict[str, Any]:
     }
     if cmp.unverified_files:
         block["unverified_files"] = dict(cmp.unverified_files)
-    mismatch = {}
+    mismatch: Dict[str, Any] = {}
     if cmp.ast_only_functions:
         mismatch["scan_only"] = cmp.ast_only_functions
     if cmp.collect_only_functions:

@@ -16,6 +16,9 @@ PACKAGED_BENCH_DIR = "flaggems_benchmark"
 BENCH_DIRS = (BENCH_DIR, PACKAGED_BENCH_DIR)
 # The shape file every FlagGems tree carries beside its tests.
 UPSTREAM_SHAPES = "core_shapes.yaml"
+# Modules defining the Benchmark base class, in either layout and the packaged tree.
+BENCHMARK_BASE_MODULES = (f"{BENCH_DIR}.base", f"{BENCH_DIR}.performance_utils",
+                          f"{PACKAGED_BENCH_DIR}.base")
 
 
 class TreeError(OpsDataError):

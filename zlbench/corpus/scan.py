@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .static_eval import Evaluator, Opaque, Template, marks_of
 from .layout import bench_dir_name
@@ -134,7 +134,7 @@ def resolve_shape_key(root: Path, test_file: str, test_func: str, shapes_yaml_di
     return shape_key_for(construction, shapes_yaml_dict)
 
 
-def shape_key_for(construction: Construction, shapes: Dict[str, Any]
+def shape_key_for(construction: Construction, shapes: Mapping[str, Any]
                   ) -> Tuple[Optional[str], List[str]]:
     """``(key, candidates_tried)``: the op name, then each class name along the chain,
     as ``Benchmark.set_shapes`` looks them up; key is None when none is in ``shapes``."""
@@ -170,7 +170,8 @@ def find_construction(root: Path, test_file: str, test_func: str, op: Optional[s
 # one test function
 
 
-def _scan_function(tree: BenchTree, module: Module, ev: Evaluator, node: ast.FunctionDef,
+def _scan_function(tree: BenchTree, module: Module, ev: Evaluator,
+                   node: Union[ast.FunctionDef, ast.AsyncFunctionDef],
                    outer_marks: List[str], test_class: Optional[str]) -> TestEntry:
     own_marks = outer_marks + _decorator_marks(ev, node.decorator_list)
     param_cases, notes = ev.parametrize_cases(node.decorator_list)

@@ -163,7 +163,7 @@ class Evaluator:
                 parts.append(str(inner))
             else:
                 static = False
-                parts.append("{" + ast.unparse(value.value) + "}")
+                parts.append("{" + ast.unparse(value.value) + "}")  # type: ignore[attr-defined]
         text = "".join(parts)
         return text if static else Template(text)
 

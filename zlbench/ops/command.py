@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import click
 
+from .. import knobs
 from . import dismiss as dismiss_mod
 from ..corpus import guards as guards_mod
 from ..corpus import inventory as inv
@@ -73,7 +73,7 @@ def scan_command(repos, verify, python, refs, out_dir):
     still written, with the mismatches in its `verified:` block).
     """
     if not repos:
-        env_dir = os.environ.get("FLAGGEMS_DIR")
+        env_dir = knobs.env_value("flaggems_dir")
         if not env_dir:
             raise click.UsageError("give --repo NAME=DIR (or set FLAGGEMS_DIR)")
         repos = (f"flaggems={env_dir}",)

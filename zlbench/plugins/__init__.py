@@ -15,6 +15,7 @@ from typing import Optional
 from .. import rundir
 
 
+
 def run_dir() -> Optional[Path]:
     value = os.environ.get("ZL_RUN_DIR")
     return Path(value) if value else None

@@ -39,9 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
+import pytest
+
 from zlbench import autotune_records as ar
-from zlbench import rundir
+from zlbench import knobs, rundir
 from zlbench.plugins import print_line, write_plugin_json
+from zlbench.plugins.keys import PARALLEL_WARMUP_REPLAY, ROW_CONTEXT
 from zlbench.markers import (
     AUTOTUNE_REPLAY_FALLBACK,
     AUTOTUNE_REPLAY_MISMATCH,
@@ -59,34 +62,31 @@ _MAX_MARKERS_KEPT = 500
 
 
 @dataclass(frozen=True)
-class Settings:
+class AutotuneSettings:
     run_dir: Path
     mode: str
     replay_from: Optional[Path]
     use_flagtune: str
 
 
-def settings_from_env(environ: Mapping[str, str]) -> Optional[Settings]:
-    """None without ZL_RUN_DIR (a plain pytest run)."""
+def settings_from_env(environ: Mapping[str, str]) -> Optional[AutotuneSettings]:
+    """None without ZL_RUN_DIR (a plain pytest run). REPLAY_FROM and USE_FLAGTUNE are
+    read through the knobs table; a bad value raises ValueError (KnobError)."""
     run_dir = environ.get("ZL_RUN_DIR")
     if not run_dir:
         return None
     mode = (environ.get("ZL_AUTOTUNE_MODE") or "record").strip().lower()
     if mode not in MODES:
         raise ValueError(f"ZL_AUTOTUNE_MODE={mode!r}: expected one of {', '.join(MODES)}")
-    replay_from = environ.get("REPLAY_FROM")
-    return Settings(Path(run_dir), mode, records_dir_of(replay_from) if replay_from else None,
-                    flag_text(environ.get("USE_FLAGTUNE")))
+    replay_from = knobs.env_value("replay_from", environ)
+    use_flagtune = knobs.flag_text(knobs.env_value("use_flagtune", environ))
+    return AutotuneSettings(Path(run_dir), mode, records_dir_of(replay_from) if replay_from else None,
+                            use_flagtune or "0")
 
 
 def records_dir_of(path: str) -> Path:
     """REPLAY_FROM names an autotune_records/ dir or a run dir holding one."""
     return rundir.replay_records(Path(path))
-
-
-def flag_text(value: Optional[str]) -> str:
-    """A 0/1 switch as recorded: "1" or "0" (unset means 0, as in FlagGems)."""
-    return "1" if (value or "").strip().lower() in ("1", "true", "yes", "on") else "0"
 
 
 # ---- finding tuner classes --------------------------------------------------------
@@ -151,6 +151,7 @@ class CacheOverlay:
         self.stored = False         # the tuner wrote a config this call (it tuned)
         self.injected: Any = None   # the key answered from the records this call
         self.seen: Dict[Any, Any] = {}  # key -> config object last recorded
+        self.binding: Any = None    # the tuner's _Binding, set by the session
 
     def begin(self) -> None:
         self.last_key = None
@@ -224,7 +225,7 @@ class _Binding:
 # ---- the session ----------------------------------------------------------------
 
 class AutotuneSession:
-    def __init__(self, settings: Settings, emit: Optional[Callable[[str], None]] = None):
+    def __init__(self, settings: AutotuneSettings, emit: Optional[Callable[[str], None]] = None):
         self.settings = settings
         self.records_dir = rundir.records_dir(settings.run_dir)
         self._emit = emit or print_line
@@ -239,6 +240,8 @@ class AutotuneSession:
         self.overlaid: List[Any] = []
         self.scanned: Set[str] = set()
         self.current_test: Optional[str] = None
+        # The timer plugin's RowContext.current, when one is loaded (set at configure).
+        self.current_row: Optional[Callable[[], Any]] = None
         self.replaying = settings.mode == "replay"
 
     # -- lifecycle
@@ -274,7 +277,7 @@ class AutotuneSession:
             run = cls.__dict__.get("run")
             if run is None or hasattr(run, _ORIGINAL):
                 continue
-            setattr(cls, "run", _wrap_run(run))
+            setattr(cls, "run", _wrap_run(run, self))
             self.patched.append((cls, run))
             newly.append(_class_path(cls))
         return newly
@@ -387,8 +390,7 @@ class AutotuneSession:
     def _where(self) -> Dict[str, Any]:
         """The table row being timed when the key was first asked for, and the test."""
         out: Dict[str, Any] = {}
-        row_context = sys.modules.get("zlbench.plugins.row_context")
-        timing = row_context.current() if row_context is not None else None
+        timing = self.current_row() if self.current_row is not None else None
         if timing is not None:
             out.update(op=timing.row.op, dtype=timing.row.dtype, shape=timing.row.shape)
         out["test"] = self.current_test
@@ -455,12 +457,9 @@ class AutotuneSession:
         return write_plugin_json("autotune", self.report())
 
 
-def _wrap_run(original: Callable[..., Any]) -> Callable[..., Any]:
+def _wrap_run(original: Callable[..., Any], session: "AutotuneSession") -> Callable[..., Any]:
     @functools.wraps(original)
     def run(self, *args, **kwargs):
-        session = _SESSION
-        if session is None:
-            return original(self, *args, **kwargs)
         return session.call(original, self, args, kwargs)
 
     setattr(run, _ORIGINAL, original)
@@ -469,47 +468,48 @@ def _wrap_run(original: Callable[..., Any]) -> Callable[..., Any]:
 
 # ---- pytest hooks ---------------------------------------------------------------
 
-_SESSION: Optional[AutotuneSession] = None
+SESSION = pytest.StashKey[AutotuneSession]()
+
+
+class _Hooks:
+    """The session's pytest hooks, registered with the plugin manager while it runs."""
+
+    def __init__(self, session: AutotuneSession):
+        self.session = session
+
+    def pytest_collection_finish(self) -> None:
+        self.session.patch(sys.modules)
+
+    def pytest_runtest_setup(self, item) -> None:
+        # A test may import a package with its own LibTuner after collection.
+        self.session.current_test = item.nodeid
+        self.session.patch(sys.modules)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        terminalreporter.write_line(self.session.footer())
+
+    def pytest_sessionfinish(self) -> None:
+        self.session.write_report()
+
+    def pytest_unconfigure(self) -> None:
+        self.session.close()
 
 
 def pytest_configure(config) -> None:
-    global _SESSION
     try:
         settings = settings_from_env(os.environ)
     except ValueError as e:
-        import pytest
-
         raise pytest.UsageError(str(e))
     if settings is None or settings.mode == "off":
         return
-    _SESSION = AutotuneSession(settings)
-    _SESSION.start()
-
-
-def pytest_collection_finish(session) -> None:
-    if _SESSION is not None:
-        _SESSION.patch(sys.modules)
-
-
-def pytest_runtest_setup(item) -> None:
-    # A test may import a package with its own LibTuner after collection.
-    if _SESSION is not None:
-        _SESSION.current_test = item.nodeid
-        _SESSION.patch(sys.modules)
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    if _SESSION is not None:
-        terminalreporter.write_line(_SESSION.footer())
-
-
-def pytest_sessionfinish(session) -> None:
-    if _SESSION is not None:
-        _SESSION.write_report()
-
-
-def pytest_unconfigure(config) -> None:
-    global _SESSION
-    if _SESSION is not None:
-        _SESSION.close()
-        _SESSION = None
+    merged = config.stash.get(PARALLEL_WARMUP_REPLAY, None)
+    if merged is not None:
+        # The parallel warmup swept the shapes already: replay what its shards chose.
+        settings = AutotuneSettings(settings.run_dir, "replay", records_dir_of(str(merged)),
+                                    settings.use_flagtune)
+    session = AutotuneSession(settings)
+    session.start()
+    # The timer plugin may configure after this one: look its rows up at call time.
+    session.current_row = lambda: getattr(config.stash.get(ROW_CONTEXT, None), "current", lambda: None)()
+    config.stash[SESSION] = session
+    config.pluginmanager.register(_Hooks(session), "zlbench-autotune")

@@ -39,13 +39,14 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
+from zlbench import backends
 from zlbench.corpus.layout import BENCH_DIRS
 from zlbench.markers import format_marker
 from zlbench.plugins import print_line, run_dir, write_plugin_json
 
 PLUGIN = "compat_musa"
 BACKEND = "musa"
-VENDOR = "mthreads"
+VENDOR = backends.BACKENDS[BACKEND].gems_vendor
 REMOVED_MARKER = "COMPAT_SKIP_REMOVED"
 
 

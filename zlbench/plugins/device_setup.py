@@ -13,42 +13,21 @@ from __future__ import annotations
 import os
 from typing import Callable, Mapping, Optional, Tuple
 
+from zlbench import backends
 from zlbench.plugins import run_dir, write_plugin_json
 
 PLUGIN = "device_setup"
 VENDOR_KEYS = ("GEMS_VENDOR", "FLAGGEMS_VENDOR")
-# The values FlagGems accepts; v5.0.2 silently ignores anything else.
-VALID_VENDORS = frozenset({
-    "nvidia", "cambricon", "metax", "iluvatar", "mthreads", "kunlunxin", "hygon",
-    "amd", "aipu", "ascend", "tsingmicro", "sunrise", "enflame",
-})
-
-
-def backend_vendor(name: Optional[str]) -> Tuple[Optional[str], str]:
-    """(vendor, source) from the backend registry; a backend may refine it by probing
-    torch in this process (``gems_vendor_probe``, a callable returning a vendor)."""
-    from zlbench.backends import BACKENDS
-
-    backend = BACKENDS.get(name or "")
-    if backend is None:
-        return None, f"backend:{name}:unknown"
-    probe: Optional[Callable[[], Optional[str]]] = getattr(backend, "gems_vendor_probe", None)
-    if probe is not None:
-        try:
-            found = probe()
-        except Exception:
-            found = None
-        if found in VALID_VENDORS:
-            return found, f"probe:{name}"
-    return backend.gems_vendor, f"backend:{name}"
 
 
 def plan_vendor_env(env: Mapping[str, str], backend: Optional[str],
-                    lookup: Callable[[Optional[str]], Tuple[Optional[str], str]] = backend_vendor
+                    lookup: Callable[[Optional[str]], Tuple[Optional[str], str]] = backends.gems_vendor
                     ) -> dict:
-    """What to set, and why: {"vendor", "source", "set": {key: value}}."""
+    """What to set, and why: {"vendor", "source", "set": {key: value}}. The backend
+    registry names the vendor (``backends.gems_vendor``) unless the caller set one that
+    FlagGems accepts."""
     for key in VENDOR_KEYS:
-        if env.get(key) in VALID_VENDORS:
+        if env.get(key) in backends.GEMS_VENDORS:
             vendor, source = env[key], f"env:{key}"
             break
     else:

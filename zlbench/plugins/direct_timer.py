@@ -16,50 +16,33 @@ import functools
 import importlib
 import inspect
 import os
+import statistics
 import sys
 from contextlib import contextmanager
-import statistics
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from zlbench import rowstats
+import pytest
+
+from zlbench import backends, knobs, rowstats
 from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_HOST_CLOCK, format_marker
-from zlbench.plugins import print_line, row_context, run_dir, write_plugin_json
+from zlbench.plugins import print_line, run_dir, write_plugin_json
+from zlbench.plugins.keys import ROW_CONTEXT, ROW_LISTENERS
 from zlbench.plugins.percall import choose_clock, percall_bench
-from zlbench.timing import (Measured, Row, StopRule, cpu_share, footer_line, measured_from,
-                            parse_direct_mode, parse_noise_target, parse_repeat,
+from zlbench.plugins.row_context import RowContext
+from zlbench.timing import (Measured, StopRule, TimedRow, cpu_share, footer_line, measured_from,
                             relative_spread, repeat_median, throttle_reason)
 
 PLUGIN = "direct_timer"
-# Where benchmark code looks its timer up at call time: (module, attribute).
-DIRECT_TARGETS = (
-    ("triton.testing", "do_bench"),
-    ("triton.musa_testing", "do_bench"),
-    ("triton.backends.ascend.testing", "do_bench_npu"),
-    ("zlbench.cpu_timer", "do_bench"),
-)
+# Where benchmark code looks its timer up at call time: (module, attribute), as each
+# backend module lists them (backends/<vendor>.py timer_targets).
+DIRECT_TARGETS = backends.union("timer_targets")
 # Modules worth importing to patch; vendor ones are patched only if already loaded.
 IMPORTABLE = ("triton.testing", "zlbench.cpu_timer")
 
 
 # --- patching do_bench ---------------------------------------------------------------
 
-_patched: List[Tuple[Any, str, Any]] = []
-_busy = False
-
-
-@contextmanager
-def timing_in_progress():
-    """While a timer runs, nested do_bench calls (autotuners) go to the original."""
-    global _busy
-    saved, _busy = _busy, True
-    try:
-        yield
-    finally:
-        _busy = saved
-
-
-def should_intercept() -> bool:
-    return not _busy and row_context.current() is not None
+Patched = List[Tuple[Any, str, Any]]   # (module, attribute, original)
 
 
 def _load(module_name: str) -> Optional[Any]:
@@ -72,9 +55,10 @@ def _load(module_name: str) -> Optional[Any]:
         return None
 
 
-def patch_do_bench(targets: Sequence[Tuple[str, str]],
-                   make: Callable[[Callable], Callable]) -> List[str]:
-    """Replace each target with ``make(original)``; returns the patched names."""
+def patch_do_bench(targets: Sequence[Tuple[str, str]], make: Callable[[Callable], Callable],
+                   patched: Patched) -> List[str]:
+    """Replace each target with ``make(original)``, noting it in ``patched``; returns
+    the patched names."""
     done = []
     for module_name, attr in targets:
         module = _load(module_name)
@@ -82,16 +66,16 @@ def patch_do_bench(targets: Sequence[Tuple[str, str]],
         if original is None or getattr(original, "__zl_timer__", False):
             continue
         replacement = make(original)
-        replacement.__zl_timer__ = True
+        setattr(replacement, "__zl_timer__", True)
         setattr(module, attr, replacement)
-        _patched.append((module, attr, original))
+        patched.append((module, attr, original))
         done.append(f"{module_name}.{attr}")
     return done
 
 
-def unpatch_all() -> None:
-    while _patched:
-        module, attr, original = _patched.pop()
+def unpatch_all(patched: Patched) -> None:
+    while patched:
+        module, attr, original = patched.pop()
         setattr(module, attr, original)
 
 
@@ -113,22 +97,24 @@ class DirectSettings(NamedTuple):
     noise: float     # percall mode: target relative CI half-width (ZL_DIRECT_NOISE)
 
     @classmethod
-    def from_env(cls, env=os.environ) -> "DirectSettings":
-        return cls(parse_direct_mode(env.get("ZL_DIRECT_TIMER")),
-                   parse_repeat(env.get("ZL_DIRECT_REPEAT")),
-                   parse_noise_target(env.get("ZL_DIRECT_NOISE")))
+    def from_env(cls, env=None) -> "DirectSettings":
+        """Read through the knobs table (``zlbench run`` set them); raises KnobError."""
+        return cls(knobs.env_value("direct_timer", env), knobs.env_value("direct_repeat", env),
+                   knobs.env_value("direct_noise", env) / 100.0)
 
 
 class DirectTimer:
     """Per-call timing with adaptive stopping, or FlagGems' do_bench (median of
     ``repeat`` whole calls); every timing leaves a row record."""
 
-    def __init__(self, settings: DirectSettings, recorder: "RowRecorder"):
+    def __init__(self, settings: DirectSettings, recorder: "RowRecorder",
+                 row_context: RowContext):
         self.settings = settings
         self.repeat = settings.repeat
         self.recorder = recorder
+        self.row_context = row_context
         self.clock, self.clock_note = (None, None)
-        self.rows = set()
+        self.rows: set = set()          # ids of the rows this timer measured
         self.timings = 0
         self.timings_repeated = 0
         self.timings_single_by_request = 0   # quantiles or return_mode="all" asked
@@ -142,7 +128,7 @@ class DirectTimer:
         return self.clock
 
     def measure(self, original: Callable, fn: Callable, args: tuple, kwargs: dict) -> Any:
-        timing = row_context.current()
+        timing = self.row_context.current()
         opts = call_options(original, fn, args, kwargs)
         self.recorder.start()
         if self.settings.mode == "percall":
@@ -250,7 +236,7 @@ class RowRecorder:
         except Exception as e:  # the driver went away mid-run: say so in the record
             return {"error": f"{type(e).__name__}: {e}"}
 
-    def finish(self, row: Row, measured: Measured, timer: str) -> None:
+    def finish(self, row: TimedRow, measured: Measured, timer: str) -> None:
         self.warm()
         before, after = self.before or {}, self._sample()
         clocks = [c for c in (before.get("sm_mhz"), after.get("sm_mhz")) if c]
@@ -293,26 +279,26 @@ class RowRecorder:
 
 
 def pin_host_threads() -> Optional[int]:
-    """torch.set_num_threads(ZL_CPU_THREADS) where the backend pins threads (cpu)."""
-    value = os.environ.get("ZL_CPU_THREADS")
-    if not value:
+    """torch.set_num_threads(ZL_CPU_THREADS) where the backend pins threads (cpu sets the
+    variable; elsewhere it is absent and nothing is pinned)."""
+    if not os.environ.get(knobs.BY_NAME["cpu_threads"].env):
         return None
     import torch
 
-    torch.set_num_threads(int(value))
+    torch.set_num_threads(knobs.env_value("cpu_threads"))
     return torch.get_num_threads()
 
 
-def make_replacement(timer: Any) -> Callable[[Callable], Callable]:
-    """``make`` for patch_do_bench: rows inside get_latency go to ``timer.measure``."""
+def make_replacement(session: "TimerSession") -> Callable[[Callable], Callable]:
+    """``make`` for patch_do_bench: rows inside get_latency go to the session's timer."""
     def make(original: Callable) -> Callable:
         @functools.wraps(original)
         def do_bench(fn, *args, **kwargs):
-            if not should_intercept():
+            if not session.should_intercept():
                 return original(fn, *args, **kwargs)
-            with timing_in_progress():
-                result = timer.measure(original, fn, args, kwargs)
-            row_context.mark_timed()
+            with session.timing_in_progress():
+                result = session.timer.measure(original, fn, args, kwargs)
+            session.row_context.mark_timed()
             return result
 
         return do_bench
@@ -322,45 +308,77 @@ def make_replacement(timer: Any) -> Callable[[Callable], Callable]:
 
 # --- pytest hooks ----------------------------------------------------------------------
 
-class TimerSession:
-    """The pytest glue both timer plugins share: create the timer at configure, patch
-    the timer sites once the benchmark classes are imported, write counts after every
-    test (a killed run keeps them), print the footer, undo everything at the end."""
+# The timer plugin's session (direct or graph: one is loaded), for other plugins to find.
+TIMER_SESSION = pytest.StashKey["TimerSession"]()
 
-    def __init__(self, plugin: str, make_timer: Callable[[DirectSettings, RowRecorder], Any],
-                 targets):
+
+class TimerSession:
+    """The pytest glue both timer plugins share, registered with pytest's plugin
+    manager when a run dir is given: create the timer (its settings read through the
+    knobs table), patch the timer sites once the benchmark classes are imported, write
+    counts after every test (a killed run keeps them), print the footer, undo
+    everything at the end."""
+
+    def __init__(self, plugin: str,
+                 make_timer: Callable[[DirectSettings, "RowRecorder", RowContext], Any], targets,
+                 row_listeners: Optional[list] = None):
         self.plugin = plugin
         self.make_timer = make_timer
         self.targets = targets
         self.timer: Optional[Any] = None
         self.recorder: Optional[RowRecorder] = None
         self.info: Dict[str, Any] = {}
+        self.patched: Patched = []
+        self.busy = False
+        self.row_context = RowContext(row_listeners)
+
+    @classmethod
+    def install(cls, config, plugin: str, make_timer, targets) -> None:
+        """The plugin module's pytest_configure: a silent no-op without ZL_RUN_DIR."""
+        if run_dir() is None:
+            return
+        try:
+            settings = DirectSettings.from_env()
+        except knobs.KnobError as e:
+            raise pytest.UsageError(f"{plugin}: {e}") from None
+        session = cls(plugin, make_timer, targets, config.stash.setdefault(ROW_LISTENERS, []))
+        session.recorder = RowRecorder(os.environ.get("ZL_BACKEND"))
+        session.timer = make_timer(settings, session.recorder, session.row_context)
+        session.info["requested_timer"] = os.environ.get("ZL_TIMER")
+        threads = pin_host_threads()
+        if threads is not None:
+            session.info["host_threads"] = threads
+        config.stash[TIMER_SESSION] = session
+        config.stash[ROW_CONTEXT] = session.row_context
+        config.pluginmanager.register(session, f"zlbench-{plugin}")
+
+    @contextmanager
+    def timing_in_progress(self) -> Iterator[None]:
+        """While a timer runs, nested do_bench calls (autotuners) go to the original."""
+        saved, self.busy = self.busy, True
+        try:
+            yield
+        finally:
+            self.busy = saved
+
+    def should_intercept(self) -> bool:
+        return not self.busy and self.row_context.current() is not None
 
     def report(self) -> dict:
         data = dict(self.timer.counts())
         data.update(self.info)
         data["device_state"] = self.recorder.report()
-        data["latency_calls"] = row_context.stats["latency_calls"]
-        data["latency_calls_untimed"] = row_context.stats["latency_calls_untimed"]
+        data["latency_calls"] = self.row_context.stats["latency_calls"]
+        data["latency_calls_untimed"] = self.row_context.stats["latency_calls_untimed"]
         return data
 
-    # Hook signatures, so a plugin module can bind them as its own hooks.
-    def pytest_configure(self, config) -> None:
-        if run_dir() is None:
-            return
-        self.recorder = RowRecorder(os.environ.get("ZL_BACKEND"))
-        self.timer = self.make_timer(DirectSettings.from_env(), self.recorder)
-        self.info["requested_timer"] = os.environ.get("ZL_TIMER")
-        threads = pin_host_threads()
-        if threads is not None:
-            self.info["host_threads"] = threads
-
+    # -- hooks (the session is a registered plugin)
     def pytest_collection_finish(self, session) -> None:
         if self.timer is None:
             return
-        bases = row_context.install()
+        bases = self.row_context.install()
         self.info["benchmark_classes"] = [f"{b.__module__}.{b.__qualname__}" for b in bases]
-        self.info["patched"] = patch_do_bench(self.targets, make_replacement(self.timer))
+        self.info["patched"] = patch_do_bench(self.targets, make_replacement(self), self.patched)
 
     def pytest_runtest_logfinish(self, nodeid, location) -> None:
         if self.timer is not None:
@@ -377,15 +395,11 @@ class TimerSession:
         if self.timer is None:
             return
         write_plugin_json(self.plugin, self.report())
-        unpatch_all()
-        row_context.uninstall()
+        unpatch_all(self.patched)
+        self.row_context.uninstall()
         self.recorder.close()
         self.timer = None
 
 
-_session = TimerSession(PLUGIN, DirectTimer, DIRECT_TARGETS)
-pytest_configure = _session.pytest_configure
-pytest_collection_finish = _session.pytest_collection_finish
-pytest_runtest_logfinish = _session.pytest_runtest_logfinish
-pytest_terminal_summary = _session.pytest_terminal_summary
-pytest_unconfigure = _session.pytest_unconfigure
+def pytest_configure(config) -> None:
+    TimerSession.install(config, PLUGIN, DirectTimer, DIRECT_TARGETS)

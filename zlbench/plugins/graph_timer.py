@@ -27,9 +27,10 @@ import warnings
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, List, Optional
 
-from zlbench.plugins import print_line, row_context
+from zlbench.plugins import print_line
 from zlbench.plugins.direct_timer import (DirectSettings, DirectTimer, RowRecorder, TimerSession,
                                           call_options)
+from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
     Measured,
     clear_grads,
@@ -239,8 +240,9 @@ def graph_bench(fn: Callable, warmup_ms: float, rep_ms: float, grad_to_none,
 # --- the plugin ------------------------------------------------------------------------
 
 class GraphTimer:
-    def __init__(self, settings: DirectSettings, recorder: RowRecorder):
-        self.direct = DirectTimer(settings, recorder)
+    def __init__(self, settings: DirectSettings, recorder: RowRecorder, row_context: RowContext):
+        self.row_context = row_context
+        self.direct = DirectTimer(settings, recorder, row_context)
         self.recorder = recorder
         self.row_modes: Dict[int, set] = {}
         self.timings_graph = 0
@@ -248,7 +250,7 @@ class GraphTimer:
         self.fallbacks: List[dict] = []
 
     def measure(self, original: Callable, fn: Callable, args: tuple, kwargs: dict) -> Any:
-        timing = row_context.current()
+        timing = self.row_context.current()
         opts = call_options(original, fn, args, kwargs)
         self.recorder.start()
         try:
@@ -293,9 +295,5 @@ class GraphTimer:
         }
 
 
-_session = TimerSession(PLUGIN, GraphTimer, GRAPH_TARGETS)
-pytest_configure = _session.pytest_configure
-pytest_collection_finish = _session.pytest_collection_finish
-pytest_runtest_logfinish = _session.pytest_runtest_logfinish
-pytest_terminal_summary = _session.pytest_terminal_summary
-pytest_unconfigure = _session.pytest_unconfigure
+def pytest_configure(config) -> None:
+    TimerSession.install(config, PLUGIN, GraphTimer, GRAPH_TARGETS)

@@ -4,13 +4,13 @@ Loaded with ``-p zlbench.plugins.parallel_warmup``; a silent no-op unless both
 ZL_RUN_DIR and PARALLEL_WARMUP_GPUS=N (N >= 1) are set.
 
 At pytest_configure, before any Benchmark exists, it resolves the shape keys the
-selected tests read (zlbench.warmup), splits their shapes round-robin into N shard
+selected tests read (zlbench.autotune_sweep), splits their shapes round-robin into N shard
 shape files and runs N copies of this pytest invocation at once, shard i on device i
 of ZL_WARMUP_DEVICES, each in record mode into ``$ZL_RUN_DIR/warmup/shard-<i>/``.
 When every shard exits 0 it merges their records into ``warmup/merged/`` and switches
-this process to replay them (ZL_AUTOTUNE_MODE=replay, REPLAY_FROM), so the serial
+this process to replay them (``config.stash[PARALLEL_WARMUP_REPLAY]``), so the serial
 measurement that follows times the same configs without tuning. That is why its
-pytest_configure is ``tryfirst``: zlbench.plugins.autotune reads those variables in
+pytest_configure is ``tryfirst``: zlbench.plugins.autotune reads that stash key in
 its own pytest_configure.
 
 Otherwise it prints ``PARALLEL_WARMUP_REFUSED reason=...`` and a line saying why, and
@@ -36,13 +36,14 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import pytest
 
-from zlbench import proc, rundir
+from zlbench import knobs, proc, rundir
 from zlbench.plugins import print_line, run_dir, write_plugin_json
+from zlbench.plugins.keys import PARALLEL_WARMUP_REPLAY
 
 if TYPE_CHECKING:
-    from zlbench import warmup
+    from zlbench import autotune_sweep
 
-# yaml, zlbench.warmup (corpus.scan, corpus.tree) and corpus.shapes are imported only once the
+# yaml, zlbench.autotune_sweep (corpus.scan, corpus.tree) and corpus.shapes are imported only once the
 # plugin is on: it is loaded into every benchmark process and is off in most of them.
 
 PLUGIN = "parallel_warmup"
@@ -51,27 +52,16 @@ GRACE_S = 5.0
 _CONFLICTS_KEPT = 50
 
 
-def parse_gpus(text: Optional[str]) -> int:
-    """PARALLEL_WARMUP_GPUS: unset or empty is 0 (off)."""
-    value = (text or "").strip()
-    if not value:
-        return 0
-    n = int(value)
-    if n < 0:
-        raise ValueError(f"PARALLEL_WARMUP_GPUS={text!r}: expected N >= 0")
-    return n
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config) -> None:
     try:
-        n = parse_gpus(os.environ.get("PARALLEL_WARMUP_GPUS"))
-    except ValueError as e:
+        n = knobs.env_value("parallel_warmup_gpus")
+    except knobs.KnobError as e:
         raise pytest.UsageError(str(e))
     root = run_dir()
     if not n or root is None:
         return
-    from zlbench import warmup
+    from zlbench import autotune_sweep
 
     report: Dict[str, Any] = {"n": n, "refused": None}
     try:
@@ -81,8 +71,8 @@ def pytest_configure(config) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)  # die as the signal meant, shards reaped
         raise
-    except Exception as e:  # a broken warmup must not cost the measurement
-        _refuse(report, warmup.Refusal(warmup.WARMUP_ERROR, {"error": type(e).__name__},
+    except Exception as e:  # a broken parallel warmup must not cost the measurement
+        _refuse(report, autotune_sweep.Refusal(autotune_sweep.WARMUP_ERROR, {"error": type(e).__name__},
                                        f"{type(e).__name__}: {e}"))
     except BaseException:
         _finish(report, "interrupted")
@@ -99,25 +89,25 @@ def _finish(report: Dict[str, Any], refused: str) -> None:
 
 def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
     """Run the sharded sweep and switch this process to replay, or refuse. Fills report."""
-    from zlbench import warmup
+    from zlbench import autotune_sweep
     from zlbench.corpus.shapes import ShapeFileError, load_shape_file
 
     environ = os.environ
     cwd = Path(config.invocation_params.dir)
     raw = [str(a) for a in config.invocation_params.args]
-    level = getattr(config.option, "level", None) or warmup.option_value(raw, "--level")
+    level = getattr(config.option, "level", None) or autotune_sweep.option_value(raw, "--level")
     shape_file = _shape_file(config, raw, cwd)
-    visible_key, pool = warmup.device_pool(environ)
+    visible_key, pool = autotune_sweep.device_pool(environ)
     report.update(level=level, shape_file=str(shape_file), visible_key=visible_key,
                   device_pool=pool)
     try:
         shapes = load_shape_file(shape_file)
     except ShapeFileError as e:
-        return _refuse(report, warmup.Refusal(warmup.NO_SHAPE_KEY, {"shape_file": shape_file}, str(e)))
+        return _refuse(report, autotune_sweep.Refusal(autotune_sweep.NO_SHAPE_KEY, {"shape_file": shape_file}, str(e)))
 
-    resolutions = warmup.resolve_keys(cwd, [str(a) for a in config.args],
+    resolutions = autotune_sweep.resolve_keys(cwd, [str(a) for a in config.args],
                                       config.option.markexpr or "", shapes)
-    by_key = warmup.shapes_by_key(resolutions, shapes)
+    by_key = autotune_sweep.shapes_by_key(resolutions, shapes)
     report.update(
         resolutions=[r.to_json() for r in resolutions],
         resolved_keys=list(by_key),
@@ -125,13 +115,13 @@ def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
     )
     for res in resolutions:
         print_line(_resolution_line(res))
-    refusal = warmup.refusal_before_launch(level, environ.get("ZL_AUTOTUNE_MODE", "record"),
+    refusal = autotune_sweep.refusal_before_launch(level, environ.get("ZL_AUTOTUNE_MODE", "record"),
                                            environ.get("REPLAY_FROM"), resolutions, by_key)
     if refusal:
         return _refuse(report, refusal)
 
-    shards = warmup.plan_shards(by_key, n)
-    devices = warmup.shard_devices(pool, len(shards))
+    shards = autotune_sweep.plan_shards(by_key, n)
+    devices = autotune_sweep.shard_devices(pool, len(shards))
     if len(shards) < n:
         print_line(f"WARNING: parallel warmup: only {len(shards)} shapes to split; "
                    f"{len(shards)} shards instead of {n}")
@@ -141,7 +131,7 @@ def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
     report.update(shards=len(shards), devices=devices,
                   shapes_per_shard=[{k: len(v) for k, v in s.items()} for s in shards])
 
-    warm_dir = rundir.warmup_dir(root)
+    warm_dir = rundir.parallel_warmup_dir(root)
     shutil.rmtree(warm_dir, ignore_errors=True)  # a retry must not merge stale records
     fast = hasattr(config.option, "warmup") and hasattr(config.option, "iter")
     jobs = [_prepare(i, warm_dir, shapes, subsets, raw, fast, visible_key, devices[i])
@@ -157,29 +147,28 @@ def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
         f"parallel warmup: shard {i} (device {devices[i] or '-'}) exited {rc} "
         f"after {time.monotonic() - started:.1f} s"))
     report.update(shard_exit_codes=rcs, sweep_wall_s=round(time.monotonic() - started, 3))
-    failure = warmup.first_failure(rcs, [j["log"] for j in jobs])
+    failure = autotune_sweep.first_failure(rcs, [j["log"] for j in jobs])
     if failure:
         return _refuse(report, failure)
-    _adopt_merged(jobs, warm_dir, report)
+    _adopt_merged(config, jobs, warm_dir, report)
 
 
-def _adopt_merged(jobs: Sequence[Dict[str, Any]], warm_dir: Path, report: Dict[str, Any]) -> None:
+def _adopt_merged(config, jobs: Sequence[Dict[str, Any]], warm_dir: Path, report: Dict[str, Any]) -> None:
     """Merge the shards' records and make this process's autotune plugin replay them."""
-    from zlbench import warmup
+    from zlbench import autotune_sweep
 
-    merge = warmup.load_and_merge([rundir.records_dir(j["dir"]) for j in jobs])
+    merge = autotune_sweep.load_and_merge([rundir.records_dir(j["dir"]) for j in jobs])
     report.update(merged_keys=merge.keys, merged_kernels=len(merge.records),
                   conflicts=len(merge.conflicts),
                   conflicting_keys=[f"{k} {kid}" for k, kid in merge.conflicts[:_CONFLICTS_KEPT]])
-    refusal = warmup.refusal_after_merge(merge)
+    refusal = autotune_sweep.refusal_after_merge(merge)
     if refusal:
         return _refuse(report, refusal)
-    merged = warmup.write_merged(merge, rundir.merged_dir(warm_dir))
+    merged = autotune_sweep.write_merged(merge, rundir.merged_dir(warm_dir))
     print_line(f"parallel warmup: merged {merge.keys} keys in {len(merge.records)} kernels "
                f"from {len(jobs)} shards in {report['sweep_wall_s']:.1f} s; replaying {merged}")
     print_line(merge.warning())
-    os.environ["ZL_AUTOTUNE_MODE"] = "replay"
-    os.environ["REPLAY_FROM"] = str(merged)
+    config.stash[PARALLEL_WARMUP_REPLAY] = merged
     report["merged_dir"] = str(merged)
 
 
@@ -187,25 +176,25 @@ def _prepare(i: int, warm_dir: Path, shapes: Dict[str, Any], subsets, raw: List[
              visible_key: Optional[str], device: Optional[str]) -> Dict[str, Any]:
     import yaml
 
-    from zlbench import warmup
+    from zlbench import autotune_sweep
 
     shard_dir = rundir.shard_dir(warm_dir, i)
     shard_dir.mkdir(parents=True)
     shape_path = rundir.shapes_path(shard_dir)
-    shape_path.write_text(yaml.safe_dump(warmup.shard_shape_data(shapes, subsets), sort_keys=False))
-    env = warmup.shard_env(os.environ, shard_dir, visible_key, device)
-    db_dir = warmup.sqlite_dir(env)
+    shape_path.write_text(yaml.safe_dump(autotune_sweep.shard_shape_data(shapes, subsets), sort_keys=False))
+    env = autotune_sweep.shard_env(os.environ, shard_dir, visible_key, device)
+    db_dir = autotune_sweep.sqlite_dir(env)
     if db_dir is not None:
         db_dir.mkdir(parents=True, exist_ok=True)
     return {
         "dir": shard_dir,
         "log": shard_dir / rundir.SHARD_LOG,
-        "cmd": [sys.executable, "-m", "pytest", *warmup.shard_args(raw, shape_path, fast)],
+        "cmd": [sys.executable, "-m", "pytest", *autotune_sweep.shard_args(raw, shape_path, fast)],
         "env": env,
     }
 
 
-def _refuse(report: Dict[str, Any], refusal: warmup.Refusal) -> None:
+def _refuse(report: Dict[str, Any], refusal: autotune_sweep.Refusal) -> None:
     report["refused"] = refusal.reason
     report["refused_detail"] = refusal.detail
     print_line(refusal.marker())
@@ -214,17 +203,17 @@ def _refuse(report: Dict[str, Any], refusal: warmup.Refusal) -> None:
 
 
 def _shape_file(config, raw: Sequence[str], cwd: Path) -> Path:
-    from zlbench import warmup
+    from zlbench import autotune_sweep
     from zlbench.corpus.layout import upstream_shape_file
 
-    given = warmup.option_value(raw, "--shape_file")
+    given = autotune_sweep.option_value(raw, "--shape_file")
     if given:
         return (cwd / given) if not Path(given).is_absolute() else Path(given)
     default = getattr(config.option, "shape_file", None)
     return Path(default) if default else upstream_shape_file(cwd)
 
 
-def _resolution_line(res: warmup.Resolution) -> str:
+def _resolution_line(res: autotune_sweep.Resolution) -> str:
     tried = ", ".join(res.candidates_tried) or "-"
     if res.key:
         return f"parallel warmup: shape key {res.key} for {res.test} (tried {tried})"
@@ -233,7 +222,7 @@ def _resolution_line(res: warmup.Resolution) -> str:
     return f"parallel warmup: no shape key for {res.test} (tried {tried}){_why(res)}"
 
 
-def _why(res: warmup.Resolution) -> str:
+def _why(res: autotune_sweep.Resolution) -> str:
     return f": {res.problem}" if res.problem else ""
 
 

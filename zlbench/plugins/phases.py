@@ -18,7 +18,8 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 from ..markers import RUN_PHASE, format_marker
-from . import print_line, row_context, run_dir, write_plugin_json
+from . import print_line, run_dir, write_plugin_json
+from .keys import ROW_LISTENERS
 
 PLUGIN = "phases"
 # Order in which the phases happen; a later one implies the earlier ones ran.
@@ -26,6 +27,9 @@ PHASES = ("session_start", "collected", "first_row", "session_finish")
 
 
 class PhaseClock:
+    """The phase times of this process; registered with pytest's plugin manager (and on
+    ``config.stash[CLOCK]``) when a run dir is given."""
+
     def __init__(self) -> None:
         self.times: Dict[str, float] = {}
         self.rows = 0
@@ -48,6 +52,25 @@ class PhaseClock:
         if side != "torch":   # the library's side is where compile and autotune happen
             self.mark("first_row")
         self.write()
+
+    # -- hooks (the clock is a registered plugin)
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self) -> None:
+        self.mark("session_start")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self) -> None:
+        self.mark("collected")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self) -> None:
+        self.mark("session_finish")
+
+    def pytest_unconfigure(self, config) -> None:
+        listeners = config.stash.get(ROW_LISTENERS, [])
+        if self.on_row in listeners:
+            listeners.remove(self.on_row)
+        self.active = False
 
     def write(self) -> None:
         write_plugin_json(PLUGIN, {
@@ -74,33 +97,16 @@ def loaded_plugins(config) -> Dict[str, Any]:
             "distributions": dists, "modules": modules}
 
 
-_clock = PhaseClock()
+CLOCK = pytest.StashKey[PhaseClock]()
 
 
 def pytest_configure(config) -> None:
     if run_dir() is None:
         return
-    _clock.active = True
-    _clock.plugins = loaded_plugins(config)
-    row_context.after_latency.append(_clock.on_row)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session) -> None:
-    _clock.mark("session_start")
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_finish(session) -> None:
-    _clock.mark("collected")
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session, exitstatus) -> None:
-    _clock.mark("session_finish")
-
-
-def pytest_unconfigure(config) -> None:
-    if _clock.on_row in row_context.after_latency:
-        row_context.after_latency.remove(_clock.on_row)
-    _clock.active = False
+    clock = PhaseClock()
+    clock.active = True
+    clock.plugins = loaded_plugins(config)
+    # The timer plugin's row context (configured after this one) calls these.
+    config.stash.setdefault(ROW_LISTENERS, []).append(clock.on_row)
+    config.stash[CLOCK] = clock
+    config.pluginmanager.register(clock, "zlbench-phases")

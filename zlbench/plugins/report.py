@@ -13,6 +13,8 @@ import os
 import sys
 from typing import List, Optional, Tuple
 
+import pytest
+
 from zlbench.corpus import table as fg_table
 from zlbench.markers import parse_marker
 from zlbench.plugins import run_dir
@@ -154,20 +156,20 @@ def wants_pretty(config, stdout=None) -> bool:
     )
 
 
-_stream: Optional[PrettyStream] = None
+STREAM = pytest.StashKey[PrettyStream]()
 
 
 def pytest_configure(config):
-    global _stream
     if wants_pretty(config):
-        _stream = PrettyStream(sys.stdout)
-        sys.stdout = _stream
+        stream = PrettyStream(sys.stdout)
+        config.stash[STREAM] = stream
+        sys.stdout = stream
 
 
 def pytest_unconfigure(config):
-    global _stream
-    if _stream is not None:
-        _stream.close_out()
-        if sys.stdout is _stream:
-            sys.stdout = _stream.inner
-        _stream = None
+    stream = config.stash.get(STREAM, None)
+    if stream is not None:
+        stream.close_out()
+        if sys.stdout is stream:
+            sys.stdout = stream.inner
+        del config.stash[STREAM]

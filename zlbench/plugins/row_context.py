@@ -15,18 +15,19 @@ from __future__ import annotations
 import functools
 import itertools
 import sys
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
-from zlbench.timing import Row
+from zlbench.corpus.layout import BENCHMARK_BASE_MODULES
+from zlbench.timing import TimedRow
 
-BASE_MODULES = ("benchmark.base", "benchmark.performance_utils", "flaggems_benchmark.base")
+BASE_MODULES = BENCHMARK_BASE_MODULES
 WRAPPED_METHODS = ("get_input_iter", "record_shapes", "get_latency")
 _MARK = "__zl_row_context__"
 
 
 class Timing(NamedTuple):
     row_id: int
-    row: Row
+    row: TimedRow
 
 
 class _RowState:
@@ -36,29 +37,6 @@ class _RowState:
         self.row_id = row_id
         self.shape = shape
         self.calls = 0
-
-
-_row_ids = itertools.count(1)
-_current: Optional[Timing] = None
-_latency_depth = 0
-_shape_depth = 0
-_timed_in_call = False
-_installed: List[Tuple[type, str, Any]] = []
-_subclass_hooks: List[Tuple[type, Any]] = []
-stats: Dict[str, int] = {"latency_calls": 0, "latency_calls_untimed": 0}
-# Called with the Timing after every get_latency call (the phases plugin counts rows).
-after_latency: List[Any] = []
-
-
-def current() -> Optional[Timing]:
-    """The row being timed, or None outside ``Benchmark.get_latency``."""
-    return _current
-
-
-def mark_timed() -> None:
-    """A timer measured the current get_latency call (see ``stats``)."""
-    global _timed_in_call
-    _timed_in_call = True
 
 
 # --- pure helpers ---------------------------------------------------------------------
@@ -98,93 +76,6 @@ def side_for_call(index: int, metrics: Optional[Iterable[str]]) -> str:
     return sides[index] if index < len(sides) else f"call{index + 1}"
 
 
-# --- the row of one get_latency call ----------------------------------------------------
-
-def _row_for_call(bench: Any, args: tuple, kwargs: dict) -> Timing:
-    state = bench.__dict__.get("_zl_row")
-    if state is None:
-        # No record_shapes call seen for this instance: derive the shape the same way.
-        try:
-            shape = str(bench.record_shapes(*args, **kwargs))
-        except Exception:
-            shape = None
-        auto = bench.__dict__.get("_zl_auto_row")
-        limit = len(sides_for(getattr(bench, "to_bench_metrics", None)))
-        if auto is None or auto.shape != shape or auto.calls >= limit:
-            auto = _RowState(next(_row_ids), shape)
-            bench.__dict__["_zl_auto_row"] = auto
-        state = auto
-    side = side_for_call(state.calls, getattr(bench, "to_bench_metrics", None))
-    state.calls += 1
-    dtype = bench.__dict__.get("_zl_dtype")
-    source = None
-    if dtype is None:
-        dtype = first_tensor_dtype(args, kwargs)
-        source = "guess" if dtype else "unknown"
-    op = getattr(bench, "op_name", None)
-    return Timing(state.row_id, Row(op, dtype, state.shape, side, source))
-
-
-def _wrap_get_input_iter(original):
-    @functools.wraps(original)
-    def get_input_iter(self, *args, **kwargs):
-        value = args[0] if args else next(iter(kwargs.values()), None)
-        text = dtype_text(value)
-        if text is not None:
-            self.__dict__["_zl_dtype"] = text
-        return original(self, *args, **kwargs)
-
-    return get_input_iter
-
-
-def _wrap_record_shapes(original):
-    @functools.wraps(original)
-    def record_shapes(self, *args, **kwargs):
-        global _shape_depth
-        _shape_depth += 1
-        try:
-            result = original(self, *args, **kwargs)
-        finally:
-            _shape_depth -= 1
-        # The outermost call outside get_latency is the one whose text is printed.
-        if _shape_depth == 0 and _latency_depth == 0:
-            self.__dict__["_zl_row"] = _RowState(next(_row_ids), str(result))
-        return result
-
-    return record_shapes
-
-
-def _wrap_get_latency(original):
-    @functools.wraps(original)
-    def get_latency(self, op, *args, **kwargs):
-        global _current, _latency_depth, _timed_in_call
-        if _latency_depth:
-            # A subclass override calling super().get_latency: same timing call.
-            return original(self, op, *args, **kwargs)
-        _latency_depth = 1
-        previous, _timed_in_call = _current, False
-        timing = None
-        try:
-            _current = timing = _row_for_call(self, args, kwargs)
-            stats["latency_calls"] += 1
-            return original(self, op, *args, **kwargs)
-        finally:
-            if not _timed_in_call:
-                stats["latency_calls_untimed"] += 1
-            _current, _latency_depth = previous, 0
-            for listener in after_latency:
-                listener(timing)
-
-    return get_latency
-
-
-_WRAPPERS = {
-    "get_input_iter": _wrap_get_input_iter,
-    "record_shapes": _wrap_record_shapes,
-    "get_latency": _wrap_get_latency,
-}
-
-
 # --- installing the wrappers ------------------------------------------------------------
 
 def is_benchmark_base(obj: Any) -> bool:
@@ -212,17 +103,6 @@ def find_benchmark_bases(modules: Optional[Dict[str, Any]] = None) -> List[type]
     return found
 
 
-def _wrap_class(cls: type) -> None:
-    for name in WRAPPED_METHODS:
-        original = cls.__dict__.get(name)
-        if original is None or getattr(original, _MARK, False) or not callable(original):
-            continue
-        wrapped = _WRAPPERS[name](original)
-        setattr(wrapped, _MARK, True)
-        setattr(cls, name, wrapped)
-        _installed.append((cls, name, original))
-
-
 def _all_subclasses(base: type) -> List[type]:
     out, stack = [], [base]
     while stack:
@@ -233,44 +113,162 @@ def _all_subclasses(base: type) -> List[type]:
     return out
 
 
-def _hook_subclass_creation(base: type) -> None:
-    """Wrap classes defined later too (FlagGems defines some inside test functions)."""
-    if any(b is base for b, _ in _subclass_hooks):
-        return
-    previous = base.__dict__.get("__init_subclass__")
+class RowContext:
+    """The row being timed in this process: what the wrapped Benchmark methods share.
 
-    def __init_subclass__(cls, **kwargs):
-        if previous is not None:
-            previous.__get__(None, cls)(**kwargs)
-        else:
-            super(base, cls).__init_subclass__(**kwargs)
-        _wrap_class(cls)
+    A timer session owns one (and puts it on ``config.stash[ROW_CONTEXT]`` for the
+    autotune plugin); ``install`` wraps the Benchmark classes, ``uninstall`` restores them.
+    """
 
-    base.__init_subclass__ = classmethod(__init_subclass__)
-    _subclass_hooks.append((base, previous))
+    def __init__(self, after_latency: Optional[List[Callable[[Optional[Timing]], None]]] = None) -> None:
+        # Called with the Timing after every get_latency call (the phases plugin counts rows).
+        self.after_latency = after_latency if after_latency is not None else []
+        self._row_ids = itertools.count(1)
+        self._current: Optional[Timing] = None
+        self._latency_depth = 0
+        self._shape_depth = 0
+        self._timed_in_call = False
+        self._installed: List[Tuple[type, str, Any]] = []
+        self._subclass_hooks: List[Tuple[type, Any]] = []
+        self.stats: Dict[str, int] = {"latency_calls": 0, "latency_calls_untimed": 0}
 
+    def current(self) -> Optional[Timing]:
+        """The row being timed, or None outside ``Benchmark.get_latency``."""
+        return self._current
 
-def install(modules: Optional[Dict[str, Any]] = None) -> List[type]:
-    """Wrap every Benchmark class found; returns the base classes (empty if none)."""
-    bases = find_benchmark_bases(modules)
-    for base in bases:
-        for cls in _all_subclasses(base):
-            _wrap_class(cls)
-        _hook_subclass_creation(base)
-    return bases
+    def mark_timed(self) -> None:
+        """A timer measured the current get_latency call (see ``stats``)."""
+        self._timed_in_call = True
 
+    # -- the row of one get_latency call
 
-def uninstall() -> None:
-    global _current, _latency_depth, _shape_depth
-    while _installed:
-        cls, name, original = _installed.pop()
-        setattr(cls, name, original)
-    while _subclass_hooks:
-        base, previous = _subclass_hooks.pop()
-        if previous is None:
-            del base.__init_subclass__
-        else:
-            base.__init_subclass__ = previous
-    _current, _latency_depth, _shape_depth = None, 0, 0
-    for key in stats:
-        stats[key] = 0
+    def _row_for_call(self, bench: Any, args: tuple, kwargs: dict) -> Timing:
+        state = bench.__dict__.get("_zl_row")
+        if state is None:
+            # No record_shapes call seen for this instance: derive the shape the same way.
+            try:
+                shape = str(bench.record_shapes(*args, **kwargs))
+            except Exception:
+                shape = None
+            auto = bench.__dict__.get("_zl_auto_row")
+            limit = len(sides_for(getattr(bench, "to_bench_metrics", None)))
+            if auto is None or auto.shape != shape or auto.calls >= limit:
+                auto = _RowState(next(self._row_ids), shape)
+                bench.__dict__["_zl_auto_row"] = auto
+            state = auto
+        side = side_for_call(state.calls, getattr(bench, "to_bench_metrics", None))
+        state.calls += 1
+        dtype = bench.__dict__.get("_zl_dtype")
+        source = None
+        if dtype is None:
+            dtype = first_tensor_dtype(args, kwargs)
+            source = "guess" if dtype else "unknown"
+        op = getattr(bench, "op_name", None)
+        return Timing(state.row_id, TimedRow(op, dtype, state.shape, side, source))
+
+    def _wrap_get_input_iter(self, original):
+        @functools.wraps(original)
+        def get_input_iter(bench, *args, **kwargs):
+            value = args[0] if args else next(iter(kwargs.values()), None)
+            text = dtype_text(value)
+            if text is not None:
+                bench.__dict__["_zl_dtype"] = text
+            return original(bench, *args, **kwargs)
+
+        return get_input_iter
+
+    def _wrap_record_shapes(self, original):
+        ctx = self
+
+        @functools.wraps(original)
+        def record_shapes(bench, *args, **kwargs):
+            ctx._shape_depth += 1
+            try:
+                result = original(bench, *args, **kwargs)
+            finally:
+                ctx._shape_depth -= 1
+            # The outermost call outside get_latency is the one whose text is printed.
+            if ctx._shape_depth == 0 and ctx._latency_depth == 0:
+                bench.__dict__["_zl_row"] = _RowState(next(ctx._row_ids), str(result))
+            return result
+
+        return record_shapes
+
+    def _wrap_get_latency(self, original):
+        ctx = self
+
+        @functools.wraps(original)
+        def get_latency(bench, op, *args, **kwargs):
+            if ctx._latency_depth:
+                # A subclass override calling super().get_latency: same timing call.
+                return original(bench, op, *args, **kwargs)
+            ctx._latency_depth = 1
+            previous, ctx._timed_in_call = ctx._current, False
+            timing = None
+            try:
+                ctx._current = timing = ctx._row_for_call(bench, args, kwargs)
+                ctx.stats["latency_calls"] += 1
+                return original(bench, op, *args, **kwargs)
+            finally:
+                if not ctx._timed_in_call:
+                    ctx.stats["latency_calls_untimed"] += 1
+                ctx._current, ctx._latency_depth = previous, 0
+                for listener in ctx.after_latency:
+                    listener(timing)
+
+        return get_latency
+
+    # -- installing the wrappers
+
+    def _wrap_class(self, cls: type) -> None:
+        wrappers = {"get_input_iter": self._wrap_get_input_iter,
+                    "record_shapes": self._wrap_record_shapes,
+                    "get_latency": self._wrap_get_latency}
+        for name in WRAPPED_METHODS:
+            original = cls.__dict__.get(name)
+            if original is None or getattr(original, _MARK, False) or not callable(original):
+                continue
+            wrapped = wrappers[name](original)
+            setattr(wrapped, _MARK, True)
+            setattr(cls, name, wrapped)
+            self._installed.append((cls, name, original))
+
+    def _hook_subclass_creation(self, base: type) -> None:
+        """Wrap classes defined later too (FlagGems defines some inside test functions)."""
+        if any(b is base for b, _ in self._subclass_hooks):
+            return
+        previous = base.__dict__.get("__init_subclass__")
+        wrap_class = self._wrap_class
+
+        def __init_subclass__(cls, **kwargs):
+            if previous is not None:
+                previous.__get__(None, cls)(**kwargs)
+            else:
+                super(base, cls).__init_subclass__(**kwargs)
+            wrap_class(cls)
+
+        base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[method-assign,assignment]
+        self._subclass_hooks.append((base, previous))
+
+    def install(self, modules: Optional[Dict[str, Any]] = None) -> List[type]:
+        """Wrap every Benchmark class found; returns the base classes (empty if none)."""
+        bases = find_benchmark_bases(modules)
+        for base in bases:
+            for cls in _all_subclasses(base):
+                self._wrap_class(cls)
+            self._hook_subclass_creation(base)
+        return bases
+
+    def uninstall(self) -> None:
+        while self._installed:
+            cls, name, original = self._installed.pop()
+            setattr(cls, name, original)
+        while self._subclass_hooks:
+            base, previous = self._subclass_hooks.pop()
+            if previous is None:
+                del base.__init_subclass__
+            else:
+                base.__init_subclass__ = previous  # type: ignore[method-assign]
+        self._current, self._latency_depth, self._shape_depth = None, 0, 0
+        for key in self.stats:
+            self.stats[key] = 0

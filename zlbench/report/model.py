@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from zlbench import rundir
+from zlbench import backends, rundir
 from zlbench.batch.classify import BAD, NOT_RUN, STATUSES, count_statuses
 from zlbench.batch.driver import load_plan
 from zlbench.batch.state import BatchError, tail_lines
@@ -28,7 +28,7 @@ from zlbench.summary.tables import marker_text
 # Lines of an operator's last attempt log shown under a failure.
 TAIL_LINES = 40
 VERSION_KEYS = ("flag_gems", "triton", "torch", "python", "pytest", "corpus", "flagtree",
-                "torch_musa", "torch_npu")
+                *backends.union("torch_extensions"))
 
 
 @dataclass

@@ -41,7 +41,7 @@ class RunPlan:
     replay_from: Optional[Path]
     provider_versions: Dict[str, str]
     # Parallel warmup only: visibility values of the caller's devices, the run's own first.
-    warmup_pool: List[str] = field(default_factory=list)
+    parallel_warmup_pool: List[str] = field(default_factory=list)
 
     @property
     def autotune_mode(self) -> str:
@@ -76,7 +76,7 @@ def plan_run(settings: knobs.Settings, environ=os.environ) -> RunPlan:
     timer = backends.choose_timer(backend, settings.enable_cudagraph)
     plugins = backends.plugin_plan(backend, settings.enable_cudagraph)
     check_plugins_importable(plugins)
-    pool = (warmup_pool(found[0], backend.devices(environ, probed=probed))
+    pool = (parallel_warmup_pool(found[0], backend.devices(environ, probed=probed))
             if settings.parallel_warmup_gpus else [])
     return RunPlan(settings, backend, found[0], target, timer, plugins, shape_file, replay_from,
                    provider.versions(), pool)
@@ -142,8 +142,8 @@ def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, 
     if plan.backend.run_env is not None:
         env.update(plan.backend.run_env(s.values))
     env["PYTHONPATH"] = proc.importable_pythonpath(env.get("PYTHONPATH"))
-    if plan.warmup_pool:
-        env["ZL_WARMUP_DEVICES"] = ",".join(plan.warmup_pool)
+    if plan.parallel_warmup_pool:
+        env["ZL_WARMUP_DEVICES"] = ",".join(plan.parallel_warmup_pool)
     if plan.replay_from:
         env["REPLAY_FROM"] = str(plan.replay_from)
     else:
@@ -151,7 +151,7 @@ def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, 
     return env
 
 
-def warmup_pool(own_device: Device, every: List[Device]) -> List[str]:
+def parallel_warmup_pool(own_device: Device, every: List[Device]) -> List[str]:
     """Visibility values of the caller's devices, the run's own first: parallel warmup
     shard i runs on entry i, so a caller who chose 6,7 is never moved to 0,1."""
     own = own_device.visible or own_device.index

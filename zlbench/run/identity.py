@@ -8,9 +8,12 @@ import time
 from importlib import metadata
 from typing import Dict, Optional
 
-# Distributions whose versions define a measurement. flagtree is how several vendors
-# ship triton; we never import any of these here.
-VERSIONED = ("torch", "triton", "flagtree", "flag_gems", "torch_musa", "torch_npu", "pytest")
+from .. import backends
+
+# Distributions whose versions define a measurement, with each backend's torch
+# extension (backends/<vendor>.py). flagtree is how several vendors ship triton; we
+# never import any of these here.
+VERSIONED = ("torch", "triton", "flagtree", "flag_gems", *backends.union("torch_extensions"), "pytest")
 
 
 def package_versions() -> Dict[str, Optional[str]]:

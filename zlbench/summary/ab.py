@@ -15,7 +15,7 @@ from zlbench.summary.caliber import CaliberReport, compare_run_pairs
 from zlbench.summary.parse import Row
 from zlbench.summary.rows import Summary, summarize
 from zlbench.summary.sources import RunLog
-from zlbench.summary.stats import geomean, quantile
+from zlbench.stats import geomean, quantile
 from zlbench.summary.verdict import (DEFAULT_NOISE_FLOOR, FASTER, SAME, SLOWER, UNKNOWN,
                                      VERDICTS, Verdict, verdict)
 

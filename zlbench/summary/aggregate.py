@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 from zlbench.summary.parse import Row
-from zlbench.summary.stats import geomean
+from zlbench.stats import geomean
 
 
 @dataclass

@@ -25,7 +25,7 @@ def _write(path: Path, text: str, flag_hint: str) -> None:
         raise click.ClickException(f"cannot write {path}: {e.strerror}; {flag_hint}") from None
 
 
-def _summarize(path: str) -> Summary:
+def _load_summary(path: str) -> Summary:
     try:
         return summarize(path)
     except SummaryInputError as e:
@@ -33,7 +33,7 @@ def _summarize(path: str) -> Summary:
 
 
 def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
-    summary = _summarize(path)
+    summary = _load_summary(path)
     target = Path(out) if out else summary.root / rundir.SUMMARY_CSV
     csv_text = render_csv(summary)
     _write(target, csv_text, "choose another file with --out FILE")
@@ -59,7 +59,7 @@ def check_caliber(result: ABResult, allow_mismatch: bool) -> List[str]:
     return warning
 
 
-def run_ab(a: str, b: str, fmt_name: str, out: Optional[str], plot: Optional[str],
+def print_ab(a: str, b: str, fmt_name: str, out: Optional[str], plot: Optional[str],
            allow_mismatch: bool, noise_floor_pct: float = DEFAULT_NOISE_FLOOR * 100) -> None:
     if plot:
         # Fail before the work when the picture cannot be drawn.
@@ -67,7 +67,7 @@ def run_ab(a: str, b: str, fmt_name: str, out: Optional[str], plot: Optional[str
             pyplot()
         except PlotUnavailable as e:
             raise click.ClickException(str(e)) from None
-    result = pair_summaries(_summarize(a), _summarize(b), noise_floor_pct / 100.0)
+    result = pair_summaries(_load_summary(a), _load_summary(b), noise_floor_pct / 100.0)
     warning = check_caliber(result, allow_mismatch)
     if warning and fmt_name in ("csv", "json"):
         # table and markdown open with these lines; machine formats keep stdout clean.
@@ -120,5 +120,5 @@ def summary_command(path: Optional[str], ab: Optional[Tuple[str, str]], fmt_name
                                    "--ab A B")
         run_summary(path, fmt_name, out)
         return
-    run_ab(ab[0], ab[1], fmt_name, out, plot, allow_caliber_mismatch,
+    print_ab(ab[0], ab[1], fmt_name, out, plot, allow_caliber_mismatch,
            DEFAULT_NOISE_FLOOR * 100 if noise_floor is None else noise_floor)

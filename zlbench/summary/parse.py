@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
 from zlbench import markers as marker_lines
+from zlbench import pytestlog
 from zlbench.corpus import table as fg_table
 from zlbench.markers import Marker
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-PYTEST_FAILED_RE = re.compile(r"^(?P<kind>FAILED|ERROR) (?P<node>\S+)(?: - (?P<msg>.*))?$")
-SESSION_END_RE = re.compile(r"^=+ (?P<text>.+ in [0-9.]+s\b.*?) =+$")
 # A marker may share its line with pytest's progress ("benchmark/test_x.py ", then "."
 # or "F" once a test ends); it is followed by key=value pairs or nothing, which keeps
 # source lines quoted in a traceback ("NAME = ...") from reading as markers.
@@ -45,8 +44,12 @@ class Row:
         self.op, self.dtype, self.mode, self.level = op, dtype, mode, level
         self.shape, self.status, self.line = shape, status, line
         self.key = (op, dtype, shape)
-        self.torch_ms = self.gems_ms = self.speedup = None
-        self.tflops = self.torch_gbps = self.gems_gbps = None
+        self.torch_ms: Optional[float] = None
+        self.gems_ms: Optional[float] = None
+        self.speedup: Optional[float] = None
+        self.tflops: Optional[float] = None
+        self.torch_gbps: Optional[float] = None
+        self.gems_gbps: Optional[float] = None
         self.timer = "unknown"
         self.markers: List[Marker] = []
         # Timed by the direct timer because graph capture failed for this row.
@@ -204,11 +207,11 @@ def _scan_outside_table(line: str, lineno: int, out: ParsedLog,
         issue("input_error", f"FlagGems could not build inputs for {bad_input['op']}: "
               f"{err}", lineno, op=bad_input["op"])
         return
-    failed = PYTEST_FAILED_RE.match(line)
+    failed = pytestlog.FAILED_RE.match(line)
     if failed and ("::" in failed["node"] or failed["node"].endswith(".py")):
         msg = f": {failed['msg']}" if failed["msg"] else ""
         issue("pytest_" + failed["kind"].lower(), f"{failed['node']}{msg}", lineno)
         return
-    end = SESSION_END_RE.match(line)
-    if end:
-        out.session_end = end["text"]
+    end = pytestlog.session_end(line)
+    if end is not None:
+        out.session_end = end

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from zlbench import rowstats
+from zlbench import rowstats, rundir
 from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, Marker
 from zlbench.summary.parse import Issue, ParsedLog, Row, parse_log
 from zlbench.summary.screen import Screen, read_screen
@@ -71,7 +71,7 @@ def attach_row_stats(rows: Sequence[Row], run_dir: Path, issues: List[Issue]) ->
     """Samples and spread per side from row_stats.jsonl; the n-th record of a key goes
     with the n-th printed row of that key (a row printed twice was timed twice)."""
     records, problems = rowstats.read(run_dir)
-    issues.extend(Issue("bad_row_stats", p, source=str(run_dir / rowstats.ROW_STATS))
+    issues.extend(Issue("bad_row_stats", p, source=str(rundir.row_stats_path(run_dir)))
                   for p in problems)
     if not records:
         return

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from . import autotune_records as ar
+from . import knobs
 from .backends.base import _split  # visibility lists parse as the backends parse them
 from .markers import PARALLEL_WARMUP_REFUSED, format_marker
 from .corpus.scan import find_construction, scan_module, shape_key_for
@@ -318,7 +319,7 @@ def shard_env(environ: Mapping[str, str], shard_dir: Path, visible_key: Optional
     if visible_key and device is not None:
         env[visible_key] = device
     isolated = environ.get("FLAGGEMS_CACHE_DIR")
-    if environ.get("ZL_ISOLATE_TUNER_CACHE") == "1" and isolated:
+    if knobs.env_value("isolate_tuner_cache", environ) and isolated:
         cache = Path(isolated) / f"warmup-{shard_dir.name}"
         env["FLAGGEMS_CACHE_DIR"] = str(cache)
         if environ.get("FLAGGEMS_DB_URL"):  # the URL wins over the dir inside FlagGems
