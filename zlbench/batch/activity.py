@@ -126,7 +126,7 @@ class Activity:
         """What it had done, for the reason of a stopped attempt."""
         now = time.monotonic()
         parts = [f"{self._rows} latency call(s) timed"]
-        if self.cache_changes:
+        if self.last_cache_change is not None:
             parts.append(f"kernel/tuner caches grew {self.cache_changes} time(s), last "
                          f"{now - self.last_cache_change:.0f} s before")
         parts.append(f"last progress {now - self.last_progress:.0f} s before")

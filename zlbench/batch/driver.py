@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -20,6 +21,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 from .. import backends, knobs, providers
 from ..backends import DeviceError
 from .. import proc, rundir
+from ..markers import WORKER_FORK_REFUSED, format_marker
 from .config import RUN_MODES, BatchConfig, BatchResult, default_run_command
 from .classify import BAD
 from .execute import BATCH_TAG, ExecContext, Stopper, child_environ, dtype_ladder, run_operator
@@ -402,6 +404,11 @@ def _worker_slots(config: BatchConfig, prep: _Prepared, devices: Sequence[str],
                   env: Mapping[str, str], batch_dir: Path, stopper: Stopper, log) -> Dict[str, WorkerSlot]:
     """Worker mode: one warm worker per device slot. Fresh mode: none."""
     if config.run_mode != "worker":
+        return {}
+    if not sys.platform.startswith("linux"):
+        # Waiting on a worker's child needs pidfds or /proc: Linux only.
+        log(format_marker(WORKER_FORK_REFUSED, reason="not_linux", detail=sys.platform)
+            + " (fresh processes for every operator)", show=True)
         return {}
     slots = {d: WorkerSlot(d, env, rundir.worker_log_dir(batch_dir), log, prep.corpus_root,
                            config.worker_max_ops, config.kill_grace_s, stopper.read_fd)

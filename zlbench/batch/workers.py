@@ -89,8 +89,10 @@ class Worker:
         with open(log_path, "ab") as log:
             # Its own session: Ctrl-C in the terminal does not reach it; the batch stops it.
             self.proc = proc.start(argv, env, subprocess.PIPE, stdin=subprocess.PIPE, stderr=log)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self.log_path = log_path
-        self.lines = _Lines(self.proc.stdout.fileno())
+        self.lines = _Lines(self.stdout.fileno())
         self.ops = 0
         self.ready: Optional[dict] = None
         self.announced = False
@@ -103,8 +105,8 @@ class Worker:
 
     def _send(self, **msg) -> None:
         try:
-            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
-            self.proc.stdin.flush()
+            self.stdin.write((json.dumps(msg) + "\n").encode())
+            self.stdin.flush()
         except (BrokenPipeError, ValueError, OSError) as e:
             raise WorkerGone(f"cannot write to the worker: {e}") from None
 
@@ -139,14 +141,14 @@ class Worker:
             else:
                 try:
                     self._send(cmd="exit")
-                    self.proc.stdin.close()
+                    self.stdin.close()
                 except (WorkerGone, OSError):
                     pass
                 try:
                     self.proc.wait(timeout=max(grace_s, 1.0))
                 except subprocess.TimeoutExpired:
                     proc.stop([self.proc], grace_s)
-        for stream in (self.proc.stdin, self.proc.stdout):
+        for stream in (self.stdin, self.stdout):
             try:
                 stream.close()
             except OSError:

@@ -247,11 +247,13 @@ class ForkedPytest:
                 self.returncode = os.waitstatus_to_exitcode(status)
             return self.returncode if self.returncode is not None else 1
         deadline = time.monotonic() + timeout
-        while self.poll() is None:
+        while True:
+            code = self.poll()
+            if code is not None:
+                return code
             if time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(["pytest"], timeout)
             time.sleep(0.02)
-        return self.returncode
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
