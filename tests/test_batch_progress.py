@@ -75,3 +75,20 @@ def test_report_counts_slowest_and_failures(tmp_path):
         "Next: zlbench summary /b  (the tables, and summary.csv)",
         "      zlbench report /b -o /b/report.html  (one HTML page: plots, every row, failures)"]
     assert fmt_duration(3725) == "1:02:05"
+
+
+def test_report_says_where_the_time_went_and_projects_what_is_left():
+    phases = {"startup_s": "1.0", "collect_s": "2.0", "first_call_s": "3.0", "measure_s": "4.0"}
+    rows = {
+        "abs": {"status": "ok", "total_s": "11.0", "duration_s": "11.0", "overhead_s": "1.0",
+                "run_mode": "worker", **phases},
+        "sum": {"status": "ok", "total_s": "13.0", "duration_s": "13.0", "overhead_s": "3.0",
+                "run_mode": "fresh", **phases},
+    }
+    text = render_report(Path("/b"), rows, ["abs", "sum", "mm", "silu"], 30.0, True, devices=["0"])
+    assert ("Where the time went (2 operators, last attempts): start-up 0:02 (8%), collection "
+            "0:04 (17%), first call (compile, autotune) 0:06 (25%), measurement 0:08 (33%)") in text
+    assert ("fixed cost per operator (wall minus the pytest session): median 2.00 s, total 0:04; "
+            "ran as fresh 1, worker 1") in text
+    # Two not run, at this batch's mean of 12 s, on one device.
+    assert "2 operator(s) not run: about 0:24 more on 1 device(s) at this batch's mean" in text
