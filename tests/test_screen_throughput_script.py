@@ -19,7 +19,7 @@ def test_both_modes_side_by_side_with_fixed_costs_gap_and_projection(tmp_path):
     env.pop("FLAGGEMS_DIR", None)
     out = tmp_path / "st"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--ops", "abs,add",
-                           "--dtypes", "float32", "--skip-warm", "--out", str(out),
+                           "--dtypes", "float32", "--out", str(out),
                            "--json", str(tmp_path / "st.json")],
                           env=env, capture_output=True, text=True, timeout=300)
     figures = json.loads((tmp_path / "st.json").read_text())
