@@ -82,28 +82,24 @@ def slow_on_host(fn, pct):
 # --- cuda -------------------------------------------------------------------------------
 
 def _device_ms(torch, call) -> float:
-    """Per-call device time as the graph timer sees it, else per-call events."""
+    """Per-call device time as the graph timer sees it (a graph of about 1 ms of calls),
+    else per-call events (the call cannot be captured)."""
     from zlbench.plugins import graph_timer
+    from zlbench.plugins.percall import EventClock
 
+    clock = EventClock(torch.cuda, "torch.cuda.Event")
+    clock.run(call, 3, None)
+    eager = statistics.median(clock.run(call, 11, None))
     stream = graph_timer.side_stream(torch)
     stream.wait_stream(torch.cuda.current_stream())
     try:
-        with torch.cuda.stream(stream):
-            call()
-        torch.cuda.synchronize()
-        graph = graph_timer.capture(torch, call, 20, stream, None)
-        per = statistics.median(graph_timer.time_replays(torch, graph, 3, stream)) / 20
-        calls = max(1, min(1000, round(1.0 / max(per, 1e-6))))
-        if calls != 20:
-            graph = graph_timer.capture(torch, call, calls, stream, None)
+        calls = max(1, min(1000, round(1.0 / max(eager, 1e-6))))
+        graph = graph_timer.capture(torch, call, calls, stream, None)
         times = graph_timer.time_replays(torch, graph, 25, stream)
+        graph = None
         return statistics.median(times) / calls
     except Exception:
         torch.cuda.synchronize()
-        from zlbench.plugins.percall import EventClock
-
-        clock = EventClock(torch.cuda, "torch.cuda.Event")
-        clock.run(call, 5, None)
         return statistics.median(clock.run(call, 41, None))
     finally:
         torch.cuda.current_stream().wait_stream(stream)
