@@ -179,3 +179,15 @@ def test_ab_of_a_run_with_itself_gives_no_confident_same(tmp_path):
     text = zlbench("summary", "--ab", a, a, check=True).stdout
     assert "A and B are the same run: no verdict can be given (every row UNKNOWN)." in text
     assert "| SAME " not in text and "4 unknown" in text
+
+
+def test_the_orchestrator_never_loads_nvml_or_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, zlbench.cli, zlbench.backends, zlbench.summary, zlbench.run, "
+            "zlbench.rowstats, zlbench.summary.verdict; "
+            "from zlbench.backends import BACKENDS; BACKENDS['cuda'].device_state; "
+            "print(sorted(m for m in ('torch', 'pynvml', 'triton') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
