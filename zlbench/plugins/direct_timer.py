@@ -149,6 +149,7 @@ class DirectTimer:
         return measured_from(times, opts.get("quantiles"), opts.get("return_mode", "mean"), stop)
 
     def _do_bench(self, original, fn, args, kwargs, opts) -> Measured:
+        self.recorder.warm()  # do_bench warms up inside: the state around the whole call
         values: List[float] = []
 
         def call():
