@@ -34,7 +34,7 @@ def _settings():
 
 
 def _record(data: dict) -> None:
-    print(f"\nzlbench[slowdown] " + " ".join(f"{k}={v}" for k, v in data.items()), flush=True)
+    print("\nzlbench[slowdown] " + " ".join(f"{k}={v}" for k, v in data.items()), flush=True)
     run_dir = os.environ.get("ZL_RUN_DIR")
     if run_dir:
         with open(Path(run_dir) / "slowdown.jsonl", "a") as f:

@@ -46,10 +46,10 @@ sys.path.insert(0, str(REPO))
 
 from zlbench import rundir  # noqa: E402
 from zlbench.markers import DEVICE_THROTTLED  # noqa: E402
+from zlbench.stats import quantile  # noqa: E402
 from zlbench.summary import summarize  # noqa: E402
 from zlbench.summary.ab import pair_summaries  # noqa: E402
 from zlbench.summary.verdict import DEFAULT_NOISE_FLOOR, SAME, SLOWER  # noqa: E402
-from zlbench.stats import quantile  # noqa: E402
 
 KERNEL_ARGS = ["--enable-cudagraph", "0", "--direct-timer", "do_bench"]
 # Issue 16's table: two batches of the same build on an H200, before this work.
