@@ -14,6 +14,7 @@ import pytest
 
 from conftest import zlbench
 from report_browser import browser_missing, open_page
+from summary_logwriter import scale_gems
 
 pytest.importorskip("jinja2")
 pytest.importorskip("matplotlib")
@@ -96,7 +97,7 @@ def test_ab_report_in_a_browser(sample_screen, tmp_path):
     b = tmp_path / "b"
     shutil.copytree(sample_screen, b)
     log = b / "mm" / "run.log"
-    log.write_text(_scale_gems(log.read_text(), 2.0))
+    log.write_text(scale_gems(log.read_text(), 2.0))
     html = tmp_path / "ab.html"
     zlbench("report", sample_screen, "--ab", b, "-o", html, check=True)
     blob = _blob(html.read_text(), "rows-table")
@@ -115,17 +116,6 @@ def test_ab_report_in_a_browser(sample_screen, tmp_path):
         assert "noise band (p95 |gain|)" in cards
         assert page.plot_sizes()
         page.screenshot(_artifacts(tmp_path) / "report-ab.png")
-
-
-def _scale_gems(text: str, factor: float) -> str:
-    """Multiply the Gems Latency cell of every row (20 columns, right-aligned)."""
-    out = []
-    for line in text.split("\n"):
-        if line.startswith("SUCCESS "):
-            cell = line[30:50]
-            line = line[:30] + f"{float(cell) * factor:>20.6f}" + line[50:]
-        out.append(line)
-    return "\n".join(out)
 
 
 @pytest.mark.parametrize("sharded", [False, True])

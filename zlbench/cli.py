@@ -25,6 +25,8 @@ SUBCOMMANDS = {
                 "Tables from run logs: PATH is a run.log, a run dir or a batch dir."),
     "report": ("zlbench.report.command:report_command",
                "One HTML page for a batch (or run) dir: counts, plots, every row, failures."),
+    "history": ("zlbench.history.command:history_group",
+                "Nights compared over time: record finished screens, show steps per operator."),
     "ab": ("zlbench.ab:ab_command", "Compare a build switch: A (ENV=0) records, B (ENV=1) replays A's configs."),
     "slurm": ("zlbench.slurm.command:slurm_group",
               "Run a screen as a Slurm job array, one task per host shard; its status."),

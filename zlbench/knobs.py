@@ -186,8 +186,26 @@ KNOBS: List[Knob] = [
     Knob("out", "ZL_OUT", "--out", "runs", _text, False, "Root under which run dirs are created."),
 ]
 
-BY_NAME: Dict[str, Knob] = {k.name: k for k in KNOBS}
-BY_ENV: Dict[str, Knob] = {k.env: k for k in KNOBS}
+# Settings of the commands that read results, not of a run: never in run_identity.json,
+# and not flags of `run` or `batch`.
+READER_KNOBS: List[Knob] = [
+    Knob("history_db", "ZL_HISTORY_DB", "--db", None, _text, False,
+         "SQLite file that `zlbench history` records screens in (default: "
+         "$XDG_DATA_HOME/zlbench/history.sqlite, else ~/.local/share/zlbench/history.sqlite)."),
+]
+
+BY_NAME: Dict[str, Knob] = {k.name: k for k in KNOBS + READER_KNOBS}
+BY_ENV: Dict[str, Knob] = {k.env: k for k in KNOBS + READER_KNOBS}
+
+
+def history_db_path(value: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> str:
+    """The history database: --db, else ZL_HISTORY_DB, else under the user's data dir."""
+    environ = os.environ if environ is None else environ
+    chosen = resolve({"history_db": value}, environ, names=["history_db"]).history_db
+    if chosen:
+        return os.path.expanduser(chosen)
+    data = environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(data, "zlbench", "history.sqlite")
 
 
 @dataclass

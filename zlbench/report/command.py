@@ -11,7 +11,8 @@ from zlbench.report import ReportUnavailable
 from zlbench.summary.sources import SummaryInputError
 
 
-def build_report(path: str, ab: Optional[str], out: Path, allow_mismatch: bool = False) -> str:
+def build_report(path: str, ab: Optional[str], out: Path, allow_mismatch: bool = False,
+                 history_db: Optional[str] = None) -> str:
     """Write the page; return a one-line description of what was written."""
     from zlbench.report import require
     from zlbench.report.model import ab_page, batch_page
@@ -30,12 +31,23 @@ def build_report(path: str, ab: Optional[str], out: Path, allow_mismatch: bool =
         what = f"A/B of {len(result.pairs)} paired rows"
     else:
         page = batch_page(summary)
-        history = None
+        history = _history(summary, history_db)
         what = f"{len(summary.rows)} rows"
     html = render_page(page, history)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")
     return f"wrote {out} ({what}, {len(html) / 1e6:.1f} MB)"
+
+
+def _history(summary, history_db: Optional[str]):
+    from zlbench.history.section import history_section
+    from zlbench.history.store import HistoryError
+
+    try:
+        return history_section(summary, history_db)
+    except HistoryError as e:
+        raise click.ClickException(f"{e} (or leave the history section out: "
+                                   "--history-db none)") from None
 
 
 @click.command("report")
@@ -49,11 +61,16 @@ def build_report(path: str, ab: Optional[str], out: Path, allow_mismatch: bool =
                    "as a CI artifact).")
 @click.option("--allow-caliber-mismatch", is_flag=True,
               help="With --ab: compare even when the two runs were measured differently.")
-def report_command(path: str, ab: Optional[str], out: Path,
-                   allow_caliber_mismatch: bool) -> None:
+@click.option("--history-db", default=None, metavar="FILE",
+              help="History database for the page's nights section (default: as "
+                   "`zlbench history`, ZL_HISTORY_DB; the section is left out when it holds "
+                   "fewer than two nights of this screen's caliber; 'none' leaves it out).")
+def report_command(path: str, ab: Optional[str], out: Path, allow_caliber_mismatch: bool,
+                   history_db: Optional[str]) -> None:
     """One HTML page for a batch (or run) dir: counts, plots, every row, failures."""
     try:
-        click.echo(build_report(path, ab, out, allow_caliber_mismatch), err=True)
+        click.echo(build_report(path, ab, out, allow_caliber_mismatch,
+                                history_db), err=True)
     except (SummaryInputError, ReportUnavailable) as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:

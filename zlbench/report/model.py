@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from zlbench import backends, rundir
-from zlbench.batch.classify import BAD, NOT_RUN, STATUSES, count_statuses
-from zlbench.batch.driver import load_plan
-from zlbench.batch.state import BatchError, tail_lines
+from zlbench.batch.classify import BAD, NOT_RUN, STATUSES
+from zlbench.batch.state import tail_lines
 from zlbench.report.families import Families, operator_families
 from zlbench.summary.ab import ABResult
 from zlbench.summary.caliber import batch_caliber
 from zlbench.summary.parse import Row
 from zlbench.summary.render_ab import GAIN_NOTE, caliber_lines
 from zlbench.summary.rows import Summary
+from zlbench.summary.status import operator_statuses
 from zlbench.summary.tables import marker_text
 
 # Lines of an operator's last attempt log shown under a failure.
@@ -150,26 +150,6 @@ def _failures(root: Path, status: Dict[str, Dict[str, str]]) -> List[Failure]:
     return out
 
 
-def _status_counts(summary: Summary
-                   ) -> Tuple[Dict[str, Dict[str, str]], Dict[str, int], List[str]]:
-    """Operators' batch statuses and their counts: a batch's ops_status.csv and plan, or
-    a sharded screen's merged rows and every shard's plan."""
-    notes = []
-    if summary.screen is not None:
-        status = summary.screen.rows
-        planned = [op for shard in summary.screen.shards.values() for op in shard.planned]
-    else:
-        status = rundir.StatusFile(summary.root).read()
-        try:
-            plan = load_plan(summary.root) or {}
-        except BatchError as e:  # an unreadable plan: count what ops_status.csv says
-            plan = {}
-            notes.append(str(e))
-        planned = [p["op"] for p in plan.get("ops", [])] + list(plan.get("dismissed", {}))
-    planned = list(dict.fromkeys(planned + sorted(status)))
-    return status, count_statuses(status, planned), notes
-
-
 BATCH_COLUMNS = [
     Column("op", "operator"), Column("family", "family"), Column("dtype", "dtype"),
     Column("shape", "shape"),
@@ -193,7 +173,8 @@ def _spread_columns(rows: Sequence[Row]) -> List[Column]:
 def batch_page(summary: Summary, families: Optional[Families] = None) -> Page:
     families = families or families_for([summary])
     root = summary.root
-    status, counts, notes = _status_counts(summary)
+    statuses = operator_statuses(summary)
+    status, counts, notes = statuses.rows, statuses.counts, list(statuses.notes)
     rows = summary.rows
     spread = _spread_columns(rows)
     columns = BATCH_COLUMNS + spread

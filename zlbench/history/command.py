@@ -1,0 +1,150 @@
+"""`zlbench history add DIR` / `zlbench history show [--op X]`: nights compared over time."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import click
+
+from zlbench import knobs
+
+DB_HELP = knobs.BY_NAME["history_db"].help + " Env: ZL_HISTORY_DB."
+
+
+def _pct(v: float) -> str:
+    return f"{v * 100:+.1f}%"
+
+
+def _open(db: Optional[str]):
+    from zlbench.history.store import HistoryError, open_db
+
+    path = knobs.history_db_path(db)
+    try:
+        return path, open_db(path)
+    except HistoryError as e:
+        raise click.ClickException(str(e)) from None
+
+
+@click.group("history")
+def history_group():
+    """Nights compared over time: record finished screens, show steps per operator.
+
+    \b
+    zlbench history add runs/nightly-2026-12-01     # once per finished screen
+    zlbench history show                            # operators whose latency stepped
+    zlbench history show --op softmax               # every row of one operator
+    Series are keyed by caliber: screens measured differently are never one line.
+    """
+
+
+@history_group.command("add")
+@click.argument("path", type=click.Path())
+@click.option("--db", default=None, metavar="FILE", help=DB_HELP)
+def add_command(path: str, db: Optional[str]) -> None:
+    """Record a finished screen (a batch dir, a sharded screen or a run dir)."""
+    from zlbench.history.store import HistoryError, add_screen, calibers
+    from zlbench.summary.rows import summarize
+    from zlbench.summary.sources import SummaryInputError
+    from zlbench.summary.status import operator_statuses
+
+    try:
+        summary = summarize(path)
+    except SummaryInputError as e:
+        raise click.ClickException(str(e)) from None
+    statuses = operator_statuses(summary)
+    if statuses.not_run or (summary.screen is not None and not summary.screen.finished):
+        raise click.ClickException(
+            f"{path} is not a finished screen ({statuses.not_run} operators not run"
+            + ("; shards unfinished or missing" if summary.screen is not None
+               and not summary.screen.finished else "")
+            + "): finish it first (zlbench batch --resume --out DIR, or the same --shard "
+            "command), then add it")
+    db_path, conn = _open(db)
+    try:
+        result = add_screen(conn, summary)
+        if not result.added:
+            click.echo(f"already recorded as night '{result.night.label}' ({result.rows} "
+                       f"rows): nothing added to {db_path}")
+            return
+        click.echo(f"recorded night '{result.night.label}': {result.rows} rows in {db_path}")
+        for cal in calibers(conn):
+            if cal.key in result.calibers:
+                click.echo(f"  caliber {cal.key} ({len(cal.nights)} nights): {cal.label}")
+    except HistoryError as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        conn.close()
+
+
+@history_group.command("show")
+@click.option("--op", default=None, help="Every row of this operator, night by night.")
+@click.option("--caliber", "caliber_key", default=None, metavar="KEY",
+              help="Only the caliber whose key starts with KEY (keys are listed by add and show).")
+@click.option("--all", "show_all", is_flag=True, help="List operators without a step too.")
+@click.option("--threshold", type=click.FloatRange(0, None, min_open=True), default=0.05,
+              show_default=True, help="Smallest relative step reported (also beyond the "
+              "scatter of the nights on either side).")
+@click.option("--db", default=None, metavar="FILE", help=DB_HELP)
+def show_command(op: Optional[str], caliber_key: Optional[str], show_all: bool,
+                 threshold: float, db: Optional[str]) -> None:
+    """Each operator's latency over nights, per caliber, with its steps beyond the noise."""
+    from zlbench.history.store import calibers
+
+    db_path, conn = _open(db)
+    try:
+        cals = [c for c in calibers(conn) if c.nights
+                and (caliber_key is None or c.key.startswith(caliber_key))]
+        if not cals:
+            raise click.ClickException(
+                f"no recorded screens in {db_path}"
+                + (f" with a caliber starting {caliber_key}" if caliber_key else "")
+                + ": record one with zlbench history add DIR")
+        for cal in cals:
+            click.echo("\n".join(_caliber_text(conn, cal, op, show_all, threshold)))
+    finally:
+        conn.close()
+
+
+def _caliber_text(conn, cal, op: Optional[str], show_all: bool, threshold: float) -> List[str]:
+    from zlbench.history.analysis import analyse, median_change
+
+    nights = cal.nights
+    lines = [f"caliber {cal.key}: {cal.label}", f"  {len(nights)} nights:"]
+    for i, n in enumerate(nights, 1):
+        versions = " ".join(f"{k} {v}" for k, v in n.versions.items())
+        lines.append(f"    {i:>3}  {n.label}" + (f"  ({versions})" if versions else ""))
+    ops = analyse(conn, cal, op, threshold)
+    if op is not None:
+        if not ops:
+            return lines + [f"  no rows of {op} in this caliber"]
+        shown = nights[-8:]
+        first = len(nights) - len(shown)
+        lines.append(f"  {op}: gems ms per night (nights {first + 1}-{len(nights)}); "
+                     "steps beyond the noise marked")
+        for row in ops[0].rows:
+            _, dtype, shape = row.key
+            cells = " ".join(f"{v:>10.6f}" if v is not None else f"{'-':>10}"
+                             for v in row.values[first:])
+            steps = "; ".join(f"night {s.index + 1}: {_pct(s.change)}" for s in row.steps)
+            lines.append(f"    {dtype:<15} {shape:<40} {cells}" + (f"   STEP {steps}" if steps else ""))
+        return lines
+    stepped = [o for o in ops if o.stepped]
+    if len(nights) < 2:
+        lines.append(f"  one night so far: steps need two ({len(ops)} operators recorded)")
+        return lines
+    listed = ops if show_all else stepped
+    if listed:
+        lines.append(f"  {'operator':<28} {'rows':>5} {'stepped':>8}  latest night vs usual  steps")
+    for o in listed:
+        index = o.index(len(nights))
+        latest = index[-1]
+        by_night = o.step_nights()
+        text = "; ".join(f"night {i + 1}: {len(s)} rows, median {_pct(median_change(s))}"
+                         for i, s in sorted(by_night.items()))
+        lines.append(f"  {o.op:<28} {len(o.rows):>5} {len(o.stepped):>8}  "
+                     f"{_pct(latest - 1) if latest is not None else 'not measured':>21}  {text}")
+    quiet = len(ops) - len(stepped)
+    lines.append(f"  {len(stepped)} operators stepped beyond the noise (threshold "
+                 f"{threshold * 100:g}%); {quiet} did not"
+                 + ("" if show_all or not quiet else " (--all lists them)"))
+    return lines

@@ -1,0 +1,255 @@
+"""The history database: finished screens and their rows in one SQLite file.
+
+A screen is recorded once: its content key is a hash of every row it holds (with each
+row's caliber), so adding the same screen twice, or a copy of it, changes nothing.
+Every row is stored under the caliber of the run that measured it, and a series, the
+latency of one (op, dtype, shape) over nights, never crosses calibers.
+
+The row's dtype is part of its key, so the DTYPES knob (which a dtype fallback changes
+per operator) is left out of the caliber a series is keyed by; every other field that
+`summary --ab` compares is in it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+from zlbench.summary.caliber import CALIBER_FIELDS, caliber_values
+from zlbench.summary.rows import Summary
+from zlbench.summary.sources import RunLog
+
+SCHEMA_VERSION = 1
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS screens (
+    id          INTEGER PRIMARY KEY,
+    content_key TEXT NOT NULL UNIQUE,
+    path        TEXT NOT NULL,
+    started     TEXT NOT NULL,
+    added       TEXT NOT NULL,
+    label       TEXT NOT NULL,
+    versions    TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS calibers (
+    id     INTEGER PRIMARY KEY,
+    key    TEXT NOT NULL UNIQUE,
+    fields TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rows (
+    screen  INTEGER NOT NULL REFERENCES screens(id),
+    caliber INTEGER NOT NULL REFERENCES calibers(id),
+    op      TEXT NOT NULL,
+    dtype   TEXT NOT NULL,
+    shape   TEXT NOT NULL,
+    status  TEXT NOT NULL,
+    timer   TEXT NOT NULL,
+    gems_ms REAL,
+    torch_ms REAL,
+    spread  REAL
+);
+CREATE INDEX IF NOT EXISTS rows_by_series ON rows (caliber, op, dtype, shape);
+"""
+# Not part of a series' caliber: the row key carries the dtype.
+SERIES_EXCLUDED = {"knobs.DTYPES"}
+VERSION_KEYS = ("flag_gems", "triton", "torch")
+
+
+class HistoryError(Exception):
+    """A database or screen that cannot be used; the message says what to do."""
+
+
+def series_caliber(identity: Optional[dict]) -> Dict[str, str]:
+    return {k: v for k, v in caliber_values(identity).items() if k not in SERIES_EXCLUDED}
+
+
+def caliber_key(fields: Dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def caliber_label(fields: Dict[str, str]) -> str:
+    """The fields people tell calibers apart by (the knobs are in the key, not shown)."""
+    main = [f"{label}={fields.get(label, '?')}" for label, _ in CALIBER_FIELDS]
+    return " ".join(main)
+
+
+@dataclass
+class Night:
+    id: int
+    label: str
+    started: str
+    path: str
+    versions: Dict[str, str]
+
+
+@dataclass
+class Caliber:
+    id: int
+    key: str
+    fields: Dict[str, str]
+    nights: List[Night] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return caliber_label(self.fields)
+
+
+@dataclass
+class Added:
+    added: bool
+    night: Night
+    rows: int
+    calibers: List[str]
+
+
+def open_db(path: str) -> sqlite3.Connection:
+    """Open (creating) the database; errors name the file and the knob."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise HistoryError(f"{path} was written by a newer zlbench (schema {version}); "
+                               "upgrade zlbench or choose another file with --db / ZL_HISTORY_DB")
+        conn.executescript(SCHEMA)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.commit()
+    except (OSError, sqlite3.DatabaseError) as e:
+        raise HistoryError(f"cannot use the history database {path}: {e}; choose another "
+                           "file with --db FILE or ZL_HISTORY_DB") from None
+    return conn
+
+
+def _started(runs: Sequence[RunLog], root: Path) -> str:
+    stamps = sorted(str(r.identity["started"]) for r in runs
+                    if r.identity and r.identity.get("started"))
+    if stamps:
+        return stamps[0]
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(root.stat().st_mtime))
+
+
+def _versions(runs: Sequence[RunLog]) -> Dict[str, str]:
+    out: Dict[str, List[str]] = {}
+    for run in runs:
+        for key in VERSION_KEYS:
+            value = ((run.identity or {}).get("versions") or {}).get(key)
+            if value and str(value) not in out.setdefault(key, []):
+                out[key].append(str(value))
+    return {k: ",".join(v) for k, v in out.items()}
+
+
+def _finite(v: Optional[float]) -> Optional[float]:
+    return v if v is not None and math.isfinite(v) else None
+
+
+def _records(summary: Summary) -> Tuple[str, List[tuple], Dict[str, Dict[str, str]]]:
+    """(content key, row records, calibers by key) of a summarised screen."""
+    by_run = {str(r.run_dir): r for r in summary.runs}
+    calibers: Dict[str, Dict[str, str]] = {}
+    records = []
+    for row in summary.rows:
+        run = by_run.get(row.run_dir)
+        fields = series_caliber(run.identity if run else None)
+        key = caliber_key(fields)
+        calibers[key] = fields
+        records.append((key, row.op, row.dtype, row.shape, row.status, row.timer,
+                        _finite(row.gems_ms), _finite(row.torch_ms),
+                        _finite(getattr(row, "spread", None))))
+    records.sort(key=lambda r: tuple("" if v is None else str(v) for v in r))
+    content = hashlib.sha256("\n".join(json.dumps(r) for r in records).encode()).hexdigest()
+    return content, records, calibers
+
+
+def recorded(conn: sqlite3.Connection, summary: Summary) -> Optional[Night]:
+    """The night this screen was recorded as, if it was."""
+    content = _records(summary)[0]
+    existing = conn.execute("SELECT id FROM screens WHERE content_key = ?", (content,)).fetchone()
+    return night(conn, existing[0]) if existing else None
+
+
+def screen_calibers(summary: Summary) -> List[str]:
+    return sorted(_records(summary)[2])
+
+
+def add_screen(conn: sqlite3.Connection, summary: Summary) -> Added:
+    """Record a summarised screen; a screen already recorded (same rows) is a no-op."""
+    content, records, calibers = _records(summary)
+    if not records:
+        raise HistoryError(f"{summary.input} holds no table rows: nothing to record")
+    existing = conn.execute("SELECT id FROM screens WHERE content_key = ?", (content,)).fetchone()
+    if existing:
+        return Added(False, night(conn, existing[0]), len(records), sorted(calibers))
+    started = _started(summary.runs, summary.root)
+    label = f"{started[:16].replace('T', ' ')} {summary.root.name}"
+    with conn:
+        cur = conn.execute(
+            "INSERT INTO screens (content_key, path, started, added, label, versions) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (content, str(summary.root.resolve()), started,
+             time.strftime("%Y-%m-%dT%H:%M:%S%z"), label, json.dumps(_versions(summary.runs))))
+        screen = cur.lastrowid
+        ids = {}
+        for key, fields in calibers.items():
+            conn.execute("INSERT OR IGNORE INTO calibers (key, fields) VALUES (?, ?)",
+                         (key, json.dumps(fields, sort_keys=True)))
+            ids[key] = conn.execute("SELECT id FROM calibers WHERE key = ?", (key,)).fetchone()[0]
+        conn.executemany(
+            "INSERT INTO rows (screen, caliber, op, dtype, shape, status, timer, gems_ms, "
+            "torch_ms, spread) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(screen, ids[r[0]]) + r[1:] for r in records])
+    return Added(True, night(conn, screen), len(records), sorted(calibers))
+
+
+def night(conn: sqlite3.Connection, screen: int) -> Night:
+    sid, label, started, path, versions = conn.execute(
+        "SELECT id, label, started, path, versions FROM screens WHERE id = ?", (screen,)).fetchone()
+    return Night(sid, label, started, path, json.loads(versions))
+
+
+def calibers(conn: sqlite3.Connection) -> List[Caliber]:
+    """Every caliber with the nights that have rows of it, oldest night first."""
+    out = []
+    for cid, key, fields in conn.execute("SELECT id, key, fields FROM calibers ORDER BY id"):
+        cal = Caliber(cid, key, json.loads(fields))
+        for (sid,) in conn.execute(
+                "SELECT DISTINCT s.id FROM screens s JOIN rows r ON r.screen = s.id "
+                "WHERE r.caliber = ? ORDER BY s.started, s.id", (cid,)).fetchall():
+            cal.nights.append(night(conn, sid))
+        out.append(cal)
+    return out
+
+
+SeriesKey = Tuple[str, str, str]
+
+
+def series(conn: sqlite3.Connection, cal: Caliber, op: Optional[str] = None
+           ) -> Iterator[Tuple[SeriesKey, List[Optional[float]], float]]:
+    """(op, dtype, shape), gems latency per night of ``cal`` (None where not measured),
+    and the largest spread recorded for the row (0 where none)."""
+    position = {n.id: i for i, n in enumerate(cal.nights)}
+    query = ("SELECT op, dtype, shape, screen, status, gems_ms, spread FROM rows "
+             "WHERE caliber = ?" + (" AND op = ?" if op else "") + " ORDER BY op, dtype, shape")
+    current: Optional[SeriesKey] = None
+    values: List[Optional[float]] = []
+    spread = 0.0
+    for o, d, s, screen, status, gems, sp in conn.execute(query, (cal.id, op) if op else (cal.id,)):
+        key = (o, d, s)
+        if key != current:
+            if current is not None:
+                yield current, values, spread
+            current, values, spread = key, [None] * len(cal.nights), 0.0
+        if status == "SUCCESS" and gems is not None and gems > 0:
+            values[position[screen]] = gems
+        spread = max(spread, sp or 0.0)
+    if current is not None:
+        yield current, values, spread
+
+
+def db_exists(path: str) -> bool:
+    return os.path.isfile(path)

@@ -1,0 +1,41 @@
+"""The operators' batch statuses behind a summary input: a batch's ops_status.csv and
+plan.json, or a sharded screen's merged rows and its shards' plans."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+from zlbench.batch.classify import NOT_RUN, count_statuses
+from zlbench.batch.driver import load_plan
+from zlbench.batch.state import BatchError
+from zlbench.rundir import StatusFile
+from zlbench.summary.rows import Summary
+
+
+@dataclass
+class Statuses:
+    rows: Dict[str, Dict[str, str]]     # operator -> its ops_status.csv row
+    counts: Dict[str, int]              # status (or "not run") -> operators
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def not_run(self) -> int:
+        return self.counts.get(NOT_RUN, 0)
+
+
+def operator_statuses(summary: Summary) -> Statuses:
+    notes = []
+    if summary.screen is not None:
+        rows = summary.screen.rows
+        planned = [op for shard in summary.screen.shards.values() for op in shard.planned]
+    else:
+        rows = StatusFile(summary.root).read()
+        try:
+            plan = load_plan(summary.root) or {}
+        except BatchError as e:  # an unreadable plan: count what ops_status.csv says
+            plan = {}
+            notes.append(str(e))
+        planned = [p["op"] for p in plan.get("ops", [])] + list(plan.get("dismissed", {}))
+    planned = list(dict.fromkeys(planned + sorted(rows)))
+    return Statuses(rows, count_statuses(rows, planned), notes)
