@@ -238,7 +238,8 @@ AB_COLUMNS = [
     Column("gain", "gain", "pct", 1, GAIN_NOTE, "sign"),
     Column("change", "|change|", "num", 3, "|log2(A ms / B ms)|: the size of the change "
            "either way (1 = twice as fast or slow)"),
-    Column("band", "vs noise band", "text", 0, "inside or outside the p95 |gain| band",
+    Column("band", "vs noise band", "text", 0, "inside the band, or B faster / slower "
+           "beyond it (latency ratio outside 1/(1+p95) .. 1+p95)",
            "status"),
     Column("timer", "timers A/B"),
 ]
@@ -259,14 +260,23 @@ def _verdict_column(result: ABResult) -> Optional[Column]:
 def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
     families = families or families_for([result.a, result.b])
     p95 = result.noise_p95
+    # The band is symmetric on the log axis it is drawn on: ratio A/B within
+    # [1/(1+p95), 1+p95], so twice as slow and twice as fast are equally far out.
+    band_range = None if p95 is None else (1.0 / (1.0 + p95), 1.0 + p95)
+
+    def side(gain: float) -> str:
+        if band_range is None:
+            return ""
+        ratio = gain + 1.0
+        return ("faster" if ratio > band_range[1] else "slower" if ratio < band_range[0]
+                else "inside")
     verdict = _verdict_column(result)
     columns = AB_COLUMNS[:7] + ([verdict] if verdict else []) + AB_COLUMNS[7:]
     rows = []
     for p in result.pairs:
         ratio = p.gain + 1.0
         change = abs(math.log2(ratio)) if ratio > 0 else None
-        band = ("" if p95 is None else "inside" if abs(p.gain) <= p95 else
-                "faster" if p.gain > 0 else "slower")
+        band = side(p.gain)
         cells = [p.a.op, families.get(p.a.op), _dtype(p.a.dtype), p.a.shape,
                  _finite(p.a.gems_ms), _finite(p.b.gems_ms), p.gain]
         if verdict:
@@ -275,8 +285,8 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
                   + (" (fallback)" if p.fallback else "")]
         rows.append(cells)
     c = len(result.pairs)
-    faster = sum(1 for p in result.pairs if p95 is not None and p.gain > p95)
-    slower = sum(1 for p in result.pairs if p95 is not None and p.gain < -p95)
+    faster = sum(1 for p in result.pairs if side(p.gain) == "faster")
+    slower = sum(1 for p in result.pairs if side(p.gain) == "slower")
     overall = result.overall
 
     def pct(v: Optional[float], sign: bool = True) -> str:
@@ -300,7 +310,8 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
             headline.append((f"verdict {name}", str(n),
                              {"FASTER": "ok", "SLOWER": "bad"}.get(name, "muted")))
     notes = [GAIN_NOTE + ".",
-             "The noise band is the p95 |gain| of this pair; it is the noise floor only "
+             "The noise band is the p95 |gain| of this pair, either way on the log axis "
+             "(latency ratio 1/(1+p95) .. 1+p95); it is the noise floor only "
              "when A and B are the same build (an A/A pair)."]
     if not verdict:
         notes.append("No per-row verdicts: these runs carry no per-row spread.")
@@ -330,4 +341,4 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
         issues=Table(ISSUE_COLUMNS, issues, "kind"),
         distribution=_by_family([(families.get(p.a.op), p.gain + 1.0) for p in result.pairs
                                  if p.gain > -1.0]),
-        band=None if p95 is None else (1.0 / (1.0 + p95), 1.0 + p95), ranges=ranges)
+        band=band_range, ranges=ranges)
