@@ -108,6 +108,10 @@ def test_ab_report_in_a_browser(sample_screen, tmp_path):
         gains = page.column("rows-table", "gain")
         assert all(g == "-50.0%" for g in gains[:n_mm])
         assert all(g == "+0.0%" for g in gains[n_mm:])
+        # The band is drawn on the log axis: with p95 |gain| 50%, twice as slow (ratio
+        # 0.5) is outside [1/1.5, 1.5], and the table says so as the picture does.
+        assert page.column("rows-table", "band")[:n_mm] == ["slower"] * n_mm
+        assert set(page.column("rows-table", "band")[n_mm:]) == {"inside"}
         # Ranges per operator: B's loss on mm, nothing elsewhere.
         assert page.column("ranges-table", "op")[-1] == "mm"   # geomean, best first
         page.click_header("ranges-table", "geomean")
