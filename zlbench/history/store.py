@@ -160,7 +160,7 @@ def _records(summary: Summary) -> Tuple[str, List[tuple], Dict[str, Dict[str, st
         calibers[key] = fields
         records.append((key, row.op, row.dtype, row.shape, row.status, row.timer,
                         _finite(row.gems_ms), _finite(row.torch_ms),
-                        _finite(getattr(row, "spread", None))))
+                        _finite(row.gems_spread)))
     records.sort(key=lambda r: tuple("" if v is None else str(v) for v in r))
     content = hashlib.sha256("\n".join(json.dumps(r) for r in records).encode()).hexdigest()
     return content, records, calibers

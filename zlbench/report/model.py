@@ -35,7 +35,8 @@ VERSION_KEYS = ("flag_gems", "triton", "torch", "python", "pytest", "corpus", "f
 class Column:
     key: str
     label: str
-    # "text", "num" (a float shown with `digits`), "pct" (a ratio - 1 shown as +x.x%)
+    # "text", "num" (a float shown with `digits`), "pct" (a ratio - 1 shown as +x.x%),
+    # "spread" (a relative half-width shown as ±x.x%)
     kind: str = "text"
     digits: int = 4
     title: str = ""
@@ -161,12 +162,17 @@ BATCH_COLUMNS = [
 ]
 
 
+SPREAD_NOTE = "relative half-width of the gems median's 95% confidence interval"
+
+
 def _spread_columns(rows: Sequence[Row]) -> List[Column]:
     """Per-row sample count and spread, where the rows carry them."""
     cols = []
-    for key, label in (("samples", "samples"), ("spread", "spread")):
-        if any(getattr(r, key, None) is not None for r in rows):
-            cols.append(Column(key, label, "num" if key == "spread" else "text", 4))
+    for side in ("gems", "torch"):
+        if any(getattr(r, f"{side}_spread") is not None for r in rows):
+            cols += [Column(f"{side}_samples", f"{side} samples", "num", 0),
+                     Column(f"{side}_spread", f"{side} spread", "spread", 2,
+                            SPREAD_NOTE.replace("gems ", ""))]
     return cols
 
 
@@ -271,7 +277,9 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
         return ("faster" if ratio > band_range[1] else "slower" if ratio < band_range[0]
                 else "inside")
     verdict = _verdict_column(result)
-    columns = AB_COLUMNS[:7] + ([verdict] if verdict else []) + AB_COLUMNS[7:]
+    spreads = [Column("a_spread", "A spread", "spread", 2, SPREAD_NOTE),
+               Column("b_spread", "B spread", "spread", 2, SPREAD_NOTE)] if verdict else []
+    columns = AB_COLUMNS[:7] + ([verdict] if verdict else []) + spreads + AB_COLUMNS[7:]
     rows = []
     for p in result.pairs:
         ratio = p.gain + 1.0
@@ -280,7 +288,7 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
         cells = [p.a.op, families.get(p.a.op), _dtype(p.a.dtype), p.a.shape,
                  _finite(p.a.gems_ms), _finite(p.b.gems_ms), p.gain]
         if verdict:
-            cells.append(_verdict(p))
+            cells += [_verdict(p), _finite(p.a.gems_spread), _finite(p.b.gems_spread)]
         cells += [change, band, f"{p.a.timer}/{p.b.timer}"
                   + (" (fallback)" if p.fallback else "")]
         rows.append(cells)

@@ -15,6 +15,7 @@
     if (v === null || v === undefined || v === "") return "";
     if (col.kind === "num") return typeof v === "number" ? v.toFixed(col.digits) : String(v);
     if (col.kind === "pct") return (v >= 0 ? "+" : "") + (v * 100).toFixed(col.digits) + "%";
+    if (col.kind === "spread") return "\u00b1" + (v * 100).toFixed(col.digits) + "%";
     return String(v);
   }
 
