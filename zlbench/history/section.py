@@ -29,7 +29,7 @@ STEP_COLUMNS = [
     Column("op", "operator"), Column("dtype", "dtype"), Column("shape", "shape"),
     Column("night", "night"), Column("before", "before ms", "num", 6),
     Column("after", "after ms", "num", 6),
-    Column("change", "change", "pct", 1, "after / before - 1 (positive: slower)", "sign"),
+    Column("change", "change", "pct", 1, "after / before - 1 (positive: slower)", "latency"),
     Column("held", "nights held", "num", 0, "nights at the new level so far"),
 ]
 

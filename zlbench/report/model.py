@@ -40,7 +40,8 @@ class Column:
     kind: str = "text"
     digits: int = 4
     title: str = ""
-    # How the page colours a cell: "ratio" (vs 1), "sign" (vs 0), "status", or none.
+    # How the page colours a cell: "ratio" (vs 1), "sign" (vs 0), "latency" (a latency
+    # change: up is worse), "status", or none.
     tone: str = ""
 
 

@@ -97,7 +97,7 @@ def history_svg(title: str, nights: Sequence[str], series: Sequence[Tuple[str, L
                 steps: Sequence[Tuple[int, str]]) -> str:
     """Latency index of one operator over nights, one line per caliber; steps marked."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5.2, 2.6))
+    fig, ax = plt.subplots(figsize=(4.4, 2.3))
     x = list(range(len(nights)))
     for label, values in series:
         pts = [(i, v) for i, v in zip(x, values) if v is not None]

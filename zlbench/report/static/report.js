@@ -23,6 +23,7 @@
     if (v === null || v === undefined || v === "") return "";
     if (col.tone === "ratio") return v > 1 ? "good" : v < 1 ? "poor" : "";
     if (col.tone === "sign") return v > 0 ? "good" : v < 0 ? "poor" : "";
+    if (col.tone === "latency") return v < 0 ? "good" : v > 0 ? "poor" : "";
     if (col.tone === "status") {
       var s = String(v).toUpperCase();
       if (s === "SUCCESS" || s === "SAME" || s === "INSIDE") return "";
