@@ -24,6 +24,7 @@ sys.path.insert(0, str(HERE))
 
 from report_browser import open_page  # noqa: E402
 from summary_speed import make_batch  # noqa: E402
+
 from zlbench.report.command import build_report  # noqa: E402
 
 

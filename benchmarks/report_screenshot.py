@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from report_browser import open_page  # noqa: E402
+
 from zlbench.report.command import build_report  # noqa: E402
 
 

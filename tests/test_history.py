@@ -9,11 +9,10 @@ import shutil
 import sqlite3
 
 import pytest
-
 from conftest import zlbench
 from summary_logwriter import scale_gems
-from zlbench.history.steps import find_steps
 
+from zlbench.history.steps import find_steps
 
 # -- step detection --------------------------------------------------------------------
 
@@ -173,7 +172,8 @@ def test_unfinished_screens_are_refused(sample_screen, tmp_path):
     out = tmp_path / "unfinished"
     shutil.copytree(sample_screen, out)
     status = (out / "ops_status.csv").read_text().splitlines()
-    (out / "ops_status.csv").write_text("\n".join(l for l in status if not l.startswith("mm,")) + "\n")
+    kept = [line for line in status if not line.startswith("mm,")]
+    (out / "ops_status.csv").write_text("\n".join(kept) + "\n")
     proc = zlbench("history", "add", out, "--db", tmp_path / "h.sqlite")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "not a finished screen (1 operators not run" in proc.stderr

@@ -11,7 +11,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import zlbench
 from report_browser import browser_missing, open_page
 from summary_logwriter import scale_gems

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 from zlbench.history.steps import THRESHOLD, Step, find_steps
 from zlbench.history.store import Caliber, SeriesKey, series
-from zlbench.summary.stats import geomean
+from zlbench.stats import geomean
 
 
 @dataclass

@@ -76,7 +76,7 @@ def operator_families(ops: Iterable[str], corpus_roots: Iterable[Optional[str]],
                 continue
             if wanted & set(found):
                 return Families(found, f"Benchmark classes scanned in {root}")
-    for layout in dict.fromkeys(l for l in layouts if l):
+    for layout in dict.fromkeys(name for name in layouts if name):
         name = INVENTORIES.get(layout)
         if name is None:
             continue

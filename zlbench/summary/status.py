@@ -7,9 +7,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List
 
 from zlbench.batch.classify import NOT_RUN, count_statuses
-from zlbench.batch.driver import load_plan
-from zlbench.batch.state import BatchError
-from zlbench.rundir import StatusFile
+from zlbench.rundir import StatusFile, plan_path, read_plan
 from zlbench.summary.rows import Summary
 
 
@@ -32,10 +30,11 @@ def operator_statuses(summary: Summary) -> Statuses:
     else:
         rows = StatusFile(summary.root).read()
         try:
-            plan = load_plan(summary.root) or {}
-        except BatchError as e:  # an unreadable plan: count what ops_status.csv says
+            plan = read_plan(summary.root) or {}
+        except (OSError, ValueError) as e:  # unreadable: count what ops_status.csv says
             plan = {}
-            notes.append(str(e))
+            notes.append(f"cannot read {plan_path(summary.root)} ({e}): operators not run "
+                         "are not counted")
         planned = [p["op"] for p in plan.get("ops", [])] + list(plan.get("dismissed", {}))
     planned = list(dict.fromkeys(planned + sorted(rows)))
     return Statuses(rows, count_statuses(rows, planned), notes)
