@@ -26,9 +26,10 @@ TITLE_RE = re.compile(
     r"mode=(?P<mode>[^,]*),\s*level=(?P<level>[^)]*)\)"
 )
 # FlagGems' line for inputs it could not build (its err may be the unformatted "{e}").
-INPUT_ERROR_RE = re.compile(
-    r"FAILED: Operator=(?P<op>\S+) dtype=(?P<dtype>\S+) err=<<<(?P<err>.*?)>>>"
-)
+# The error text runs from the match's end to the first ">>>" after it: found with
+# str.find, since a lazy ".*?>>>" rescans the rest of the line from every "err=<<<"
+# (quadratic on a long line of them).
+INPUT_ERROR_RE = re.compile(r"FAILED: Operator=(?P<op>\S+) dtype=(?P<dtype>\S+) err=<<<")
 ROW_START_RE = re.compile(r"^(SUCCESS|FAILED)\s")
 STATUS_WIDTH = 10
 SHAPE_GAP = " " * 10

@@ -114,6 +114,8 @@ def _why_not_comparable(a: Row, b: Row) -> Optional[str]:
     for side, row in (("A", a), ("B", b)):
         if row.status != "SUCCESS":
             return f"{side} status {row.status}"
+        if row.problem:
+            return f"{side} {row.problem}"
         if row.gems_ms is None or not math.isfinite(row.gems_ms) or row.gems_ms <= 0:
             return f"{side} gems latency {row.gems_ms if row.gems_ms is not None else 'N/A'}"
     return None
@@ -142,6 +144,11 @@ def verdict_order(pairs: Sequence[PairedRow]) -> List[PairedRow]:
         return (VERDICTS.index(p.verdict.status) if not real else 0, -change if real else 0)
 
     return sorted(pairs, key=key)
+
+
+SAME_RUN_WARNING = ("WARNING: A and B are the same run ({path}): every gain is 0 by "
+                    "construction. This is not a noise floor; for one, compare two runs "
+                    "of the same build.")
 
 
 def _same_run(a: Summary, b: Summary) -> bool:

@@ -12,7 +12,8 @@ from zlbench.stats import geomean
 @dataclass
 class Aggregate:
     group: str
-    # Rows with a positive speedup; `excluded` counts the rest (failed, N/A, zero).
+    # Rows with a positive speedup; `excluded` counts the rest (failed, N/A, zero, rows
+    # with a problem).
     count: int
     excluded: int
     geomean: Optional[float]
@@ -31,7 +32,7 @@ def aggregate(rows: Sequence[Row], by: str) -> List[Aggregate]:
     for name in sorted(groups):
         members = groups[name]
         speedups = [r.speedup for r in members
-                    if r.status == "SUCCESS" and r.speedup is not None and r.speedup > 0]
+                    if r.status == "SUCCESS" and not r.problem and r.speedup is not None and r.speedup > 0]
         out.append(Aggregate(
             group=name,
             count=len(speedups),

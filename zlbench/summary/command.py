@@ -11,7 +11,7 @@ from zlbench import rundir
 from zlbench.summary.ab import ABResult, pair_summaries
 from zlbench.summary.plot import PlotUnavailable, plot_gains, pyplot
 from zlbench.summary.render import FORMATS, render_csv, render_summary
-from zlbench.summary.render_ab import caliber_lines, render_ab, render_ab_csv
+from zlbench.summary.render_ab import caliber_lines, render_ab, render_ab_csv, same_run_warning
 from zlbench.summary.rows import Summary, summarize
 from zlbench.summary.sources import OPS_STATUS, SummaryInputError
 from zlbench.summary.verdict import DEFAULT_NOISE_FLOOR
@@ -69,6 +69,9 @@ def print_ab(a: str, b: str, fmt_name: str, out: Optional[str], plot: Optional[s
             raise click.ClickException(str(e)) from None
     result = pair_summaries(_load_summary(a), _load_summary(b), noise_floor_pct / 100.0)
     warning = check_caliber(result, allow_mismatch)
+    if result.same_run:
+        # On stderr whatever the format: stdout may be going into a file.
+        click.secho(same_run_warning(result), err=True, fg="red", bold=True)
     if warning and fmt_name in ("csv", "json"):
         # table and markdown open with these lines; machine formats keep stdout clean.
         click.echo("\n".join(warning), err=True)

@@ -9,6 +9,7 @@ pytest's FAILED lines and FlagGems' ``FAILED: Operator=...`` input errors become
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
@@ -28,21 +29,34 @@ MARKER_START_RE = re.compile(
     % "|".join(sorted(map(re.escape, marker_lines.KNOWN), key=len, reverse=True))
 )
 
+# Printed values carry 6 (latencies) and 3 (speedup) decimals.
+_MS_HALF_ULP = 5e-7
+_SPEEDUP_HALF_ULP = 5e-4
+# Room for a speedup FlagGems computed from unrounded latencies, beyond rounding.
+_SPEEDUP_SLACK = 0.01
 
 
 class Row:
-    """One printed table row; timer, markers, fallback and run_dir are set by rows.py."""
+    """One printed table row; timer, markers, fallback and run_dir are set by rows.py.
+
+    ``line`` and ``text`` are where it was printed: every row has its source line.
+    ``problem`` is non-empty when the row must not be counted (a latency that is not a
+    positive finite number, a speedup the latencies contradict, a table naming another
+    operator, a key printed twice); summary lists each as an issue.
+    """
 
     __slots__ = (
         "op", "dtype", "mode", "level", "shape", "torch_ms", "gems_ms", "speedup",
-        "tflops", "torch_gbps", "gems_gbps", "status", "line", "key", "timer", "markers",
-        "fallback", "run_dir", "torch_samples", "torch_spread", "gems_samples", "gems_spread",
+        "tflops", "torch_gbps", "gems_gbps", "status", "line", "text", "key", "timer",
+        "markers", "fallback", "run_dir", "torch_samples", "torch_spread", "gems_samples",
+        "gems_spread", "problem",
     )
 
     def __init__(self, op: str, dtype: str, mode: str, level: str, shape: str,
-                 status: str, line: int) -> None:
+                 status: str, line: int, text: str = "") -> None:
         self.op, self.dtype, self.mode, self.level = op, dtype, mode, level
-        self.shape, self.status, self.line = shape, status, line
+        self.shape, self.status, self.line, self.text = shape, status, line, text
+        self.problem = ""
         self.key = (op, dtype, shape)
         self.torch_ms: Optional[float] = None
         self.gems_ms: Optional[float] = None
@@ -96,7 +110,7 @@ def parse_row(line: str, op: str, dtype: str, mode: str, level: str,
     text = fg_table.split_row(line)
     if text is None:
         return None
-    row = Row(op, dtype, mode, level, text.shape, text.status, lineno)
+    row = Row(op, dtype, mode, level, text.shape, text.status, lineno, line)
     values = [None if cell == "N/A" else float(cell) for cell in text.cells]
     row.torch_ms, row.gems_ms, row.speedup = values[0], values[1], values[2]
     # 4 cells: TFLOPS; 5: the two GBPS; 6: both.
@@ -107,9 +121,35 @@ def parse_row(line: str, op: str, dtype: str, mode: str, level: str,
     return row
 
 
+def value_problem(row: Row) -> str:
+    """Why a SUCCESS row's numbers cannot be true ("" when they can)."""
+    if row.status != "SUCCESS":
+        return ""
+    for name in ("torch_ms", "gems_ms"):
+        value = getattr(row, name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            return f"{name.replace('_ms', ' latency')} {value:g} ms is not a positive finite number"
+    t, g, s = row.torch_ms, row.gems_ms, row.speedup
+    if s is not None and not (math.isfinite(s) and s > 0):
+        return f"speedup {s:g} is not a positive finite number"
+    if t is None or g is None or s is None:
+        return ""
+    lo = (t - _MS_HALF_ULP) / (g + _MS_HALF_ULP)
+    hi = (t + _MS_HALF_ULP) / max(g - _MS_HALF_ULP, _MS_HALF_ULP)
+    if (s + _SPEEDUP_HALF_ULP) * (1 + _SPEEDUP_SLACK) < lo or \
+            (s - _SPEEDUP_HALF_ULP) * (1 - _SPEEDUP_SLACK) > hi:
+        return f"speedup {s:g} contradicts the latencies (torch {t:g} / gems {g:g} = {t / g:.3f})"
+    return ""
+
+
 def _find_marker(line: str) -> Optional[Marker]:
     m = MARKER_START_RE.search(line)
-    return marker_lines.parse_marker(line[m.start():]) if m else None
+    if not m:
+        return None
+    try:
+        return marker_lines.parse_marker(line[m.start():])
+    except ValueError:  # a JSON-quoted value that is not valid JSON
+        return None
 
 
 class _Table:
@@ -164,6 +204,10 @@ def parse_log(text: str, source: str = "") -> ParsedLog:
                     issue("unreadable_row", f"row not in FlagGems' format: {line!r}",
                           lineno, table)
                 else:
+                    row.problem = value_problem(row)
+                    if row.problem:
+                        issue("bad_values", f"{row.problem}; row not counted: {line.strip()!r}",
+                              lineno, table)
                     out.rows.append(row)
                     table.rows += 1
                 continue
@@ -198,8 +242,9 @@ def parse_log(text: str, source: str = "") -> ParsedLog:
 def _scan_outside_table(line: str, lineno: int, out: ParsedLog,
                         issue: Callable[..., None]) -> None:
     bad_input = fg_table.INPUT_ERROR_RE.search(line)
-    if bad_input:
-        err = bad_input["err"]
+    close = line.find(">>>", bad_input.end()) if bad_input else -1
+    if bad_input and close >= 0:
+        err = line[bad_input.end():close]
         if err == "{e}":
             # FlagGems prints this line without its f-string: the error is in pytest's
             # failure report further down.

@@ -18,6 +18,9 @@ CSV_COLUMNS = (
     # Samples behind each latency and its spread (relative half-width of the median's
     # 95% CI, a fraction); empty where the timer recorded none (see zlbench.rowstats).
     "torch_samples", "torch_spread", "gems_samples", "gems_spread",
+    # Where the row was printed (line of its log), and why it is not counted ("" when
+    # it is): impossible numbers, another operator's table.
+    "line", "problem",
 )
 FORMATS = ("table", "csv", "json", "markdown")
 

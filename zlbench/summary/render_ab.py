@@ -8,7 +8,7 @@ import json
 from typing import List
 
 from zlbench.markers import DEVICE_THROTTLED
-from zlbench.summary.ab import ABResult, GainRange, PairedRow
+from zlbench.summary.ab import SAME_RUN_WARNING, ABResult, GainRange, PairedRow
 from zlbench.summary.verdict import UNKNOWN
 from zlbench.summary.caliber import CaliberReport
 from zlbench.summary.render import issue_record, render_issues
@@ -32,6 +32,8 @@ def caliber_lines(report: CaliberReport) -> List[str]:
 
 
 def _noise_line(result: ABResult) -> str:
+    if result.same_run:
+        return same_run_warning(result)
     median = fmt_pct(result.noise_median, sign=False) or "n/a"
     p95 = fmt_pct(result.noise_p95, sign=False) or "n/a"
     return (f"Noise: median |gain| {median}, p95 |gain| {p95} over {len(result.pairs)} "
@@ -95,9 +97,15 @@ def _pair_row(p: PairedRow) -> tuple:
             fmt_pct(p.gain), "; ".join(n for n in notes if n))
 
 
+def same_run_warning(result: ABResult) -> str:
+    return SAME_RUN_WARNING.format(path=result.a.input)
+
+
 def render_ab_text(result: ABResult, style: str) -> str:
     """``style``: "table" or "markdown" (pasteable into a pull request)."""
     out = caliber_lines(result.caliber)
+    if result.same_run:
+        out.append(same_run_warning(result))
     if out:
         out.append("")
     out += [heading(style, "A/B: " + GAIN_NOTE),

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from zlbench import rowstats, rundir
 from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, Marker
+from zlbench.safe_read import DEFAULT_LIMIT, describe_error, read_text_capped
 from zlbench.summary.parse import Issue, ParsedLog, Row, parse_log
 from zlbench.summary.screen import Screen, read_screen
 from zlbench.summary.sources import RunLog, find_runs
@@ -87,12 +88,31 @@ def attach_row_stats(rows: Sequence[Row], run_dir: Path, issues: List[Issue]) ->
             setattr(row, f"{side}_spread", rowstats.finite(rec.get("spread")))
 
 
+def _reads_as(printed: str, run_op: str) -> bool:
+    """A table of run ``run_op`` may print its own name or a variant of it
+    (``mm`` prints ``mm_self_transpose``, a backward test ``abs_backward``)."""
+    return printed == run_op or printed.startswith(run_op + "_")
+
+
 def rows_of_run(run: RunLog) -> Tuple[List[Row], List[Issue]]:
-    with open(run.log, encoding="utf-8", errors="replace") as f:
-        text = f.read()
+    try:
+        text, cut = read_text_capped(run.log)
+    except OSError as e:
+        return [], [Issue("unreadable_log", f"{run.log}: {describe_error(e)}",
+                          source=str(run.log))]
     parsed = parse_log(text, str(run.log))
+    if cut:
+        parsed.issues.append(Issue("log_too_large", f"only the first {DEFAULT_LIMIT} bytes read",
+                                   source=str(run.log)))
     attach_markers(parsed, str(run.log))
     attach_row_stats(parsed.rows, Path(run.run_dir), parsed.issues)
+    run_op = (run.identity or {}).get("op")
+    if isinstance(run_op, str) and run_op:
+        for row in parsed.rows:
+            if not row.problem and not _reads_as(row.op, run_op):
+                row.problem = f"table names operator {row.op}, but the run measured {run_op}"
+                parsed.issues.append(Issue("foreign_operator", f"{row.problem}; row not counted",
+                                           row.op, row.dtype, row.line, str(run.log)))
     timer = str((run.identity or {}).get("timer") or "unknown")
     run_dir = str(run.run_dir)
     for row in parsed.rows:
@@ -115,4 +135,20 @@ def summarize(path) -> Summary:
         rows, run_issues = rows_of_run(run)
         summary.rows.extend(rows)
         summary.issues.extend(run_issues)
+    summary.issues.extend(duplicate_keys(summary.rows))
     return summary
+
+
+def duplicate_keys(rows: Sequence[Row]) -> List[Issue]:
+    """A key printed again (in the same log or another): both rows stay, paired in
+    print order by an A/B, but a reader must know the key was measured twice."""
+    first: Dict[Tuple, Row] = {}
+    issues = []
+    for row in rows:
+        seen = first.setdefault(row.key, row)
+        if seen is not row:
+            where = "" if seen.run_dir == row.run_dir else f" (first in {seen.run_dir})"
+            issues.append(Issue("duplicate_key", f"{row.op} {row.dtype} {row.shape} printed "
+                                f"again; first at line {seen.line}{where}", row.op, row.dtype,
+                                row.line, row.run_dir))
+    return issues

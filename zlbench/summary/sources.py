@@ -9,6 +9,7 @@ screen holds one batch dir per host shard (screen.py reads it as one batch).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from dataclasses import dataclass
@@ -17,8 +18,12 @@ from typing import List, Optional, Tuple
 
 from zlbench.rundir import COMPLETE, IDENTITY, RESERVED, RUN_LOG, is_complete
 from zlbench.rundir import STATUS_FILE as OPS_STATUS
+from zlbench.safe_read import describe_error, read_text_capped
 from zlbench.summary.parse import Issue
 from zlbench.summary.screen import Screen
+
+IDENTITY_LIMIT = 16 * 1024 * 1024
+STATUS_LIMIT = 64 * 1024 * 1024
 OK_STATUS = "ok"
 
 
@@ -49,12 +54,15 @@ def _walk_logs(root: Path) -> List[Path]:
 
 def _read_identity(run_dir: Path, issues: List[Issue]) -> Optional[dict]:
     path = run_dir / IDENTITY
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
     try:
-        with open(path, encoding="utf-8") as f:
-            identity = json.load(f)
-    except (OSError, ValueError) as e:
+        identity = json.loads(read_text_capped(path, IDENTITY_LIMIT)[0])
+    except OSError as e:
+        issues.append(Issue("bad_identity", f"cannot read {IDENTITY}: {describe_error(e)}",
+                            source=str(path)))
+        return None
+    except ValueError as e:
         issues.append(Issue("bad_identity", f"cannot read {IDENTITY}: {e}", source=str(path)))
         return None
     if not isinstance(identity, dict):
@@ -107,6 +115,10 @@ def find_runs(path: Path, screen: Optional[Screen] = None
             raise SummaryInputError(
                 f"no {RUN_LOG} under {path}: pass a run.log file, a run dir (from "
                 f"`zlbench run`) or a batch dir (from `zlbench batch`)")
+    elif os.path.exists(path):
+        raise SummaryInputError(
+            f"{path} is not a regular file or a directory: pass a run.log file, a run dir "
+            "or a batch dir")
     else:
         raise SummaryInputError(
             f"{path} does not exist: pass a run.log file, a run dir or a batch dir")
@@ -129,10 +141,18 @@ def _run_log(log: Path, base: Path, issues: List[Issue]) -> RunLog:
 def read_ops_status(root: Path) -> List[Issue]:
     """Operators the batch did not measure, from ops_status.csv (none if it is absent)."""
     path = root / OPS_STATUS
-    if not path.is_file():
+    if not os.path.lexists(path):
         return []
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
+    try:
+        text, _ = read_text_capped(path, STATUS_LIMIT)
+    except OSError as e:
+        return [Issue("bad_ops_status", f"cannot read {OPS_STATUS}: {describe_error(e)}; "
+                      "operator outcomes not checked", source=str(path))]
+    if "\0" in text or "\ufffd" in text:
+        return [Issue("bad_ops_status", f"{OPS_STATUS} is not text (binary or not UTF-8); "
+                      "operator outcomes not checked", source=str(path))]
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
         fields = reader.fieldnames or []
         if "operator" not in fields or "status" not in fields:
             return [Issue("bad_ops_status",
@@ -150,3 +170,6 @@ def read_ops_status(root: Path) -> List[Issue]:
                                 + (f": {why}" if why else ""),
                                 op=rec.get("operator"), line=lineno, source=str(path)))
         return issues
+    except csv.Error as e:
+        return [Issue("bad_ops_status", f"{OPS_STATUS} is not valid CSV ({e}); operator "
+                      "outcomes not checked", source=str(path))]
