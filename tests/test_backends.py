@@ -27,8 +27,8 @@ def test_unknown_backend_lists_accepted_names():
 def test_visibility_key(name, key):
     b = backends.get_backend(name)
     assert b.visible_key == key
-    # No vendor tool: the explicit 3 is taken as a physical id, on any host.
-    dev = b.devices({}, ["3"], probed=[])[0]
+    # The caller's own selection maps index 3 to its fourth entry.
+    dev = b.devices({key: "0,1,2,3"} if key else {}, ["3"], probed=[])[0]
     env = backends.visibility_env(b, dev)
     assert env == ({} if key is None else {key: "3", "ZL_VISIBLE_KEY": key})
 
@@ -90,3 +90,14 @@ def test_vendor_tool_parsers():
         ("0", "MTT S5000"), ("1", "MTT S5000")]
     assert ascend.parse_npu_smi("NPU ID : 0\n Product Name : Ascend910B\nNPU ID : 1\n") == [
         ("0", "Ascend910B"), ("1", "Ascend")]
+
+
+@pytest.mark.parametrize("name", ["cuda", "musa", "rocm", "ascend"])
+def test_an_explicit_device_on_a_host_without_the_vendor_is_refused(name, monkeypatch):
+    b = backends.get_backend(name)
+    monkeypatch.setattr(base.Backend, "present", lambda self: False)
+    monkeypatch.setattr(base.Backend, "nodes_present", lambda self: False)
+    with pytest.raises(backends.DeviceError, match=f"no {name} device on this host"):
+        b.devices({}, ["0"], probed=[])
+    monkeypatch.setattr(base.Backend, "nodes_present", lambda self: True)
+    assert [d.visible for d in b.devices({}, ["0"], probed=[])] == ["0"]

@@ -22,6 +22,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import click
 
 from . import knobs
+from .batch.config import FINITE_SECONDS
 
 # Set on every run of an A/B: keep the isolated Triton cache for the liveness check.
 KEEP_TRITON_CACHE_ENV = "ZL_KEEP_TRITON_CACHE"
@@ -229,7 +230,7 @@ def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -
               help="Devices in your numbering; both sides use the same operator->device map.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where A/ and B/ go. [default: ./runs/ab-<timestamp>]")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--timeout", type=FINITE_SECONDS, default=None, metavar="SECONDS",
               help="Per operator and attempt (as in zlbench batch).")
 @click.option("--retries", type=click.IntRange(min=0), default=None, help="As in zlbench batch.")
 @click.option("--format", "fmt_name", type=click.Choice(["table", "markdown", "csv", "json"]),

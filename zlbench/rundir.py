@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
 from .atomic import write_atomic, write_json_atomic
+from .safe_read import read_text_capped
 
 # --- a run dir -------------------------------------------------------------------------
 RUN_LOG = "run.log"
@@ -80,6 +81,12 @@ SHARD_DIR_RE = re.compile(r"^shard-(\d+)-of-(\d+)$")
 # --- what summary and ab add -----------------------------------------------------------
 SUMMARY_CSV = "summary.csv"
 AB_JSON = "ab.json"
+
+# Every name the batch (and summary, ab) write at a batch dir's top level: no operator
+# may take one, nor one of their lock files (a run dir named plan.json would corrupt the
+# batch). Shard dirs (SHARD_DIR_RE) are refused too.
+BATCH_NAMES = RESERVED | {STATUS_FILE, JOURNAL_FILE, PLAN_FILE, BATCH_LOG, DRIVER_INFO,
+                          DRIVER_LOCK.lstrip("."), SLURM_DIR, SUMMARY_CSV, AB_JSON}
 
 
 # --- run dir ---------------------------------------------------------------------------
@@ -206,11 +213,22 @@ class StatusFile:
         self._thread_lock = threading.Lock()
 
     def read(self) -> Dict[str, Dict[str, str]]:
+        """The rows by operator; lines that are not rows (a garbled or binary file) are
+        left out, never raised: resume re-runs what has no trustworthy row."""
         try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+            text, _ = read_text_capped(self.path)
+        except OSError:
             return {}
-        return {row["operator"]: row for row in csv.DictReader(io.StringIO(text)) if row.get("operator")}
+        rows: Dict[str, Dict[str, str]] = {}
+        try:
+            for row in csv.DictReader(io.StringIO(text.replace("\0", ""), newline="")):
+                op = row.get("operator")
+                if isinstance(op, str) and op and all(isinstance(v, str) or v is None
+                                                       for k, v in row.items() if k is not None):
+                    rows[op] = row
+        except csv.Error:
+            pass
+        return rows
 
     def update(self, rows: Iterable[Mapping[str, object]]) -> None:
         rows = list(rows)
@@ -268,15 +286,17 @@ class Journal:
 def read_journal(batch_dir: Path) -> Iterator[dict]:
     """The events of a batch's attempts.jsonl (lines cut by a crash are skipped)."""
     try:
-        text = (batch_dir / JOURNAL_FILE).read_text(encoding="utf-8")
-    except FileNotFoundError:
+        text, _ = read_text_capped(batch_dir / JOURNAL_FILE)
+    except OSError:
         return iter(())
     out = []
     for line in text.splitlines():
         try:
-            out.append(json.loads(line))
+            event = json.loads(line)
         except ValueError:
-            continue  # a line cut by a crash
+            continue  # a line cut by a crash, or not a journal line at all
+        if isinstance(event, dict):
+            out.append(event)
     return iter(out)
 
 

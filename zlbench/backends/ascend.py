@@ -31,6 +31,7 @@ BACKEND = Backend(
     parse_tool_output=parse_npu_smi,
     torch_extensions=("torch_npu",),
     runtime_initialised=torch_runtime_initialised("npu"),
+    device_nodes=("/dev/davinci[0-9]*",),
     description="Huawei Ascend NPUs; direct timer",
     torch_device="npu",
     timer_targets=(TRITON_TIMER, ("triton.backends.ascend.testing", "do_bench_npu")),

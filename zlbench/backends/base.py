@@ -8,6 +8,7 @@ Nothing outside backends/ names a vendor.
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import shutil
 import subprocess
@@ -127,6 +128,8 @@ class Backend:
     capture_texts: Tuple[str, ...] = ()
     # Regex alternatives for errors that usually mean the device hiccuped (retry).
     transient_patterns: Tuple[str, ...] = ()
+    # Device files the vendor driver creates (globs): hardware without the vendor tool.
+    device_nodes: Tuple[str, ...] = ()
 
     @property
     def default_timer(self) -> str:
@@ -141,6 +144,9 @@ class Backend:
 
     def present(self) -> bool:
         return self.tool_available() or self.extension_installed()
+
+    def nodes_present(self) -> bool:
+        return any(glob.glob(pattern) for pattern in self.device_nodes)
 
     # -- enumeration -------------------------------------------------------
     def probe_devices(self) -> List[Tuple[str, str]]:
@@ -175,9 +181,18 @@ class Backend:
             universe = [(str(i), v) for i, v in enumerate(caller)]
         elif probed:
             universe = [(idx, idx) for idx, _ in probed]
-        elif selection:
-            # No tool and no caller selection: trust the explicit list as physical ids.
+        elif selection and (self.present() or self.nodes_present()):
+            # No device listed, but the vendor's tool, torch extension or device files
+            # are here: trust the explicit list as physical ids.
             universe = [(s, s) for s in selection]
+        elif selection:
+            # Nothing of the vendor on this host: a run here would measure nothing on
+            # this backend (every row falls back), and must not report ok.
+            raise DeviceError(
+                f"no {self.name} device on this host: {self.visible_key or 'no visibility variable'} "
+                f"unset, {(self.list_tool or ('no vendor tool',))[0]} not found, no "
+                f"{' '.join(self.device_nodes) or 'device files'}; run on a {self.name} host or "
+                "pick the backend this host has (--backend)")
         else:
             universe = []
         if selection is None:

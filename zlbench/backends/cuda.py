@@ -54,6 +54,7 @@ BACKEND = Backend(
     list_tool=("nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"),
     parse_tool_output=parse_csv_index_name,
     runtime_initialised=torch_runtime_initialised("cuda"),
+    device_nodes=("/dev/nvidia[0-9]*",),
     description="NVIDIA GPUs (CUDA); CUDA-graph timing",
     torch_device="cuda",
     device_state=open_device_state,

@@ -33,6 +33,7 @@ BACKEND = Backend(
     parse_tool_output=parse_mthreads_gmi,
     torch_extensions=("torch_musa",),
     runtime_initialised=torch_runtime_initialised("musa"),
+    device_nodes=("/dev/mtgpu*",),
     description="MThreads GPUs (MUSA); direct timer",
     torch_device="musa",
     timer_targets=(TRITON_TIMER, ("triton.musa_testing", "do_bench")),

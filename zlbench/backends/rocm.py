@@ -40,6 +40,7 @@ BACKEND = Backend(
     list_tool=("rocm-smi", "--showproductname", "--csv"),
     parse_tool_output=parse_rocm_smi,
     runtime_initialised=torch_runtime_initialised("cuda"),
+    device_nodes=("/dev/kfd",),
     description="AMD GPUs (ROCm/HIP); direct timer",
     torch_device="cuda",  # ROCm builds of torch speak torch.cuda
     fatal_texts=cuda.FATAL_TEXTS,   # HIP reuses CUDA's wording

@@ -12,8 +12,8 @@ from click.core import ParameterSource
 
 from .. import knobs
 from .config import (DEFAULT_FALLBACK_DTYPES, DEFAULT_KILL_GRACE_S, DEFAULT_RETRIES,
-                     DEFAULT_TIMEOUT_S, DEFAULT_WORKER_MAX_OPS, RUN_MODES, BatchConfig,
-                     default_out_dir, parse_devices_flag, resolve_shard)
+                     DEFAULT_TIMEOUT_S, DEFAULT_WORKER_MAX_OPS, FINITE_SECONDS, RUN_MODES,
+                     BatchConfig, default_out_dir, parse_devices_flag, resolve_shard)
 from .driver import load_plan, run_batch
 from .oplist import default_dismiss_path, parse_op_timeouts, parse_ops_flag
 from .plan import HostShard
@@ -61,7 +61,7 @@ def _given(ctx: click.Context, name: str) -> bool:
               help="Dismiss list (YAML list of {operator, reason, verified}); listed operators are "
                    "not run and show as 'dismissed' with their reason. 'none': no list. "
                    "[default: ops/dismiss.yaml when it exists]")
-@click.option("--timeout", "timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--timeout", "timeout", type=FINITE_SECONDS, default=None, metavar="SECONDS",
               help=f"Per operator and attempt; the whole process group is stopped (SIGTERM, then "
                    f"SIGKILL). 0: no limit. [default: {DEFAULT_TIMEOUT_S:g}]")
 @click.option("--op-timeout", "op_timeout", multiple=True, metavar="OP=SECONDS",
@@ -73,7 +73,7 @@ def _given(ctx: click.Context, name: str) -> bool:
 @click.option("--fallback-dtypes", "fallback_dtypes", multiple=True, metavar="DTYPES",
               help="Dtype lists tried, in order, after a deterministic failure with the default "
                    "dtypes (repeatable; 'none' disables). [default: float32, then float16]")
-@click.option("--kill-grace", "kill_grace", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--kill-grace", "kill_grace", type=FINITE_SECONDS, default=None, metavar="SECONDS",
               help=f"Between SIGTERM and SIGKILL when a group is stopped. [default: {DEFAULT_KILL_GRACE_S:g}]")
 @click.option("--shard", "shard", default=None, metavar="K/N|auto",
               help="Run host shard K of N (0 <= K < N) of a screen spread over hosts: the "

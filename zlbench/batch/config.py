@@ -6,12 +6,16 @@ call ``run_batch`` without going through click.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import click
 
 from .. import knobs
 from .plan import WHOLE, HostShard
@@ -36,8 +40,42 @@ def default_out_dir(prefix: str) -> Path:
 
 
 def parse_devices_flag(text: Optional[str]) -> Optional[List[str]]:
-    """``--devices 0,1`` (spaces separate too); None when not given."""
-    return [d for d in (text or "").replace(" ", ",").split(",") if d] or None
+    """``--devices 0,1`` (spaces separate too); None when not given. Every entry must
+    be a device number: ``0,,x`` is refused, not read as ``0,x``."""
+    if text is None:
+        return None
+    parts = re.split(r"\s*,\s*|\s+", text.strip())
+    bad = [p for p in parts if not p.isdigit() or not p.isascii()]
+    if bad or not parts:
+        shown = ", ".join(repr(p) for p in bad) or "nothing"
+        raise BatchError(f"--devices {text!r}: {shown} is not a device number; give numbers "
+                         "separated by commas, e.g. --devices 0,1")
+    return parts
+
+
+class FiniteSeconds(click.ParamType):
+    """A number of seconds >= 0 that a wait can use: inf, nan and 1e400 are refused here,
+    not after a child has started."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            try:
+                number = float(str(value).strip())
+            except ValueError:
+                self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds (0 means no limit)",
+                      param, ctx)
+        if number < 0:
+            self.fail(f"{value!r} is negative (0 means no limit)", param, ctx)
+        return number
+
+
+FINITE_SECONDS = FiniteSeconds()
 
 
 _AUTO_HELP = ("give --shard K/N, or run inside a Slurm array task (SLURM_ARRAY_TASK_ID) or a "

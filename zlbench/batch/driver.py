@@ -7,6 +7,8 @@ One thread per device runs its operators one after another, each in its own
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import signal
 import socket
@@ -14,24 +16,25 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
-from .. import backends, knobs, providers
+from .. import backends, knobs, proc, providers, rundir
 from ..backends import DeviceError
-from .. import proc, rundir
 from ..markers import WORKER_FORK_REFUSED, format_marker
+from ..safe_read import describe_error, read_bytes_capped
 from .config import RUN_MODES, BatchConfig, BatchResult, default_run_command
 from .classify import BAD
 from .execute import BATCH_TAG, ExecContext, Stopper, child_environ, dtype_ladder, run_operator
-from .oplist import check_op_name, dedupe, load_dismiss, read_op_list
+from .oplist import check_op_name, check_seconds, dedupe, load_dismiss, op_name_problem, read_op_list
 from .plan import OpPlan, Plan, make_plan
 from .progress import Progress
 from .state import BatchError, DriverLock, last_attempts, read_durations
 from .workers import WorkerSlot
 
 PLAN_FORMAT = 1
+PLAN_LIMIT = 64 * 1024 * 1024
 # Plan keys that define what a number means: a resumed batch must not change them.
 _SAME_ON_RESUME = ("settings", "backend", "extra_env", "shard")
 
@@ -59,18 +62,43 @@ def run_batch(config: BatchConfig) -> BatchResult:
     environ = dict(os.environ if config.environ is None else config.environ)
     batch_dir = Path(config.out).expanduser().resolve()
     _check_batch_dir(batch_dir, config.resume)
-    batch_dir.mkdir(parents=True, exist_ok=True)
-    lock = DriverLock(batch_dir)
-    lock.acquire()
+    try:
+        batch_dir.mkdir(parents=True, exist_ok=True)
+        lock = DriverLock(batch_dir)
+        lock.acquire()
+    except OSError as e:
+        raise BatchError(f"--out {batch_dir}: cannot use it as a batch dir ({describe_error(e)}); "
+                         "give a writable directory") from None
     try:
         return _run_locked(config, batch_dir, environ, started)
+    except OSError as e:
+        if e.errno not in STORAGE_ERRNOS:
+            raise
+        raise BatchError(storage_message(e, batch_dir)) from None
     finally:
         lock.release()
+
+
+# The batch's own storage failed: nothing an operator did, and nothing to retry.
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES,
+                  errno.EPERM, errno.ENOTDIR, errno.EFBIG}
+
+
+def storage_message(e: OSError, batch_dir: Path) -> str:
+    where = f"{e.filename}: " if e.filename else ""
+    return (f"{where}{describe_error(e)}: the batch stopped; what finished is kept; fix the "
+            f"storage, then continue with --resume --out {batch_dir}")
 
 
 def _check_batch_dir(batch_dir: Path, resume: bool) -> None:
     if batch_dir.exists() and not batch_dir.is_dir():
         raise BatchError(f"--out {batch_dir} is a file; give a directory")
+    for parent in batch_dir.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise BatchError(f"--out {batch_dir}: {parent} is a file, not a directory; "
+                                 "give a directory path")
+            break
     if not resume and batch_dir.is_dir() and any(batch_dir.iterdir()):
         what = f"a batch ({rundir.PLAN_FILE})" if rundir.plan_path(batch_dir).exists() else "files"
         raise BatchError(f"--out {batch_dir} already holds {what}; continue it with --resume, "
@@ -95,7 +123,8 @@ def _backend(settings):
 
 
 def _operators(config: BatchConfig, settings, log) -> tuple:
-    """(ops, per-op timeouts from the op list file, the corpus root)."""
+    """(ops, per-op timeouts from the op list file, the corpus root, corpus names
+    refused as operator names: name -> why)."""
     try:
         provider = providers.make_provider(settings)
         corpus = provider.operators()
@@ -117,10 +146,17 @@ def _operators(config: BatchConfig, settings, log) -> tuple:
         if not ops:
             raise BatchError(f"the {settings.provider} provider lists no operators under "
                              f"{getattr(provider, 'root', '?')}; give --ops or --op-list")
-    if not ops:
+    # Names from a corpus (marks) are someone else's text: one such as ../../x would
+    # put a run dir outside --out. They are refused, each with a failed row.
+    refused = {op: why for op in ops if (why := op_name_problem(op))}
+    if refused:
+        ops = [op for op in ops if op not in refused]
+        log(f"corpus names refused as operator names (not run): "
+            f"{', '.join(repr(op) for op in refused)}", show=True)
+    if not ops and not refused:
         raise BatchError("no operators to run: --ops / --op-list are empty")
     root = getattr(provider, "root", None)
-    return ops, file_timeouts, str(root) if root else None
+    return ops, file_timeouts, str(root) if root else None, refused
 
 
 def _check_extra_env(extra_env: Mapping[str, str]) -> None:
@@ -179,11 +215,47 @@ def plan_document(config: BatchConfig, plan: Plan, settings, backend_name: str, 
 
 
 def load_plan(batch_dir: Path) -> Optional[dict]:
+    """The saved plan; None when there is none. Raises BatchError for a plan.json that
+    is not one (wrong JSON type, binary, a FIFO)."""
+    path = rundir.plan_path(Path(batch_dir))
+    if not os.path.lexists(path):
+        return None
     try:
-        return rundir.read_plan(Path(batch_dir))
+        doc = json.loads(read_bytes_capped(path, PLAN_LIMIT)[0].decode("utf-8"))
+    except OSError as e:
+        raise BatchError(f"{path}: cannot read it ({describe_error(e)}); restore it or start "
+                         "a new --out") from None
     except ValueError as e:
-        raise BatchError(f"{rundir.plan_path(Path(batch_dir))} is not valid JSON ({e}); "
-                         "restore it or start a new --out") from None
+        raise BatchError(f"{path} is not valid JSON ({e}); restore it or start a new --out") from None
+    problem = plan_problem(doc)
+    if problem:
+        raise BatchError(f"{path} is not a zlbench batch plan ({problem}); restore it or start "
+                         "a new --out")
+    return doc
+
+
+def _json_type(value: object) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
+            float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def plan_problem(doc: object) -> str:
+    """What makes ``doc`` unusable as a plan ("" when nothing)."""
+    if not isinstance(doc, dict):
+        return f"a JSON {_json_type(doc)}, not an object"
+    kinds = {"ops": list, "settings": dict, "devices": list, "dismissed": dict,
+             "op_timeouts": dict, "extra_env": dict, "sessions": list, "fallback_dtypes": list}
+    for key, kind in kinds.items():
+        if key in doc and not isinstance(doc[key], kind):
+            return f"{key} is a JSON {_json_type(doc[key])}"
+    if "ops" not in doc:
+        return "no ops"
+    for item in doc["ops"]:
+        if not isinstance(item, dict) or not isinstance(item.get("op"), str):
+            return "an ops entry without an operator name"
+    if not all(isinstance(d, str) for d in doc.get("devices", [])):
+        return "devices are not names"
+    return ""
 
 
 def caliber_diffs(saved: dict, doc: dict) -> List[str]:
@@ -289,6 +361,7 @@ class _Prepared:
     plan: Plan
     doc: dict
     corpus_root: Optional[str] = None
+    refused: Dict[str, str] = field(default_factory=dict)
 
 
 def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], log) -> _Prepared:
@@ -308,8 +381,10 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
         raise BatchError(f"no {backend.name} device found; pass --devices, or --backend cpu "
                          "to run on this machine's CPU")
     _check_extra_env(config.extra_env)
-    ops, file_timeouts, corpus_root = _operators(config, settings, log)
+    _check_timeouts(config)
+    ops, file_timeouts, corpus_root, refused = _operators(config, settings, log)
     ops = [op for op in ops if config.shard.holds(op)]
+    refused = {op: why for op, why in refused.items() if config.shard.holds(op)}
     dismissed = load_dismiss(Path(config.dismiss)) if config.dismiss else {}
     timer = backends.choose_timer(backend, settings.values.get("enable_cudagraph", True))
     replay_root = _replay_root(settings)
@@ -322,7 +397,18 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
         log(f"--replay-from {replay_root} has no <op>/autotune_records for any operator; is it "
             "an earlier batch dir? Every operator runs without replay.", show=True)
     doc = plan_document(config, plan, settings, backend.name, timer, op_timeouts)
-    return _Prepared(settings, backend.name, timer, ops, plan, doc, corpus_root)
+    return _Prepared(settings, backend.name, timer, ops, plan, doc, corpus_root, refused)
+
+
+def _check_timeouts(config: BatchConfig) -> None:
+    """inf / nan / 1e400 would overflow the wait after the child started: refuse now."""
+    try:
+        check_seconds(float(config.timeout_s or 0), "--timeout")
+        check_seconds(float(config.kill_grace_s), "--kill-grace")
+        for op, limit in config.op_timeouts.items():
+            check_seconds(float(limit or 0), f"--op-timeout {op}")
+    except (TypeError, ValueError, OverflowError):
+        raise BatchError("--timeout / --kill-grace / --op-timeout: not a number of seconds") from None
 
 
 def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
@@ -330,14 +416,22 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
     log = _Log(rundir.batch_log_path(batch_dir))
     quiet = config.progress == "off"
     log.screen = None if quiet else _print_line
+    saved = load_plan(batch_dir) if config.resume else None
+    if config.resume and saved is None:
+        # A driver killed before it wrote its plan: what it was asked to run is unknown,
+        # and the default corpus is not it.
+        raise BatchError(f"--resume {batch_dir}: no plan.json there, so nothing to continue "
+                         "(the batch never started, or its driver was stopped before writing "
+                         "its plan); start it without --resume and a new --out")
     prep = _prepare(config, batch_dir, environ, log)
     plan = prep.plan
-    saved = load_plan(batch_dir) if config.resume else None
     warnings = _check_resume(saved, prep.doc, batch_dir) if saved else []
     session = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     prep.doc["sessions"] = [*(saved or {}).get("sessions", []),
                             {"session": session, "pid": os.getpid(), "resume": bool(saved),
                              "host": socket.gethostname(), **_scheduler_job(environ)}]
+    if saved:
+        _keep_unasked(prep.doc, saved)
     rundir.write_plan(batch_dir, prep.doc)
 
     journal = rundir.Journal(batch_dir, session)
@@ -345,10 +439,11 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
     status = rundir.StatusFile(batch_dir)
     status.update(rundir.status_row(op, "dismissed", reason=reason, backend=prep.backend_name)
                   for op, reason in plan.dismissed.items())
+    status.update(rundir.status_row(op, "failed", attempts=0, backend=prep.backend_name,
+                                    reason=f"not a valid operator name ({why}); not run")
+                  for op, why in prep.refused.items())
     for line in warnings:
         log(line, show=True)
-    if config.resume and not saved:
-        log(f"nothing to resume in {batch_dir} yet: starting the batch", show=True)
     todo = (_prepare_resume(plan, batch_dir, status, session, config.kill_grace_s,
                             prep.backend_name, prep.timer, log, config.keep_failed)
             if saved else list(plan.ops))
@@ -369,12 +464,13 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
         f"{','.join(plan.devices)}; {len(plan.dismissed)} dismissed")
     progress = Progress({d: len(q) for d, q in queues.items()}, mode=config.progress,
                         expected={d: [plan.expected.get(p.op) for p in q] for d, q in queues.items()})
+    broken: List[OSError] = []
     try:
         slots.update(_worker_slots(config, prep, [d for d, q in queues.items() if q], env,
                                    batch_dir, stopper, log))
         with progress, _Interrupt(stopper):
             log.screen = None if quiet else progress.message
-            threads = [_device_thread(f"device-{d}", ctx, d, q, status, progress)
+            threads = [_device_thread(f"device-{d}", ctx, d, q, status, progress, broken)
                        for d, q in queues.items() if q]
             for t in threads:
                 t.start()
@@ -384,9 +480,23 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
         for slot in slots.values():
             slot.close()
         stopper.close()
+    if broken:
+        raise BatchError(storage_message(broken[0], batch_dir))
     journal.record("session_end", interrupted=interrupted)
-    return BatchResult(batch_dir, status.read(), sorted(prep.ops), interrupted,
-                       time.monotonic() - started, list(plan.devices))
+    return BatchResult(batch_dir, status.read(), sorted([*prep.ops, *prep.refused]),
+                       interrupted, time.monotonic() - started, list(plan.devices))
+
+
+def _keep_unasked(doc: dict, saved: dict) -> None:
+    """``--resume --ops a`` runs a, but the batch stays the whole batch: operators the
+    saved plan holds and this resume did not ask for stay in plan.json, so a later
+    plain ``--resume`` still covers them."""
+    asked = {item["op"] for item in doc["ops"]} | set(doc["dismissed"])
+    doc["ops"] = sorted([*doc["ops"], *(item for item in saved.get("ops", [])
+                                        if item.get("op") not in asked)],
+                        key=lambda item: item["op"])
+    doc["dismissed"] = dict(sorted({**{op: why for op, why in saved.get("dismissed", {}).items()
+                                       if op not in asked}, **doc["dismissed"]}.items()))
 
 
 def _scheduler_job(environ: Mapping[str, str]) -> Dict[str, str]:
@@ -460,19 +570,40 @@ def _device_thread(name: str, *args) -> threading.Thread:
     return thread
 
 
-def _device_worker(ctx: ExecContext, device: str, queue: Sequence[OpPlan], status: rundir.StatusFile,
-                   progress: Progress) -> None:
+def _device_worker(ctx: ExecContext, device: str, queue: Sequence[OpPlan],
+                   status: rundir.StatusFile, progress: Progress, broken: List[OSError]) -> None:
+    try:
+        _run_queue(ctx, device, queue, status, progress)
+    except OSError as e:
+        if e.errno not in STORAGE_ERRNOS:
+            raise
+        # The batch's own files cannot be written (disk full, read-only): no operator is
+        # to blame, and none can be recorded. Stop the batch; the driver says why.
+        broken.append(e)
+        ctx.stopper.stop()
+
+
+def _spawn_failed(ctx: ExecContext, item: OpPlan, device: str, e: Exception) -> Dict[str, object]:
+    ctx.log(f"{item.op}: batch error: {e!r}", show=True)
+    ctx.log(traceback.format_exc())
+    return rundir.status_row(item.op, "failed", attempts=0, device=device,
+                             backend=ctx.backend, reason=f"batch error: {e!r}")
+
+
+def _run_queue(ctx: ExecContext, device: str, queue: Sequence[OpPlan],
+               status: rundir.StatusFile, progress: Progress) -> None:
     for item in queue:
         if ctx.stopper.stopped:
             return
         progress.started(device, item.op)
         try:
             row = run_operator(ctx, item, lambda op, n, level: progress.attempt(device, op, n, level))
+        except OSError as e:
+            if e.errno in STORAGE_ERRNOS:
+                raise
+            row = _spawn_failed(ctx, item, device, e)
         except Exception as e:  # a broken spawn must not take the other operators down
-            ctx.log(f"{item.op}: batch error: {e!r}", show=True)
-            ctx.log(traceback.format_exc())
-            row = rundir.status_row(item.op, "failed", attempts=0, device=device,
-                                    backend=ctx.backend, reason=f"batch error: {e!r}")
+            row = _spawn_failed(ctx, item, device, e)
         if row is None:
             ctx.log(f"{item.op}: interrupted; it runs again on --resume")
             return

@@ -10,21 +10,37 @@ seconds (``mm 1800``); blank lines and ``#`` comments are ignored::
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..rundir import RESERVED
+from ..rundir import BATCH_NAMES, SHARD_DIR_RE
+from ..safe_read import describe_error, read_bytes_capped
 from .state import BatchError
 
-# Operator names become directory names under the batch dir.
-_OP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+OP_LIST_LIMIT = 16 * 1024 * 1024
+
+# Operator names become directory names under the batch dir: no separators, no "..",
+# no leading dot (the batch's own hidden files), nothing longer than a file name.
+_OP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}$")
+
+
+def op_name_problem(op: object) -> str:
+    """Why ``op`` cannot name an operator's run dir ("" when it can)."""
+    if not isinstance(op, str) or not _OP_NAME.match(op):
+        return "letters, digits, _ . + - only, starting with a letter, digit or _"
+    if op in BATCH_NAMES or any(op.startswith(name + ".") for name in BATCH_NAMES) \
+            or SHARD_DIR_RE.match(op):
+        return "the batch's own files take that name"
+    return ""
 
 
 def check_op_name(op: str, where: str) -> str:
-    if not _OP_NAME.match(op) or op in RESERVED or op in (".", ".."):
-        raise BatchError(f"{where}: {op!r} is not an operator name (letters, digits, _ . + -; "
-                         f"not {', '.join(sorted(RESERVED))})")
+    why = op_name_problem(op)
+    if why:
+        raise BatchError(f"{where}: {op!r} is not an operator name ({why}; reserved: "
+                         f"{', '.join(sorted(BATCH_NAMES))})")
     return op
 
 
@@ -38,9 +54,15 @@ def parse_ops_flag(text: Optional[str]) -> List[str]:
 def read_op_list(path: Path) -> Tuple[List[str], Dict[str, float]]:
     """Operators of an op list file, in order, and the timeouts it sets."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_bytes_capped(path, OP_LIST_LIMIT)[0].decode("utf-8")
     except OSError as e:
-        raise BatchError(f"--op-list {path}: cannot read it ({e.strerror or e})") from None
+        raise BatchError(f"--op-list {path}: cannot read it ({describe_error(e)})") from None
+    except UnicodeDecodeError:
+        raise BatchError(f"--op-list {path}: not a text file (not UTF-8); give one operator "
+                         "name a line") from None
+    if "\0" in text:
+        raise BatchError(f"--op-list {path}: not a text file (NUL bytes); give one operator "
+                         "name a line")
     ops: List[str] = []
     timeouts: Dict[str, float] = {}
     for n, raw in enumerate(text.splitlines(), 1):
@@ -62,6 +84,14 @@ def parse_seconds(text: str, where: str) -> float:
         value = float(text)
     except ValueError:
         raise BatchError(f"{where}: {text!r} is not a number of seconds") from None
+    return check_seconds(value, where)
+
+
+def check_seconds(value: float, where: str) -> float:
+    """A finite, non-negative number of seconds (inf, nan and 1e400 are refused: a wait
+    on them overflows after the child has started)."""
+    if not math.isfinite(value):
+        raise BatchError(f"{where}: {value!r} is not a finite number of seconds (0 means none)")
     if value < 0:
         raise BatchError(f"{where}: a timeout must not be negative (0 means none)")
     return value

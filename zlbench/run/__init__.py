@@ -322,7 +322,16 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
     started = time.monotonic()
     try:
         plan = plan_run(settings)
-        run_dir = use_run_dir(run_dir) if run_dir else claim_run_dir(Path(settings.out), settings.op)
+        # Absolute before anything uses it: the benchmark process runs in the corpus
+        # root, and a relative dir would put the plugins' files below the corpus.
+        try:
+            run_dir = (use_run_dir(Path(run_dir).expanduser().resolve()) if run_dir else
+                       claim_run_dir(Path(settings.out).expanduser().resolve(), settings.op))
+        except OSError as e:
+            where = "--run-dir" if run_dir else "--out"
+            raise PreflightFailed("run_dir", f"{where} {run_dir or settings.out}: cannot create "
+                                  f"the run dir ({e.strerror or e}); give a writable directory",
+                                  Path(str(run_dir or settings.out))) from None
     except PreflightFailed as e:
         out.write(e.marker() + "\n")
         out.write(f"zlbench run: preflight failed ({e.check}): {e}\n")
