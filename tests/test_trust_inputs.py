@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 from zlbench import knobs
 from zlbench.batch import BatchConfig, BatchError, command, run_batch
-from zlbench.batch import driver, state
+from zlbench import rundir
+from zlbench.batch import driver
 from zlbench.batch.execute import Stopper
 
 FIXTURES = Path(__file__).parent / "fixtures" / "faulty_corpus"
@@ -24,7 +25,8 @@ STANDIN = [sys.executable, str(FIXTURES / "standin_run.py")]
 
 def config(out, ops, **kw):
     base = dict(out=out, settings=knobs.resolve({"backend": "cpu"}, {}, names=knobs.MEASURE_KNOBS),
-                ops=ops, devices=["0"], run_command=STANDIN, progress="off", kill_grace_s=0.5)
+                ops=ops, devices=["0"], run_command=STANDIN, progress="off", kill_grace_s=0.5,
+                run_mode="fresh")
     base.update(kw)
     return BatchConfig(**base)
 
@@ -96,7 +98,7 @@ def test_corpus_marks_that_are_not_operator_names_are_refused_not_run(tmp_path, 
     monkeypatch.setattr(providers, "make_provider", lambda settings: Corpus())
     batch = tmp_path / "deep" / "b"
     result = run_batch(config(batch, None))
-    rows = state.StatusFile(batch).read()
+    rows = rundir.StatusFile(batch).read()
     assert rows["ok_a"]["status"] == "ok"
     for bad in ("../../escaped", "plan.json"):
         assert rows[bad]["status"] == "failed" and "not a valid operator name" in rows[bad]["reason"]
@@ -170,7 +172,7 @@ def test_an_unusable_out_is_a_one_line_error(where, tmp_path):
 
 def test_disk_full_stops_the_batch_with_a_one_line_error_and_keeps_what_finished(tmp_path, monkeypatch):
     batch = tmp_path / "b"
-    real = state.write_atomic
+    real = rundir.write_atomic
     writes = []
 
     def full_after_two(path, text):
@@ -179,11 +181,11 @@ def test_disk_full_stops_the_batch_with_a_one_line_error_and_keeps_what_finished
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return real(path, text)
 
-    monkeypatch.setattr(state, "write_atomic", full_after_two)
+    monkeypatch.setattr(rundir, "write_atomic", full_after_two)
     with pytest.raises(BatchError, match="No space left on device.*--resume --out"):
         run_batch(config(batch, ["ok_1", "ok_2", "ok_3"]))
-    assert list(state.StatusFile(batch).read()) == ["ok_1"]        # what was written stays
-    monkeypatch.setattr(state, "write_atomic", real)
+    assert list(rundir.StatusFile(batch).read()) == ["ok_1"]        # what was written stays
+    monkeypatch.setattr(rundir, "write_atomic", real)
     result = run_batch(config(batch, ["ok_1", "ok_2", "ok_3"], resume=True))
     assert result.exit_code == 0 and sorted(result.rows) == ["ok_1", "ok_2", "ok_3"]
 
@@ -198,19 +200,19 @@ def test_the_driver_waits_for_a_worker_whatever_is_alive_says():
     stopper = Stopper()
     finished = []
 
-    class W:
-        done = threading.Event()
+    done = threading.Event()
 
     def work():
         stopper.event.wait(10)
         time.sleep(0.3)                  # still stopping its group
         finished.append(True)
-        W.done.set()
+        done.set()
 
-    W.thread = Lying(target=work, daemon=True)
-    W.thread.start()
+    worker = Lying(target=work, daemon=True)
+    worker.done = done
+    worker.start()
     threading.Timer(0.1, stopper.stop).start()
-    driver._wait_for([W], stopper, lambda *a, **k: None)
+    driver._wait_for([worker], stopper, lambda *a, **k: None)
     assert finished == [True]
     stopper.close()
 
@@ -221,7 +223,9 @@ def test_wait_for_survives_ctrl_c_and_still_waits(monkeypatch):
     calls = []
 
     class W:
-        pass
+        @staticmethod
+        def join(timeout=None):
+            pass
 
     class Ev:
         def __init__(self):
