@@ -82,7 +82,10 @@ from . import knobs  # noqa: E402  (after the group: keeps the import order read
 @click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
               default=None, help="Measure into exactly this dir (the batch uses <batch>/<op>) "
                                  "instead of a fresh <out>/<timestamp>_<op>.")
-def run_command(run_dir, **flags):
+@click.option("--echo/--no-echo", "echo", default=True,
+              help="Copy the benchmark's output to stdout as well as run.log. The batch "
+                   "passes --no-echo: each operator's output is stored once, in run.log.")
+def run_command(run_dir, echo, **flags):
     """Measure one operator: preflight, a private run dir, pytest with zlbench's plugins.
 
     \b
@@ -92,7 +95,7 @@ def run_command(run_dir, **flags):
     """
     from .run import run_from_flags
 
-    sys.exit(run_from_flags(flags, run_dir=run_dir))
+    sys.exit(run_from_flags(flags, run_dir=run_dir, echo=echo))
 
 
 # -- backends ------------------------------------------------------------------

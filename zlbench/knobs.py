@@ -183,6 +183,9 @@ KNOBS: List[Knob] = [
          "Third-party pytest plugins the benchmark process loads (-p each, comma list); "
          "'autoload' loads every installed one as plain pytest does. Default: none "
          "(PYTEST_DISABLE_PLUGIN_AUTOLOAD=1; the loaded ones are recorded in run_identity.json)."),
+    Knob("output_cap_mb", "ZL_OUTPUT_CAP_MB", "--output-cap-mb", 64, _positive_int, False,
+         "Most MiB of a benchmark's output kept in run.log: beyond it the first and last "
+         "halves are kept and an OUTPUT_TRUNCATED line marks the cut."),
     Knob("out", "ZL_OUT", "--out", "runs", _text, False, "Root under which run dirs are created."),
 ]
 

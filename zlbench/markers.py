@@ -25,6 +25,8 @@ RUN_PHASE = "RUN_PHASE"
 WORKER_FORK_REFUSED = "WORKER_FORK_REFUSED"
 DEVICE_THROTTLED = "DEVICE_THROTTLED"
 DIRECT_TIMER_HOST_CLOCK = "DIRECT_TIMER_HOST_CLOCK"
+NO_MEASUREMENT = "NO_MEASUREMENT"
+OUTPUT_TRUNCATED = "OUTPUT_TRUNCATED"
 # compile_<phase>_no_evict is a family: the phase is part of the name.
 NO_EVICT_RE = re.compile(r"^compile_[a-z0-9_]+_no_evict$")
 
@@ -40,6 +42,8 @@ KNOWN = {
     WORKER_FORK_REFUSED,
     DEVICE_THROTTLED,
     DIRECT_TIMER_HOST_CLOCK,
+    NO_MEASUREMENT,
+    OUTPUT_TRUNCATED,
 }
 
 _BARE = re.compile(r'^[^\s"=]+$')

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Dict, List, Mapping, Optional, Sequence, Union
+from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 # Fallback polling period where pidfd_open is missing (not Linux, old kernels).
 _POLL_S = 0.02
@@ -331,21 +331,148 @@ def tagged_processes(key: str, value: str) -> Dict[int, int]:
     return found
 
 
-def kill_tagged(key: str, value: str, grace_s: float) -> List[int]:
-    """Stop every process group holding a tagged process. Returns the pids found."""
+def _targets(key: str, value: str, cgroup: Optional["Cgroup"]) -> Dict[int, int]:
+    """{pid: pgid} of live processes carrying the tag or living in ``cgroup``."""
     found = tagged_processes(key, value)
-    # Never our own group, whatever a caller's environment says.
-    groups = set(found.values()) - {os.getpgrp()}
-    for pgid in groups:
-        _signal_group(pgid, signal.SIGTERM)
+    if cgroup is not None:
+        for pid in cgroup.pids():
+            fields = _stat(str(pid))
+            if pid != os.getpid() and fields and fields[0] not in ("Z", "X"):
+                found.setdefault(pid, int(fields[2]))
+    return found
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# SIGKILL sweeps before giving up on processes that keep appearing (a fork bomb).
+_KILL_ROUNDS = 100
+
+
+def kill_tagged(key: str, value: str, grace_s: float, cgroup: Optional["Cgroup"] = None
+                ) -> List[int]:
+    """Stop every process carrying ``key=value`` in its environment (every descendant
+    of a batch's child inherits it, whether or not it left the process group or the
+    session), and everything in ``cgroup``: SIGTERM to each and its group, ``grace_s``,
+    then SIGKILL sweeps until a scan finds none (a process forked during the sweep is
+    caught by the next). Returns the pids found."""
+    found = _targets(key, value, cgroup)
+    if not found:
+        return []
+    seen = dict(found)
+    own = os.getpgrp()
+    for pid, pgid in found.items():
+        if pgid != own:     # never our own group, whatever a caller's environment says
+            _signal_group(pgid, signal.SIGTERM)
+        _kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and tagged_processes(key, value):
+    while time.monotonic() < deadline:
+        live = _targets(key, value, cgroup)
+        seen.update(live)
+        if not live:
+            break
         time.sleep(0.05)
-    for pid, pgid in tagged_processes(key, value).items():
-        if pgid != os.getpgrp():
-            _signal_group(pgid, signal.SIGKILL)
+    for _ in range(_KILL_ROUNDS):
+        live = _targets(key, value, cgroup)
+        seen.update(live)
+        if not live:
+            break
+        if cgroup is not None:
+            cgroup.kill()
+        for pid, pgid in live.items():
+            if pgid != own:
+                _signal_group(pgid, signal.SIGKILL)
+            _kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    return sorted(seen)
+
+
+class Cgroup:
+    """A cgroup v2 of one attempt: every process the attempt starts stays in it,
+    whatever it does with sessions, groups or its environment, so the whole tree can
+    be found and killed. Only where the machine offers a writable cgroup v2."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, base: Path, name: str) -> Optional["Cgroup"]:
+        path = base / name
         try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return sorted(found)
+            path.mkdir()
+        except OSError:
+            return None
+        return cls(path)
+
+    def add(self, pid: int) -> bool:
+        try:
+            (self.path / "cgroup.procs").write_text(f"{pid}\n")
+            return True
+        except OSError:
+            return False
+
+    def pids(self) -> List[int]:
+        try:
+            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def kill(self) -> None:
+        """cgroup.kill (Linux 5.14+) kills the whole tree at once, forks included."""
+        try:
+            (self.path / "cgroup.kill").write_text("1\n")
+        except OSError:
+            for pid in self.pids():
+                _kill(pid, signal.SIGKILL)
+
+    def remove(self) -> None:
+        deadline = time.monotonic() + KILL_SETTLE_S
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(0.05)
+
+
+CGROUP_FS = Path("/sys/fs/cgroup")
+
+
+def cgroup_base(probe_name: Optional[str] = None) -> Tuple[Optional[Path], str]:
+    """(where per-attempt cgroups can be made, a description for the batch log).
+
+    A cgroup v2 below this process's own, if the kernel mounts the unified hierarchy
+    here and we may create a child and move a process into it; else (None, why)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None, "no /proc/self/cgroup"
+    own = next((ln[3:] for ln in lines if ln.startswith("0::")), None)
+    if own is None:
+        return None, "no cgroup v2 hierarchy"
+    base = CGROUP_FS / own.lstrip("/")
+    if not (base / "cgroup.procs").is_file() or not (CGROUP_FS / "cgroup.controllers").is_file():
+        return None, f"{CGROUP_FS} is not a cgroup v2 mount"
+    probe = Cgroup.create(base, probe_name or f"zlbench-probe-{os.getpid()}")
+    if probe is None:
+        return None, f"{base} is not writable"
+    try:
+        # Moving a process needs write access to our own cgroup.procs too: try with a
+        # short-lived child, never with ourselves.
+        child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                 stdin=subprocess.PIPE)
+        moved = probe.add(child.pid)
+        child.communicate(b"")
+    finally:
+        probe.remove()
+    if not moved:
+        return None, f"cannot move processes into cgroups below {base}"
+    return base, f"per-attempt cgroup v2 below {base}"

@@ -87,7 +87,8 @@ class Activity:
     # -- sampling ---------------------------------------------------------------
     def sample(self) -> None:
         now = time.monotonic()
-        size = _size(self.log_path)
+        # The attempt's log and run.log: the benchmark's output lands in run.log alone.
+        size = _size(self.log_path) + _size(rundir.run_log_path(self.run_dir))
         if size > self._log_size:
             self._log_size = size
             self.last_progress = now

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from .. import backends
-from ..markers import PREFLIGHT_FAILED, parse_marker
+from ..markers import NO_MEASUREMENT, PREFLIGHT_FAILED, parse_marker
 from ..pytestlog import FAILED_RE, last_session_end
 
 EXIT_OK = 0
@@ -48,7 +48,7 @@ TRANSIENT_TEXT = re.compile(
 )
 
 # Lines that carry an error, best first within one log tail.
-_PREFLIGHT = re.compile(r"^PREFLIGHT_FAILED\b")
+_PREFLIGHT = re.compile(r"^(PREFLIGHT_FAILED|NO_MEASUREMENT)\b")
 _PYTEST_E = re.compile(r"^E\s+(\S.*)$")
 _EXCEPTION = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Failure))\b(:.*)?$")
 _FATAL = re.compile(r"Fatal Python error|Segmentation fault|Aborted|core dumped", re.IGNORECASE)
@@ -75,6 +75,12 @@ class Outcome:
     def signature(self) -> Tuple[str, Optional[int], str]:
         """Same signature twice in a row means the failure is deterministic."""
         return (self.status, self.exit_code, _VOLATILE.sub("#", self.error_line))
+
+    @property
+    def measured_nothing(self) -> bool:
+        """The run exited 0 but its log shows no countable row (NO_MEASUREMENT): the
+        operator's own doing at any dtype, so no dtype fallback."""
+        return self.error_line.startswith(NO_MEASUREMENT)
 
     @property
     def looks_transient(self) -> bool:

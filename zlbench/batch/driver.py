@@ -26,7 +26,7 @@ from ..markers import WORKER_FORK_REFUSED, format_marker
 from ..safe_read import describe_error, read_bytes_capped
 from .config import RUN_MODES, BatchConfig, BatchResult, default_run_command
 from .classify import BAD
-from .execute import BATCH_TAG, ExecContext, Stopper, child_environ, dtype_ladder, run_operator
+from .execute import ATTEMPT_TAG, BATCH_TAG, ExecContext, Stopper, child_environ, dtype_ladder, run_operator
 from .oplist import check_op_name, check_seconds, dedupe, load_dismiss, op_name_problem, read_op_list
 from .plan import OpPlan, Plan, make_plan
 from .progress import Progress
@@ -448,6 +448,11 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
                             prep.backend_name, prep.timer, log, config.keep_failed)
             if saved else list(plan.ops))
 
+    cgroups, reaping = proc.cgroup_base()
+    log(f"stray processes: {reaping}; every attempt's processes carry {ATTEMPT_TAG} and are "
+        "found by it" if cgroups else
+        f"stray processes: found by the {ATTEMPT_TAG} / {BATCH_TAG} environment tags "
+        f"(no per-attempt cgroup: {reaping})")
     stopper = Stopper()
     env = child_environ(environ, batch_dir, config.extra_env)
     slots: Dict[str, WorkerSlot] = {}
@@ -457,7 +462,7 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
         retries=max(0, int(config.retries)),
         ladder=dtype_ladder(prep.settings.values.get("dtypes"), config.fallback_dtypes),
         kill_grace_s=config.kill_grace_s, planned_timer=prep.timer, journal=journal,
-        stopper=stopper, log=log)
+        stopper=stopper, log=log, cgroup_base=cgroups)
     todo_names = {p.op for p in todo}
     queues = {d: [p for p in items if p.op in todo_names] for d, items in plan.queues().items()}
     log(f"session {session}: {len(todo)} operator(s) on {prep.backend_name} devices "
@@ -480,6 +485,12 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
         for slot in slots.values():
             slot.close()
         stopper.close()
+    # Before the report: nothing this batch started may outlive it (escaped processes
+    # of any attempt, any worker a plugin started), whatever each attempt's sweep missed.
+    left = proc.kill_tagged(BATCH_TAG, str(batch_dir), config.kill_grace_s)
+    if left:
+        log(f"stopped {len(left)} process(es) of this batch still running after its operators "
+            f"(pids {', '.join(map(str, left))})", show=True)
     if broken:
         raise BatchError(storage_message(broken[0], batch_dir))
     journal.record("session_end", interrupted=interrupted)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import knobs, proc, rundir
+from ..safe_read import read_text_capped
 from . import classify
 from .activity import Activity, phase_times, split_phases
 from .classify import Outcome
@@ -29,6 +30,9 @@ from .state import tail_lines
 _STRIP_ENV = {k.env for k in knobs.KNOBS} | {"ZL_RUN_DIR"}
 # Inherited by every process of a batch, so a later driver finds what a killed one left.
 BATCH_TAG = "ZL_BATCH_DIR"
+# Inherited by every process of one attempt: what is still alive after the attempt, in
+# any process group or session, was started by it and is stopped.
+ATTEMPT_TAG = "ZL_ATTEMPT"
 
 
 def knob_args(settings: knobs.Settings, skip: Sequence[str] = ()) -> List[str]:
@@ -91,6 +95,8 @@ class ExecContext:
     # Warm workers by device (worker mode); a device without one runs fresh processes.
     slots: Mapping[str, Any] = field(default_factory=dict)
     stall_s: Optional[float] = None      # the no-progress timeout; None: off
+    # Where per-attempt cgroups go (proc.cgroup_base); None: the tag scan alone.
+    cgroup_base: Optional[Path] = None
 
 
 def dtype_ladder(dtypes: Optional[Sequence[str]], fallbacks: Sequence[Sequence[str]]
@@ -107,8 +113,9 @@ def dtype_ladder(dtypes: Optional[Sequence[str]], fallbacks: Sequence[Sequence[s
 
 
 def attempt_command(ctx: ExecContext, item: OpPlan, dtypes: Optional[Tuple[str, ...]]) -> List[str]:
+    # --no-echo: the benchmark's output goes to run.log only, not also to the attempt log.
     cmd = [*ctx.run_command, "--run-dir", str(ctx.batch_dir / item.op), "--op", item.op,
-           "--backend", ctx.backend, "--device", item.device]
+           "--backend", ctx.backend, "--device", item.device, "--no-echo"]
     cmd += knob_args(ctx.settings, skip=("backend", "dtypes", "replay_from"))
     if dtypes:
         cmd += ["--dtypes", ",".join(dtypes)]
@@ -125,6 +132,9 @@ class AttemptResult:
     interrupted: bool
     mode: str = "fresh"                  # "worker": forked by a warm worker
     phases: Dict[str, Optional[float]] = field(default_factory=dict)
+    # Processes that left the attempt's process group (setsid, double fork) and were
+    # still alive after it ended.
+    escaped: int = 0
 
 
 def run_attempt(ctx: ExecContext, item: OpPlan, number: int, level: int,
@@ -134,33 +144,59 @@ def run_attempt(ctx: ExecContext, item: OpPlan, number: int, level: int,
     slot = ctx.slots.get(item.device)
     if slot is not None:
         slot.ready()   # a worker still importing: that wait is not the attempt's
+    # Every process of the attempt inherits this tag, whatever it does with sessions and
+    # groups; where the machine allows, it also lives in the attempt's own cgroup.
+    attempt_id = f"{ctx.journal.session}/{item.op}/a{number}"
+    env = {**ctx.env, ATTEMPT_TAG: attempt_id}
+    cgroup = (proc.Cgroup.create(ctx.cgroup_base, f"zlbench-{os.getpid()}-{item.op}-a{number}")
+              if ctx.cgroup_base is not None else None)
     started = time.monotonic()
     started_at = time.time()
-    child = slot.fork(cmd[len(ctx.run_command):], ctx.env, log_path) if slot is not None else None
+    child = slot.fork(cmd[len(ctx.run_command):], env, log_path) if slot is not None else None
     mode = "fresh" if child is None else "worker"
     if child is None:
-        child = proc.start_group(cmd, ctx.env, log_path)
+        child = proc.start_group(cmd, env, log_path)
+    if cgroup is not None and not cgroup.add(child.pid):
+        cgroup.remove()
+        cgroup = None
     ctx.journal.record("attempt", op=item.op, attempt=number, level=level,
                        dtypes=list(dtypes) if dtypes else None, device=item.device, pid=child.pid,
                        log=str(log_path.relative_to(ctx.batch_dir)), mode=mode)
     activity = Activity(log_path, ctx.batch_dir / item.op, ctx.env, ctx.stall_s)
-    done = proc.wait_group(child, item.timeout_s, ctx.kill_grace_s, ctx.stopper.read_fd, activity)
+    try:
+        done = proc.wait_group(child, item.timeout_s, ctx.kill_grace_s, ctx.stopper.read_fd,
+                               activity)
+    finally:
+        # Whatever left the group and still lives belongs to this attempt: stopped
+        # before the attempt counts as over, so nothing outlives the batch's report.
+        escaped = proc.kill_tagged(ATTEMPT_TAG, attempt_id, ctx.kill_grace_s, cgroup)
+        if cgroup is not None:
+            cgroup.remove()
+    if escaped:
+        ctx.log(f"{item.op}: attempt {number}: stopped {len(escaped)} process(es) that left "
+                f"its process group (pids {', '.join(map(str, escaped))})")
     duration = time.monotonic() - started
     kind = activity.kind(done.stalled) if done.timed_out else None
-    outcome = classify.classify(done.returncode, done.timed_out, tail_lines(log_path),
+    # The benchmark's output is in run.log (--no-echo); zlbench run's own lines (its
+    # preflight marker, NO_MEASUREMENT) end the attempt log.
+    run_log = rundir.run_log_path(ctx.batch_dir / item.op)
+    tail = tail_lines(run_log) + tail_lines(log_path)
+    outcome = classify.classify(done.returncode, done.timed_out, tail,
                                 ctx.stall_s if done.stalled else item.timeout_s, kind,
                                 activity.describe() if done.timed_out else "")
-    phases = split_phases(phase_times(_lines(log_path)), started_at, started_at + duration)
+    phases = split_phases(phase_times(_lines(log_path) + _lines(run_log)), started_at,
+                          started_at + duration)
     ctx.journal.record("result", op=item.op, attempt=number, status=outcome.status,
                        exit_code=done.returncode, interrupted=done.interrupted,
                        duration_s=round(duration, 3), leftovers=done.leftovers_killed,
-                       timeout_kind=kind, mode=mode, **phases)
+                       timeout_kind=kind, mode=mode, escaped=escaped, **phases)
     if slot is not None and mode == "worker":
-        slot.after_attempt(_trouble(outcome, done))
-    return AttemptResult(outcome, duration, done.leftovers_killed, done.interrupted, mode, phases)
+        slot.after_attempt(_trouble(outcome, done, len(escaped)))
+    return AttemptResult(outcome, duration, done.leftovers_killed, done.interrupted, mode, phases,
+                         len(escaped))
 
 
-def _trouble(outcome: Outcome, done: proc.Finished) -> str:
+def _trouble(outcome: Outcome, done: proc.Finished, escaped: int = 0) -> str:
     """Why a worker should not fork again after this attempt ("" when all was well).
     An ordinary benchmark failure (a Python error in the forked child) leaves the
     worker as it was; a crash, a timeout, a device-looking error, leftovers or a lost
@@ -169,6 +205,8 @@ def _trouble(outcome: Outcome, done: proc.Finished) -> str:
         return "the batch is stopping"
     if done.leftovers_killed:
         return f"{done.leftovers_killed} leftover process(es) killed"
+    if escaped:
+        return f"{escaped} process(es) escaped its process group"
     if done.returncode is None and not done.timed_out:
         return "exit status lost"
     if outcome.status in (classify.CRASHED, classify.TIMEOUT) or outcome.looks_transient:
@@ -178,8 +216,9 @@ def _trouble(outcome: Outcome, done: proc.Finished) -> str:
 
 
 def _lines(path: Path) -> List[str]:
+    """The lines of a log; [] for anything but a regular file (never blocks)."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+        return read_text_capped(path)[0].splitlines()
     except OSError:
         return []
 
@@ -202,6 +241,14 @@ def run_operator(ctx: ExecContext, item: OpPlan,
             if ctx.stopper.stopped:
                 return None
             number += 1
+            if number == 1 and (ctx.batch_dir / item.op).exists():
+                # Nothing of this batch made it (resume set earlier runs aside): another
+                # operator's process did. It is kept, never trusted.
+                moved = rundir.set_aside(ctx.batch_dir, item.op, "found-before-attempt1")
+                if moved:
+                    ctx.log(f"{item.op}: a run dir no attempt of it made was set aside in "
+                            f"{moved.relative_to(ctx.batch_dir)}", show=True)
+                    notes.append("a run dir planted before its first attempt was set aside")
             if number > 1:
                 prior = last.outcome.status if last else "partial"
                 moved = rundir.set_aside(ctx.batch_dir, item.op, f"attempt{number - 1}-l{last_level}-{prior}")
@@ -213,6 +260,9 @@ def run_operator(ctx: ExecContext, item: OpPlan,
             total += last.duration_s
             if last.leftovers:
                 notes.append(f"killed {last.leftovers} leftover process(es) after attempt {number}")
+            if last.escaped:
+                notes.append(f"stopped {last.escaped} process(es) that escaped its process "
+                             f"group after attempt {number}")
             if last.interrupted:
                 return None
             outcome = last.outcome
@@ -226,7 +276,8 @@ def run_operator(ctx: ExecContext, item: OpPlan,
                 break
             previous = outcome
         # Only a deterministic benchmark failure may be a dtype problem.
-        if not (deterministic and last is not None and last.outcome.status == classify.FAILED):
+        if not (deterministic and last is not None and last.outcome.status == classify.FAILED
+                and not last.outcome.measured_nothing):
             break
     assert last is not None
     return _row(ctx, item, last, number, last_level, last_dtypes, total, notes)

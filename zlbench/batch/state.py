@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Dict, Iterable, List
@@ -78,12 +79,20 @@ def last_attempts(journal: Iterable[dict]) -> Dict[str, List[dict]]:
 
 
 def tail_lines(path: Path, max_bytes: int = 65536) -> List[str]:
+    """The last lines of a log; [] for anything but a regular file (a FIFO an operator
+    left in its run dir must not block the driver)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        size = os.lseek(fd, 0, os.SEEK_END)
+        os.lseek(fd, max(0, size - max_bytes), os.SEEK_SET)
+        data = os.read(fd, max_bytes)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
     return data.decode("utf-8", "replace").splitlines()

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, TextIO
 
 from .. import backends, knobs, proc, providers, rundir, tuner_cache
+from ..markers import NO_MEASUREMENT, format_marker
+from ..safe_read import read_text_capped
 from ..backends import Backend, Device, DeviceError
 from ..providers import ResolveError, Target
 from . import identity as ident
@@ -25,6 +27,7 @@ from .preflight import (EXIT_PREFLIGHT, PreflightFailed, check_replay_from, chec
 from .tee import pump
 
 EXIT_OK = 0
+EXIT_FAILED = 1
 # How long a child gets to exit after SIGINT/SIGTERM before it is killed.
 CHILD_GRACE_S = 10.0
 
@@ -264,8 +267,10 @@ def spawn_pytest(cmd: List[str], cwd: str, env: Dict[str, str], output_fd: int):
     return proc.start(cmd, env, output_fd, cwd=cwd, new_group=False)
 
 
-def _launch(cmd, cwd, env, log, out: TextIO, start=spawn_pytest) -> int:
-    """Run the benchmark process, teeing its output; never leave it running.
+def _launch(cmd, cwd, env, log, out: Optional[TextIO], cap_bytes: int,
+            start=spawn_pytest) -> int:
+    """Run the benchmark process, teeing its output (to ``out`` too unless None, and at
+    most ``cap_bytes`` of it to run.log); never leave it running.
     ``start(cmd, cwd, env, output_fd)`` returns a Popen-like child: a fresh interpreter
     by default, a fork of a warm batch worker (zlbench.run.worker) there."""
     read_fd, write_fd = os.pipe()
@@ -273,7 +278,7 @@ def _launch(cmd, cwd, env, log, out: TextIO, start=spawn_pytest) -> int:
         child = start(cmd, cwd, env, write_fd)
     finally:
         os.close(write_fd)
-    pumper = threading.Thread(target=pump, args=(read_fd, log, out), daemon=True)
+    pumper = threading.Thread(target=pump, args=(read_fd, log, out, cap_bytes), daemon=True)
     pumper.start()
 
     def forward(signum, _frame):
@@ -298,11 +303,13 @@ def _launch(cmd, cwd, env, log, out: TextIO, start=spawn_pytest) -> int:
 
 
 def run_from_flags(flags: Dict[str, object], run_dir: Optional[Path] = None,
-                   start=spawn_pytest) -> int:
+                   start=spawn_pytest, echo: bool = True) -> int:
     """``zlbench run``'s body: resolve the knobs (a bad value is a preflight failure,
     exit 3), then measure. The batch's warm workers call it in a forked child."""
     from .preflight import PreflightFailed
 
+    flags = dict(flags)
+    echo = bool(flags.pop("echo", echo))
     try:
         settings = knobs.resolve(flags)
     except knobs.KnobError as e:
@@ -311,12 +318,12 @@ def run_from_flags(flags: Dict[str, object], run_dir: Optional[Path] = None,
         sys.stdout.flush()
         sys.stderr.write(f"zlbench run: {e.format_message()}\n")
         return EXIT_PREFLIGHT
-    return execute_run(settings, run_dir=run_dir, start=start)
+    return execute_run(settings, run_dir=run_dir, start=start, echo=echo)
 
 
 def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
                 out: Optional[TextIO] = None, extra_env: Optional[Dict[str, str]] = None,
-                start=spawn_pytest) -> int:
+                start=spawn_pytest, echo: bool = True) -> int:
     """Measure one operator. Returns the exit code of ``zlbench run``."""
     out = sys.stdout if out is None else out
     started = time.monotonic()
@@ -355,13 +362,16 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
         for line in header_lines(plan, run_dir, ident_data, cmd):
             _print(line, out, log)
         try:
-            rc = _launch(cmd, str(plan.target.root), env, log, out, start)
+            rc = _launch(cmd, str(plan.target.root), env, log, out if echo else None,
+                         settings.output_cap_mb * 1024 * 1024, start)
         except KeyboardInterrupt:
             pass  # rc stays None: recorded as interrupted, and the exit code is 130
         finally:
             cache.cleanup()
             elapsed = time.monotonic() - started
             code = _exit_code(rc)
+            if code == EXIT_OK:
+                code = _verify_measured(run_dir, settings.op, out, log)
             reports = rundir.read_plugin_reports(run_dir)
             ident_data.update({
                 "status": "ok" if code == EXIT_OK else ("interrupted" if rc is None else "failed"),
@@ -387,6 +397,21 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
     out.write(f"{run_dir}\n")
     out.flush()
     return code
+
+
+def _verify_measured(run_dir: Path, op: Optional[str], out: TextIO, log) -> int:
+    """Exit 0 from pytest is not enough: the log must show pytest's closing line and at
+    least one row that can be counted. Otherwise NO_MEASUREMENT and exit 1."""
+    from ..summary.rows import measurement_problem
+
+    log.flush()
+    text, _ = read_text_capped(run_dir / "run.log")
+    problem = measurement_problem(text, op)
+    if problem is None:
+        return EXIT_OK
+    reason, detail = problem
+    _print(format_marker(NO_MEASUREMENT, reason=reason, op=op, detail=detail), out, log)
+    return EXIT_FAILED
 
 
 def _exit_code(rc: Optional[int]) -> int:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import re
-from typing import BinaryIO, Optional, TextIO
+from typing import BinaryIO, Deque, Optional, TextIO
+
+from ..markers import OUTPUT_TRUNCATED, format_marker
 
 # CSI sequences (colours, cursor moves) and OSC sequences (terminal titles).
 ANSI_RE = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -31,9 +34,63 @@ class AnsiStripper:
         return rest
 
 
-def pump(source_fd: int, log: BinaryIO, terminal: Optional[TextIO]) -> None:
-    """Copy ``source_fd`` until EOF: raw to the terminal, stripped to ``log``."""
+class CappedLog:
+    """Writes at most ``cap`` bytes: the first half as it comes, the last half held in
+    memory and written at the end after an OUTPUT_TRUNCATED line saying how much was
+    cut. A run that floods its output keeps its beginning and its end (where pytest
+    reports failures) and never fills the disk."""
+
+    def __init__(self, log: BinaryIO, cap: int):
+        self.log = log
+        self.head_cap = cap - cap // 2
+        self.head_size = 0
+        self.tail_cap = cap // 2
+        self.tail: Deque[bytes] = collections.deque()
+        self.tail_size = 0
+        self.dropped = 0
+
+    def write(self, data: bytes) -> None:
+        room = self.head_cap - self.head_size
+        if room > 0:
+            head, data = data[:room], data[room:]
+            self.log.write(head)
+            self.head_size += len(head)
+        if not data:
+            return
+        self.tail.append(data)
+        self.tail_size += len(data)
+        while self.tail_size > self.tail_cap:
+            over = self.tail_size - self.tail_cap
+            first = self.tail[0]
+            cut = min(len(first), over)
+            if cut == len(first):
+                self.tail.popleft()
+            else:
+                self.tail[0] = first[cut:]
+            self.tail_size -= cut
+            self.dropped += cut
+
+    def flush(self) -> None:
+        self.log.flush()
+
+    def close(self) -> None:
+        """Write the held tail (after the marker, when anything was cut)."""
+        if self.dropped:
+            self.log.write(b"\n" + format_marker(
+                OUTPUT_TRUNCATED, bytes=self.dropped, kept_head=self.head_size,
+                kept_tail=self.tail_size).encode() + b"\n")
+        self.log.write(b"".join(self.tail))
+        self.tail.clear()
+        self.log.flush()
+
+
+def pump(source_fd: int, log: BinaryIO, terminal: Optional[TextIO],
+         cap_bytes: Optional[int] = None) -> None:
+    """Copy ``source_fd`` until EOF: raw to the terminal (when given), stripped to
+    ``log``, at most ``cap_bytes`` of it (see CappedLog)."""
     stripper = AnsiStripper()
+    sink = CappedLog(log, cap_bytes) if cap_bytes is not None else None
+    dest = sink if sink is not None else log
     out = getattr(terminal, "buffer", None) if terminal is not None else None
     while True:
         try:
@@ -48,7 +105,9 @@ def pump(source_fd: int, log: BinaryIO, terminal: Optional[TextIO]) -> None:
         elif terminal is not None:
             terminal.write(chunk.decode("utf-8", "replace"))
             terminal.flush()
-        log.write(stripper.feed(chunk))
-        log.flush()
-    log.write(stripper.flush())
+        dest.write(stripper.feed(chunk))
+        dest.flush()
+    dest.write(stripper.flush())
+    if sink is not None:
+        sink.close()
     log.flush()

@@ -94,6 +94,30 @@ def _reads_as(printed: str, run_op: str) -> bool:
     return printed == run_op or printed.startswith(run_op + "_")
 
 
+def measurement_problem(text: str, run_op: Optional[str]) -> Optional[Tuple[str, str]]:
+    """(reason, detail) when a benchmark process that exited 0 measured nothing that
+    can be counted; None when it did (or when pytest says every test was skipped).
+
+    no_session_end: it stopped before pytest's closing line (``os._exit(0)`` mid-test);
+    no_rows: tests passed but printed no table row; no_valid_rows: every row names
+    another operator or has impossible numbers.
+    """
+    parsed = parse_log(text)
+    if parsed.session_end is None:
+        return ("no_session_end", "the benchmark process exited 0 before pytest's closing "
+                                  "summary line")
+    if "passed" not in parsed.session_end:
+        return None
+    if not parsed.rows:
+        return ("no_rows", f"pytest says {parsed.session_end!r} but no table row was printed")
+    valid = [r for r in parsed.rows if not r.problem
+             and (not run_op or _reads_as(r.op, run_op))]
+    if not valid:
+        return ("no_valid_rows", f"none of its {len(parsed.rows)} rows can be counted (another "
+                                 "operator's name, or impossible numbers)")
+    return None
+
+
 def rows_of_run(run: RunLog) -> Tuple[List[Row], List[Issue]]:
     try:
         text, cut = read_text_capped(run.log)
@@ -106,6 +130,9 @@ def rows_of_run(run: RunLog) -> Tuple[List[Row], List[Issue]]:
                                    source=str(run.log)))
     attach_markers(parsed, str(run.log))
     attach_row_stats(parsed.rows, Path(run.run_dir), parsed.issues)
+    if run.complete and not parsed.rows:
+        parsed.issues.append(Issue("no_rows", f"{run.run_dir} is complete but its log has no "
+                                   "table row", source=str(run.log)))
     run_op = (run.identity or {}).get("op")
     if isinstance(run_op, str) and run_op:
         for row in parsed.rows:
