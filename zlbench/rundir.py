@@ -32,6 +32,8 @@ A sharded screen (``--shard K/N --out OUT``) is one such batch dir per host shar
 from __future__ import annotations
 
 import csv
+import hashlib
+import hmac
 import io
 import json
 import os
@@ -211,9 +213,17 @@ class StatusFile:
         self.path = batch_dir / STATUS_FILE
         self._file_lock = FileLock(str(self.path) + ".lock")
         self._thread_lock = threading.Lock()
+        # Once this object writes, its own rows are the truth: the file is rewritten from
+        # them, never read back (an operator's process may have garbled it meanwhile).
+        self._rows: Optional[Dict[str, Dict[str, str]]] = None
 
     def read(self) -> Dict[str, Dict[str, str]]:
-        """The rows by operator; lines that are not rows (a garbled or binary file) are
+        if self._rows is not None:
+            return {op: dict(row) for op, row in self._rows.items()}
+        return self.read_file()
+
+    def read_file(self) -> Dict[str, Dict[str, str]]:
+        """The rows by operator in the file; lines that are not rows (a garbled or binary file) are
         left out, never raised: resume re-runs what has no trustworthy row."""
         try:
             text, _ = read_text_capped(self.path)
@@ -235,10 +245,26 @@ class StatusFile:
         if not rows:
             return
         with self._thread_lock, self._file_lock:
-            current = self.read()
+            if self._rows is None:
+                self._rows = self.read_file()
             for row in rows:
-                current[str(row["operator"])] = {c: _cell(row.get(c)) for c in COLUMNS}
-            write_atomic(self.path, format_status(current))
+                self._rows[str(row["operator"])] = {c: _cell(row.get(c)) for c in COLUMNS}
+            write_atomic(self.path, format_status(self._rows))
+
+    def rewrite(self) -> bool:
+        """Write the rows again if the file no longer holds them (an operator's process
+        wrote into it after the last update). True when it had to."""
+        if self._rows is None:
+            return False
+        text = format_status(self._rows)
+        try:
+            same = read_text_capped(self.path)[0] == text
+        except OSError:
+            same = False
+        if not same:
+            with self._thread_lock, self._file_lock:
+                write_atomic(self.path, text)
+        return not same
 
 
 def format_status(rows: Mapping[str, Mapping[str, object]]) -> str:
@@ -263,17 +289,31 @@ def status_path(batch_dir: Path) -> Path:
     return batch_dir / STATUS_FILE
 
 
-class Journal:
-    """attempts.jsonl: append-only, one JSON object per line."""
+def seal(key: bytes, event: Mapping[str, Any]) -> str:
+    """HMAC-SHA256 of a journal event (without its own "mac"), hex."""
+    body = json.dumps({k: v for k, v in event.items() if k != "mac"}, sort_keys=True,
+                      default=str, separators=(",", ":"))
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
-    def __init__(self, batch_dir: Path, session: str):
+
+class Journal:
+    """attempts.jsonl: append-only, one JSON object per line. With a ``key`` (the
+    driver's, kept outside the batch dir), each line carries a "mac": a line an
+    operator's process appended cannot pass for the driver's."""
+
+    def __init__(self, batch_dir: Path, session: str, key: Optional[bytes] = None):
         self.path = batch_dir / JOURNAL_FILE
         self.session = session
+        self.key = key
         self._lock = threading.Lock()
 
     def record(self, event: str, **fields: object) -> None:
-        line = json.dumps({"t": round(time.time(), 3), "session": self.session, "event": event,
-                           **fields}, default=str) + "\n"
+        doc: Dict[str, Any] = json.loads(json.dumps(
+            {"t": round(time.time(), 3), "session": self.session, "event": event, **fields},
+            default=str))
+        if self.key is not None:
+            doc["mac"] = seal(self.key, doc)
+        line = json.dumps(doc) + "\n"
         with self._lock:
             # One write() of one line with O_APPEND: a killed driver leaves whole lines.
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -283,7 +323,7 @@ class Journal:
                 os.close(fd)
 
 
-def read_journal(batch_dir: Path) -> Iterator[dict]:
+def read_journal(batch_dir: Path, key: Optional[bytes] = None) -> Iterator[dict]:
     """The events of a batch's attempts.jsonl (lines cut by a crash are skipped)."""
     try:
         text, _ = read_text_capped(batch_dir / JOURNAL_FILE)
@@ -295,7 +335,8 @@ def read_journal(batch_dir: Path) -> Iterator[dict]:
             event = json.loads(line)
         except ValueError:
             continue  # a line cut by a crash, or not a journal line at all
-        if isinstance(event, dict):
+        if isinstance(event, dict) and (key is None or hmac.compare_digest(
+                str(event.get("mac", "")), seal(key, event))):
             out.append(event)
     return iter(out)
 

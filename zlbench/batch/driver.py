@@ -30,7 +30,7 @@ from .execute import ATTEMPT_TAG, BATCH_TAG, ExecContext, Stopper, child_environ
 from .oplist import check_op_name, check_seconds, dedupe, load_dismiss, op_name_problem, read_op_list
 from .plan import OpPlan, Plan, make_plan
 from .progress import Progress
-from .state import BatchError, DriverLock, last_attempts, read_durations
+from .state import BatchError, DriverLock, journal_key, last_attempts, read_durations
 from .workers import WorkerSlot
 
 PLAN_FORMAT = 1
@@ -300,7 +300,8 @@ def _reconstructed_row(op: str, item: OpPlan, batch_dir: Path, attempts: List[di
 
 def _prepare_resume(plan: Plan, batch_dir: Path, status: rundir.StatusFile, session: str,
                     grace_s: float, backend: str, timer: str, log,
-                    keep_failed: bool = False) -> List[OpPlan]:
+                    keep_failed: bool = False, key: Optional[bytes] = None,
+                    key_how: str = "unavailable") -> List[OpPlan]:
     """Stop what a killed driver left running, keep complete runs, set partial ones aside.
     ``keep_failed``: also keep operators whose row says failed/timeout/crashed (a shard
     picking up where it stopped measures only operators without a status)."""
@@ -309,11 +310,30 @@ def _prepare_resume(plan: Plan, batch_dir: Path, status: rundir.StatusFile, sess
         log(f"stopped {len(left)} process(es) an earlier driver left running "
             f"(pids {', '.join(map(str, left))})", show=True)
     rows = status.read()
-    attempts = last_attempts(rundir.read_journal(batch_dir))
+    # Only the driver's own journal lines count (sealed with the key): a line or a
+    # .complete an operator's process wrote is not the batch's word.
+    if key is None:
+        events = list(rundir.read_journal(batch_dir))
+        accepted = None
+        log("resume: no journal key on this host's state dir: .complete files are trusted "
+            "as found", show=True)
+    else:
+        events = list(rundir.read_journal(batch_dir, key)) if key_how == "found" else []
+        if key_how != "found":
+            log("resume: this batch's journal key is not on this host: no earlier result can "
+                "be verified, every operator runs again", show=True)
+        accepted = {e.get("op"): e.get("status") for e in events if e.get("event") == "result"}
+    attempts = last_attempts(events)
     todo, restored = [], []
     failed_kept = 0
     for item in plan.ops:
         run_dir = batch_dir / item.op
+        if rundir.is_complete(run_dir) and accepted is not None and accepted.get(item.op) != "ok":
+            moved = rundir.set_aside(batch_dir, item.op, f"resume-{session}-unverified")
+            log(f"{item.op}: a .complete no accepted attempt of this batch wrote; not trusted, "
+                f"set aside in {moved.relative_to(batch_dir)}", show=True)
+            todo.append(item)
+            continue
         if rundir.is_complete(run_dir):
             if rows.get(item.op, {}).get("status") != "ok":
                 restored.append(_reconstructed_row(item.op, item, batch_dir,
@@ -434,7 +454,8 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
         _keep_unasked(prep.doc, saved)
     rundir.write_plan(batch_dir, prep.doc)
 
-    journal = rundir.Journal(batch_dir, session)
+    key, key_how = journal_key(batch_dir)
+    journal = rundir.Journal(batch_dir, session, key)
     journal.record("session", pid=os.getpid(), resume=bool(saved))
     status = rundir.StatusFile(batch_dir)
     status.update(rundir.status_row(op, "dismissed", reason=reason, backend=prep.backend_name)
@@ -445,7 +466,7 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
     for line in warnings:
         log(line, show=True)
     todo = (_prepare_resume(plan, batch_dir, status, session, config.kill_grace_s,
-                            prep.backend_name, prep.timer, log, config.keep_failed)
+                            prep.backend_name, prep.timer, log, config.keep_failed, key, key_how)
             if saved else list(plan.ops))
 
     cgroups, reaping = proc.cgroup_base()
@@ -493,6 +514,9 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
             f"(pids {', '.join(map(str, left))})", show=True)
     if broken:
         raise BatchError(storage_message(broken[0], batch_dir))
+    if status.rewrite():
+        log(f"{rundir.STATUS_FILE} was changed by another process during the batch; written "
+            "again from the driver's own rows", show=True)
     journal.record("session_end", interrupted=interrupted)
     return BatchResult(batch_dir, status.read(), sorted([*prep.ops, *prep.refused]),
                        interrupted, time.monotonic() - started, list(plan.devices))

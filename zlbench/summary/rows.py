@@ -172,6 +172,8 @@ def duplicate_keys(rows: Sequence[Row]) -> List[Issue]:
     first: Dict[Tuple, Row] = {}
     issues = []
     for row in rows:
+        if row.problem:     # not counted anyway (another operator's table, say)
+            continue
         seen = first.setdefault(row.key, row)
         if seen is not row:
             where = "" if seen.run_dir == row.run_dir else f" (first in {seen.run_dir})"
