@@ -272,3 +272,43 @@ def test_cuda_run_without_a_gpu_fails_preflight_not_ok(tmp_path):
     assert code == 3 and "PREFLIGHT_FAILED check=device" in out and "no cuda device on this host" in out, out
     code, out = cli(["batch", "--backend", "cuda", "--devices", "0", "--ops", "abs", "--out", str(tmp_path / "b")])
     assert code == 2 and "no cuda device on this host" in out, out
+
+
+def test_a_malformed_shape_file_is_refused_once_before_any_operator(tmp_path):
+    bad = tmp_path / "shapes.yaml"
+    bad.write_text("Benchmark: [unclosed\n")
+    code, out = cli(["batch", "--backend", "cpu", "--ops", "abs,sum", "--shape-file", str(bad),
+                     "--out", str(tmp_path / "b")])
+    assert code == 2 and "--shape-file" in out and "not valid YAML" in out, out
+    assert not (tmp_path / "b" / "attempts.jsonl").exists()
+    bad.write_text("- 1\n- 2\n")
+    code, out = cli(["run", "--op", "abs", "--backend", "cpu", "--shape-file", str(bad),
+                     "--out", str(tmp_path / "r")])
+    assert code == 3 and "PREFLIGHT_FAILED check=SHAPE_FILE" in out, out
+
+
+def test_a_zlbench_folder_in_the_cwd_does_not_shadow_the_package_in_children(tmp_path):
+    shadow = tmp_path / "zlbench"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('the checkout folder, not zlbench')\n")
+    # As the console script starts: the cwd is not on sys.path of the driver itself.
+    launcher = "import sys; del sys.path[0]; from zlbench.cli import main; main()"
+    proc = subprocess.run([sys.executable, "-c", launcher, "batch", "--backend", "cpu", "--ops",
+                           "abs", "--dtypes", "float32", "--out", "b", "--progress", "plain",
+                           "--dismiss", "none"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert rundir.StatusFile(tmp_path / "b").read()["abs"]["status"] == "ok"
+
+
+def test_children_that_cannot_import_zlbench_are_an_unusable_environment(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    (tmp_path / "zlbench").mkdir()
+    (tmp_path / "zlbench" / "__init__.py").write_text("raise ImportError('broken install')\n")
+    launcher = f"import sys; sys.path.insert(0, {os.environ.get('PYTHONPATH', '').split(os.pathsep)[0]!r}); " \
+               "from zlbench.cli import main; main()"
+    proc = subprocess.run([sys.executable, "-c", launcher, "batch", "--backend", "cpu", "--ops", "abs",
+                           "--out", str(tmp_path / "b"), "--dismiss", "none"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "cannot import zlbench" in proc.stderr and "Traceback" not in proc.stderr

@@ -31,6 +31,17 @@ _POLL_S = 0.02
 KILL_SETTLE_S = 10.0
 
 
+
+def python_module(module: str) -> List[str]:
+    """``python -m module`` without the caller's cwd on sys.path: a folder named
+    ``zlbench/`` (a checkout) in the cwd must not shadow the installed package in the
+    batch's children. -P on Python >= 3.11; before that, a -c that drops sys.path[0]."""
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-m", module]
+    return [sys.executable, "-c", "import runpy, sys; del sys.path[0]; "
+            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"]
+
+
 def importable_pythonpath(pythonpath: Optional[str]) -> str:
     """PYTHONPATH for a child that loads zlbench's plugins with ``-p``.
 

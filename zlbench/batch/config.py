@@ -17,7 +17,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import click
 
-from .. import knobs
+from .. import knobs, proc
 from .plan import WHOLE, HostShard
 from .state import BatchError
 
@@ -30,7 +30,7 @@ DEFAULT_WORKER_MAX_OPS = 50
 
 
 def default_run_command() -> List[str]:
-    return [sys.executable, "-m", "zlbench", "run"]
+    return [*proc.python_module("zlbench"), "run"]
 
 
 def default_out_dir(prefix: str) -> Path:

@@ -402,6 +402,9 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
                          "to run on this machine's CPU")
     _check_extra_env(config.extra_env)
     _check_timeouts(config)
+    _check_shape_file(settings)
+    if list(config.run_command) == default_run_command():
+        _check_children_import_us(child_environ(environ, batch_dir, config.extra_env))
     ops, file_timeouts, corpus_root, refused = _operators(config, settings, log)
     ops = [op for op in ops if config.shard.holds(op)]
     refused = {op: why for op, why in refused.items() if config.shard.holds(op)}
@@ -418,6 +421,44 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
             "an earlier batch dir? Every operator runs without replay.", show=True)
     doc = plan_document(config, plan, settings, backend.name, timer, op_timeouts)
     return _Prepared(settings, backend.name, timer, ops, plan, doc, corpus_root, refused)
+
+
+def _check_children_import_us(env: Mapping[str, str]) -> None:
+    """The operators' processes must import this zlbench, from this cwd and with their
+    environment (a PYTHONPATH, a folder named zlbench/): else every attempt fails alike,
+    and that is a broken environment, not a batch of broken operators."""
+    import subprocess
+    import sys
+
+    import zlbench
+
+    probe = "import zlbench, sys; sys.stdout.write(zlbench.__file__ or '')"
+    cmd = ([sys.executable, "-P", "-c", probe] if sys.version_info >= (3, 11)
+           else [sys.executable, "-c", "import sys; del sys.path[0]; " + probe])
+    try:
+        out = subprocess.run(cmd, env=dict(env), capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BatchError(f"cannot start {sys.executable} for the operators ({e})") from None
+    ours = Path(zlbench.__file__).resolve().parent
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BatchError(f"the operators' processes cannot import zlbench ({last}); check "
+                         f"PYTHONPATH and the cwd ({os.getcwd()})")
+    theirs = Path(out.stdout.strip()).resolve().parent if out.stdout.strip() else None
+    if theirs != ours:
+        raise BatchError(f"the operators' processes would import zlbench from {theirs}, not "
+                         f"this one ({ours}); check PYTHONPATH")
+
+
+def _check_shape_file(settings) -> None:
+    """Once, before any operator: a shape file every attempt would choke on."""
+    from ..run.preflight import PreflightFailed, check_shape_file
+
+    try:
+        check_shape_file(settings.values.get("shape_mode") or "upstream",
+                         settings.values.get("shape_file"))
+    except PreflightFailed as e:
+        raise BatchError(f"--shape-file: {e}") from None
 
 
 def _check_timeouts(config: BatchConfig) -> None:

@@ -163,7 +163,7 @@ class Refused(Exception):
 
 
 def worker_command(corpus_root: Optional[str]) -> List[str]:
-    cmd = [sys.executable, "-m", WORKER_MODULE]
+    cmd = proc.python_module(WORKER_MODULE)
     if corpus_root:
         cmd += ["--corpus-root", corpus_root]
     return cmd

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from ..opsdata import OpsDataError, parse_yaml
+from ..safe_read import describe_error, read_bytes_capped
 from .layout import UPSTREAM_SHAPES, bench_dir_name
 _CLASS_KEY = re.compile(r"^[A-Z][A-Za-z0-9_]*$")
 
@@ -63,6 +64,41 @@ def _read_shape_file(path: Path) -> Tuple[str, Dict[str, Any]]:
         raise ShapeFileError(f"shape file {path} must map keys to {{shapes: [...]}}, "
                              f"found a {type(data).__name__}")
     return text, data
+
+
+def shape_file_problem(path: Path) -> str:
+    """Why FlagGems could not use this shape file ("" when it can): checked before any
+    operator runs, so a malformed file is one error, not a failed attempt per operator.
+    FlagGems reads a mapping of key -> {shapes: [[...], ...], shape_desc: ...} (some keys
+    map straight to a list)."""
+    try:
+        data_bytes, cut = read_bytes_capped(path, SHAPE_FILE_LIMIT)
+    except OSError as e:
+        return f"cannot read it ({describe_error(e)})"
+    if cut:
+        return f"larger than {SHAPE_FILE_LIMIT // (1024 * 1024)} MiB"
+    try:
+        text = data_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not a text file (not UTF-8)"
+    try:
+        data = parse_yaml(text, path, ShapeFileError, "shape file ")
+    except ShapeFileError as e:
+        return str(e).splitlines()[0]
+    if data is None:
+        return ""
+    if not isinstance(data, dict):
+        return f"must map keys to {{shapes: [...]}}, found a YAML {type(data).__name__}"
+    for key, value in data.items():
+        shapes = value.get("shapes") if isinstance(value, dict) else value
+        if isinstance(value, dict) and "shapes" not in value:
+            continue
+        if not isinstance(shapes, list) or not all(isinstance(s, (list, int)) for s in shapes):
+            return f"key {key!r}: shapes must be a list of shapes (lists of sizes)"
+    return ""
+
+
+SHAPE_FILE_LIMIT = 16 * 1024 * 1024
 
 
 def upstream_shapes_path(upstream: Path) -> Path:

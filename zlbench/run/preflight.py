@@ -34,6 +34,11 @@ def check_shape_file(shape_mode: str, shape_file: Optional[str]) -> Optional[Pat
         path = Path(shape_file).expanduser().resolve()
         if not path.is_file():
             raise PreflightFailed("SHAPE_FILE", f"shape file {shape_file} does not exist", path)
+        from ..corpus.shapes import shape_file_problem
+
+        problem = shape_file_problem(path)
+        if problem:
+            raise PreflightFailed("SHAPE_FILE", f"shape file {shape_file}: {problem}", path)
         return path
     return None
 
