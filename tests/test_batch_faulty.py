@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from zlbench.summary.rows import summarize
 from zlbench.proc import is_alive, live_group_members, tagged_processes
 
 CORPUS = Path(__file__).parent / "fixtures" / "faulty_corpus"
@@ -75,3 +76,9 @@ def test_each_failure_lands_with_its_status_attempts_and_dtype_level(tmp_path, m
 
     assert "6 operators" in proc.stdout and "Failures (3):" in proc.stdout
     assert "ok 3, failed 1, timeout 1, crashed 1" in proc.stdout
+
+    # summary reads the fixture's tables as FlagGems prints them: title, then the column
+    # titles with no blank line between (a blank line there would end each table empty).
+    summary = summarize(batch)
+    assert {r.op for r in summary.rows} == {"good_op", "dtype_op", "flaky_op"}
+    assert not [i for i in summary.issues if i.kind == "empty_table"]
