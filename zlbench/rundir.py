@@ -409,10 +409,12 @@ def write_driver_info(batch_dir: Path, info: Mapping[str, Any]) -> None:
 
 
 def _read_json(path: Path) -> dict:
+    """A JSON object; {} when absent, unreadable, not regular (a FIFO) or not an object."""
     try:
-        return json.loads(path.read_text())
+        doc = json.loads(read_text_capped(path, 16 * 1024 * 1024)[0])
     except (OSError, ValueError):
         return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 
@@ -431,15 +433,18 @@ def read_row_stats(run_dir: Path) -> "tuple[List[dict], List[str]]":
         return [], []
     records: List[dict] = []
     problems: List[str] = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                problems.append(f"{path}:{lineno}: not a JSON line, skipped")
-                continue
-            if isinstance(rec, dict):
-                records.append(rec)
+    try:
+        text, _ = read_text_capped(path)
+    except OSError as e:
+        return [], [f"{path}: {e}"]
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            problems.append(f"{path}:{lineno}: not a JSON line, skipped")
+            continue
+        if isinstance(rec, dict):
+            records.append(rec)
     return records, problems
