@@ -105,10 +105,13 @@ def op_log(op: str, dtypes: Iterable[str], shapes: List[str], latency,
 
 def scale_gems(text: str, factor: float) -> str:
     """A FlagGems log with every row's Gems Latency cell (20 columns after the 10 of the
-    status and the 20 of torch) multiplied by ``factor``: a build made slower or faster."""
+    status and the 20 of torch) multiplied by ``factor``: a build made slower or faster.
+    Its Gems Speedup cell is divided to match: summary does not count a row whose
+    speedup its latencies contradict."""
     out = []
     for line in text.split("\n"):
         if line.startswith("SUCCESS "):
-            line = line[:30] + f"{float(line[30:50]) * factor:>20.6f}" + line[50:]
+            line = (line[:30] + f"{float(line[30:50]) * factor:>20.6f}"
+                    + f"{float(line[50:70]) / factor:>20.3f}" + line[70:])
         out.append(line)
     return "\n".join(out)
