@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -17,7 +17,6 @@ import json
 import os
 import select
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import List, Mapping, Optional, Sequence
