@@ -405,7 +405,7 @@ def _verify_measured(run_dir: Path, op: Optional[str], out: TextIO, log) -> int:
     from ..summary.rows import measurement_problem
 
     log.flush()
-    text, _ = read_text_capped(run_dir / "run.log")
+    text, _ = read_text_capped(rundir.run_log_path(run_dir))
     problem = measurement_problem(text, op)
     if problem is None:
         return EXIT_OK
