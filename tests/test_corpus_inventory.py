@@ -115,3 +115,24 @@ def test_committed_flaggems_inventories():
     v502 = inv.load_inventory("flaggems-v5.0.2")
     assert v502["layout"] == "v5.0.2"
     assert inv.select_op(v502, "mm").files == ["benchmark/test_blas_perf.py"]
+
+
+def test_checkout_commit_only_for_a_tree_that_is_its_own_checkout(tmp_path):
+    import subprocess
+
+    from zlbench.corpus.inventory import checkout_commit, git_ref
+
+    outer = tmp_path / "project"
+    inner = outer / "FlagGems"
+    inner.mkdir(parents=True)
+    (inner / "x").write_text("x")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q", str(outer)], check=True)
+    subprocess.run(git + ["-C", str(outer), "add", "-A"], check=True)
+    subprocess.run(git + ["-C", str(outer), "commit", "-qm", "outer"], check=True)
+    # A snapshot copied inside another repository is no checkout of its own.
+    assert checkout_commit(inner) is None
+    assert git_ref(inner) == "unknown"
+    sha = subprocess.run(["git", "-C", str(outer), "rev-parse", "HEAD"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert checkout_commit(outer) == sha

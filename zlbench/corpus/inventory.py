@@ -78,20 +78,34 @@ def inventory_from_tree(root: Path, repo: str, verify: bool = True, python: str 
     return inventory, comparison
 
 
+def _git(root: Path, *args: str) -> Optional[str]:
+    try:
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def checkout_commit(root: Path) -> Optional[str]:
+    """HEAD of the git checkout whose top level is ``root``, else None.
+
+    A tree copied into some other repository (a FlagGems snapshot under a project dir)
+    is not a checkout: git would answer with the outer repository's commit."""
+    top = _git(root, "rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != Path(root).resolve():
+        return None
+    return _git(root, "rev-parse", "HEAD")
+
+
 def git_ref(root: Path) -> str:
     """``<commit> (<describe>)`` for a git checkout, else "unknown"."""
-    try:
-        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
-        if sha.returncode != 0:
-            return "unknown"
-        desc = subprocess.run(["git", "-C", str(root), "describe", "--tags", "--always"],
-                              capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+    ref = checkout_commit(root)
+    if ref is None:
         return "unknown"
-    ref = sha.stdout.strip()
-    if desc.returncode == 0 and desc.stdout.strip() and desc.stdout.strip() != ref[:len(desc.stdout.strip())]:
-        ref += f" ({desc.stdout.strip()})"
+    desc = _git(root, "describe", "--tags", "--always")
+    if desc and desc != ref[:len(desc)]:
+        ref += f" ({desc})"
     return ref
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 from pathlib import Path
 from typing import List, Optional
 
+from ..corpus.inventory import checkout_commit
 from ..corpus.layout import TreeError, bench_dir_name
 from ..corpus.resolve import ResolveError, Target, list_ops, resolve_node
 
@@ -59,12 +59,5 @@ class FlagGemsProvider:
         return list_ops(self.root)
 
     def versions(self) -> dict:
-        out = {}
-        try:
-            rev = subprocess.run(["git", "-C", str(self.root), "rev-parse", "HEAD"],
-                                 capture_output=True, text=True, timeout=5)
-            if rev.returncode == 0:
-                out["flaggems_commit"] = rev.stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        return out
+        commit = checkout_commit(self.root)
+        return {"flaggems_commit": commit} if commit else {}
