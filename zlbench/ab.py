@@ -44,7 +44,7 @@ class ShapeSetResult:
     label: str
     a: SideResult
     b: SideResult
-    liveness: Dict[str, dict] = field(default_factory=dict)   # op -> LivenessReport.to_json()
+    liveness: Dict[str, dict] = field(default_factory=dict)  # op -> LivenessReport.to_json()
     verdict: str = "empty"
 
 
@@ -58,22 +58,25 @@ def parse_env_pairs(values: Sequence[str], flag: str) -> Dict[str, str]:
     return out
 
 
-def side_envs(switch: Optional[str], a_env: Mapping[str, str], b_env: Mapping[str, str]
-              ) -> Tuple[Dict[str, str], Dict[str, str]]:
+def side_envs(
+    switch: Optional[str], a_env: Mapping[str, str], b_env: Mapping[str, str]
+) -> Tuple[Dict[str, str], Dict[str, str]]:
     """The environment of each side: the switch off/on, then the explicit extras."""
     a = {switch: "0"} if switch else {}
     b = {switch: "1"} if switch else {}
     a.update(a_env)
     b.update(b_env)
     if a == b:
-        raise click.UsageError("sides A and B would run identically: give --switch ENV or "
-                               "--a-env/--b-env that differ")
+        raise click.UsageError(
+            "sides A and B would run identically: give --switch ENV or --a-env/--b-env that differ"
+        )
     for side in (a, b):
         clash = sorted(set(side) & set(knobs.BY_ENV))
         if clash:
             raise click.UsageError(
                 f"{', '.join(clash)} is a zlbench knob, and knobs are part of the caliber that "
-                "must match on both sides; A/B a build switch instead")
+                "must match on both sides; A/B a build switch instead"
+            )
         side[KEEP_TRITON_CACHE_ENV] = "1"
     return a, b
 
@@ -138,18 +141,25 @@ def liveness_banner(verdict: str, switch_text: str, n_ops: int) -> str:
     if verdict == "live":
         return f"liveness: the sides compiled different kernels ({switch_text}): the axis is live"
     if verdict == "identical":
-        return ("WARNING: liveness: both sides compiled IDENTICAL kernels for every operator "
-                f"compared ({n_ops}); {switch_text} changed nothing the compiler saw. A 'no "
-                "difference' table below says nothing about the switch: check it still exists.")
+        return (
+            "WARNING: liveness: both sides compiled IDENTICAL kernels for every operator "
+            f"compared ({n_ops}); {switch_text} changed nothing the compiler saw. A 'no "
+            "difference' table below says nothing about the switch: check it still exists."
+        )
     if verdict == "inconclusive":
-        return ("WARNING: liveness: inconclusive: no kernel changed, but some of B's kernels match "
-                "none of A's (see the lines below); the switch may or may not be live")
-    return (f"WARNING: liveness: could not be checked ({verdict}): no compiled Triton kernels "
-            "were found on both sides (no triton here, or every kernel came from elsewhere)")
+        return (
+            "WARNING: liveness: inconclusive: no kernel changed, but some of B's kernels match "
+            "none of A's (see the lines below); the switch may or may not be live"
+        )
+    return (
+        f"WARNING: liveness: could not be checked ({verdict}): no compiled Triton kernels "
+        "were found on both sides (no triton here, or every kernel came from elsewhere)"
+    )
 
 
 def expected_only(caliber) -> None:
     """Drop the record-vs-replay differences that an A/B has by design."""
+
     def keep(diff) -> bool:
         return not any(name in diff.field for name in EXPECTED_DIFFS)
 
@@ -157,9 +167,15 @@ def expected_only(caliber) -> None:
     caliber.per_run = {k: kept for k, v in caliber.per_run.items() if (kept := [d for d in v if keep(d)])}
 
 
-def run_ab(out: Path, settings: knobs.Settings, switch: Optional[str], a_env: Mapping[str, str],
-           b_env: Mapping[str, str], shape_files: Sequence[Optional[str]], batch_kwargs: dict
-           ) -> List[ShapeSetResult]:
+def run_ab(
+    out: Path,
+    settings: knobs.Settings,
+    switch: Optional[str],
+    a_env: Mapping[str, str],
+    b_env: Mapping[str, str],
+    shape_files: Sequence[Optional[str]],
+    batch_kwargs: dict,
+) -> List[ShapeSetResult]:
     from .batch import BatchConfig, run_batch
 
     env_a, env_b = side_envs(switch, a_env, b_env)
@@ -169,20 +185,32 @@ def run_ab(out: Path, settings: knobs.Settings, switch: Optional[str], a_env: Ma
     for shape_file in shape_files:
         label = Path(shape_file).stem if shape_file else "default-shapes"
         root = out / label if len(shape_files) > 1 else out
-        side_settings = base if shape_file is None else base.replace(
-            shape_file=shape_file, shape_mode="file")
+        side_settings = base if shape_file is None else base.replace(shape_file=shape_file, shape_mode="file")
         click.echo(f"== A/B {label}: side A ({_env_text(env_a)}) records ==")
-        res_a = run_batch(BatchConfig(out=root / "A", settings=side_settings, extra_env=env_a,
-                                      **batch_kwargs))
+        res_a = run_batch(
+            BatchConfig(out=root / "A", settings=side_settings, extra_env=env_a, **batch_kwargs)
+        )
         if res_a.interrupted:
             raise KeyboardInterrupt  # side B would replay an unfinished side A
         click.echo(f"== A/B {label}: side B ({_env_text(env_b)}) replays A's configs ==")
-        res_b = run_batch(BatchConfig(out=root / "B", settings=side_settings.replace(
-            replay_from=str(root / "A")), extra_env=env_b, **batch_kwargs))
+        res_b = run_batch(
+            BatchConfig(
+                out=root / "B",
+                settings=side_settings.replace(replay_from=str(root / "A")),
+                extra_env=env_b,
+                **batch_kwargs,
+            )
+        )
         verdict, reports, lines = check_liveness(root / "A", root / "B")
-        results.append(ShapeSetResult(label, SideResult("A", root / "A", env_a, res_a.exit_code),
-                                      SideResult("B", root / "B", env_b, res_b.exit_code),
-                                      reports, verdict))
+        results.append(
+            ShapeSetResult(
+                label,
+                SideResult("A", root / "A", env_a, res_a.exit_code),
+                SideResult("B", root / "B", env_b, res_b.exit_code),
+                reports,
+                verdict,
+            )
+        )
         for line in [liveness_banner(verdict, _env_text(env_b), len(reports)), *lines]:
             click.echo(line)
     return results
@@ -207,8 +235,11 @@ def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -
     warning = caliber_lines(paired.caliber)
     if paired.caliber.mismatch and not allow_mismatch:
         click.echo("\n".join(warning), err=True)
-        click.echo("zlbench ab: refusing to pair: the sides were measured differently "
-                   "(--allow-caliber-mismatch to pair anyway)", err=True)
+        click.echo(
+            "zlbench ab: refusing to pair: the sides were measured differently "
+            "(--allow-caliber-mismatch to pair anyway)",
+            err=True,
+        )
         return False
     if result.verdict == "identical":
         click.echo("NOTE: the table below follows an IDENTICAL-kernels liveness result (see above).")
@@ -217,28 +248,72 @@ def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -
 
 
 @click.command("ab", short_help="Compare a build switch: A (ENV=0) records, B (ENV=1) replays A's configs.")
-@knobs.knob_options([n for n in knobs.MEASURE_KNOBS
-                     if n not in ("isolate_tuner_cache", "replay_from", "shape_file")])
-@click.option("--switch", default=None, metavar="ENV",
-              help="Environment variable that toggles the change: A runs with ENV=0, B with ENV=1.")
+@knobs.knob_options(
+    [n for n in knobs.MEASURE_KNOBS if n not in ("isolate_tuner_cache", "replay_from", "shape_file")]
+)
+@click.option(
+    "--switch",
+    default=None,
+    metavar="ENV",
+    help="Environment variable that toggles the change: A runs with ENV=0, B with ENV=1.",
+)
 @click.option("--a-env", multiple=True, metavar="K=V", help="Extra variable for side A (repeatable).")
 @click.option("--b-env", multiple=True, metavar="K=V", help="Extra variable for side B (repeatable).")
 @click.option("--ops", default=None, metavar="a,b,c", help="Operators to compare.")
-@click.option("--shape-file", "shape_files", multiple=True, metavar="FILE",
-              help="Shape file (repeatable): one A/B per file, in <out>/<file stem>/.")
-@click.option("--devices", "--gpus", "devices", default=None, metavar="0,1,...",
-              help="Devices in your numbering; both sides use the same operator->device map.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where A/ and B/ go. [default: ./runs/ab-<timestamp>]")
-@click.option("--timeout", type=FINITE_SECONDS, default=None, metavar="SECONDS",
-              help="Per operator and attempt (as in zlbench batch).")
+@click.option(
+    "--shape-file",
+    "shape_files",
+    multiple=True,
+    metavar="FILE",
+    help="Shape file (repeatable): one A/B per file, in <out>/<file stem>/.",
+)
+@click.option(
+    "--devices",
+    "--gpus",
+    "devices",
+    default=None,
+    metavar="0,1,...",
+    help="Devices in your numbering; both sides use the same operator->device map.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where A/ and B/ go. [default: ./runs/ab-<timestamp>]",
+)
+@click.option(
+    "--timeout",
+    type=FINITE_SECONDS,
+    default=None,
+    metavar="SECONDS",
+    help="Per operator and attempt (as in zlbench batch).",
+)
 @click.option("--retries", type=click.IntRange(min=0), default=None, help="As in zlbench batch.")
-@click.option("--format", "fmt_name", type=click.Choice(["table", "markdown", "csv", "json"]),
-              default="table", show_default=True, help="How to print the pairing.")
-@click.option("--allow-caliber-mismatch", is_flag=True,
-              help="Pair even when the sides were measured differently.")
-def ab_command(switch, a_env, b_env, ops, shape_files, devices, out, timeout, retries, fmt_name,
-               allow_caliber_mismatch, **flags):
+@click.option(
+    "--format",
+    "fmt_name",
+    type=click.Choice(["table", "markdown", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="How to print the pairing.",
+)
+@click.option(
+    "--allow-caliber-mismatch", is_flag=True, help="Pair even when the sides were measured differently."
+)
+def ab_command(
+    switch,
+    a_env,
+    b_env,
+    ops,
+    shape_files,
+    devices,
+    out,
+    timeout,
+    retries,
+    fmt_name,
+    allow_caliber_mismatch,
+    **flags,
+):
     """Compare a build switch: side A (ENV=0) records, side B (ENV=1) replays A's configs.
 
     \b
@@ -260,8 +335,15 @@ def ab_command(switch, a_env, b_env, ops, shape_files, devices, out, timeout, re
     if retries is not None:
         batch_kwargs["retries"] = retries
     try:
-        results = run_ab(out, settings, switch, parse_env_pairs(a_env, "--a-env"),
-                         parse_env_pairs(b_env, "--b-env"), list(shape_files) or [None], batch_kwargs)
+        results = run_ab(
+            out,
+            settings,
+            switch,
+            parse_env_pairs(a_env, "--a-env"),
+            parse_env_pairs(b_env, "--b-env"),
+            list(shape_files) or [None],
+            batch_kwargs,
+        )
     except BatchError as e:
         raise BatchStartError(f"zlbench ab: {e}") from None
     except KeyboardInterrupt:
@@ -269,12 +351,22 @@ def ab_command(switch, a_env, b_env, ops, shape_files, devices, out, timeout, re
         click.echo(f"zlbench ab: interrupted; what was measured is under {out}", err=True)
         raise SystemExit(130)
     ok = all([print_pairing(r, fmt_name, allow_caliber_mismatch) for r in results])
-    write_json_atomic(out / rundir.AB_JSON, {
-        "switch": switch, "shape_sets": [{
-            "label": r.label, "liveness": r.verdict, "per_op": r.liveness,
-            "a": {"dir": str(r.a.batch_dir), "env": r.a.env, "exit_code": r.a.exit_code},
-            "b": {"dir": str(r.b.batch_dir), "env": r.b.env, "exit_code": r.b.exit_code},
-        } for r in results]})
+    write_json_atomic(
+        out / rundir.AB_JSON,
+        {
+            "switch": switch,
+            "shape_sets": [
+                {
+                    "label": r.label,
+                    "liveness": r.verdict,
+                    "per_op": r.liveness,
+                    "a": {"dir": str(r.a.batch_dir), "env": r.a.env, "exit_code": r.a.exit_code},
+                    "b": {"dir": str(r.b.batch_dir), "env": r.b.env, "exit_code": r.b.exit_code},
+                }
+                for r in results
+            ],
+        },
+    )
     click.echo(f"{out}")
     failed = any(r.a.exit_code or r.b.exit_code for r in results)
     raise SystemExit(0 if ok and not failed else 1)

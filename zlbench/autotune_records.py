@@ -44,8 +44,8 @@ LIBTUNER = "libtuner"
 AUTOTUNER = "autotuner"
 
 # Where the config a call used came from.
-ORIGIN_TUNED = "tuned"        # benchmarked in this call
-ORIGIN_CACHED = "cached"      # taken from the tuner's cache (a warm FlagGems DB)
+ORIGIN_TUNED = "tuned"  # benchmarked in this call
+ORIGIN_CACHED = "cached"  # taken from the tuner's cache (a warm FlagGems DB)
 ORIGIN_REPLAYED = "replayed"  # injected from REPLAY_FROM
 
 # Why a key was not replayed (AUTOTUNE_REPLAY_FALLBACK reason=...).
@@ -59,6 +59,7 @@ _STANDARD_LAUNCH = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
 # ---- keys -----------------------------------------------------------------------
+
 
 def encode_value(value: Any) -> Any:
     """A JSON value standing for one element of a key or a config kwarg."""
@@ -76,8 +77,7 @@ def encode_value(value: Any) -> Any:
     # torch.dtype and triton.language.dtype are both classes named "dtype".
     if type(value).__name__ == "dtype":
         return {"dtype": str(value)}
-    return {"object": f"{type(value).__module__}.{type(value).__qualname__}",
-            "repr": repr(value)}
+    return {"object": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
 
 
 def encode_key(key: Iterable[Any]) -> List[Any]:
@@ -90,6 +90,7 @@ def key_id(key: Iterable[Any]) -> str:
 
 
 # ---- configs --------------------------------------------------------------------
+
 
 def encode_config(config: Any) -> Dict[str, Any]:
     """A triton.Config-shaped object as JSON (kwargs, launch options, has_pre_hook)."""
@@ -138,15 +139,17 @@ def build_config(encoded: Mapping[str, Any], factory: Callable[..., Any]) -> Any
 
 # ---- replay decision ------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ReplayChoice:
     inject: bool
     reason: Optional[str] = None  # why not, when inject is False
-    use_original: bool = False    # inject the tuner's own config object (hook kept)
+    use_original: bool = False  # inject the tuner's own config object (hook kept)
 
 
-def choose_replay(entry: Optional[Mapping[str, Any]], tuner_kind: str,
-                  matched_original: bool) -> ReplayChoice:
+def choose_replay(
+    entry: Optional[Mapping[str, Any]], tuner_kind: str, matched_original: bool
+) -> ReplayChoice:
     """Whether to inject a recorded config.
 
     LibTuner configs keep their pre_hook (hopper TMA mm needs it to set descriptor
@@ -166,8 +169,7 @@ def choose_replay(entry: Optional[Mapping[str, Any]], tuner_kind: str,
     return ReplayChoice(True)
 
 
-_COMPILE_ERRORS = {"OutOfResources", "CompilationError", "PTXASError",
-                   "CompileTimeAssertionFailure"}
+_COMPILE_ERRORS = {"OutOfResources", "CompilationError", "PTXASError", "CompileTimeAssertionFailure"}
 
 
 def is_compile_failure(exc: BaseException) -> bool:
@@ -176,6 +178,7 @@ def is_compile_failure(exc: BaseException) -> bool:
 
 
 # ---- record files ---------------------------------------------------------------
+
 
 @dataclass
 class KernelRecords:
@@ -211,10 +214,13 @@ class KernelRecords:
     def from_json(cls, data: Mapping[str, Any]) -> "KernelRecords":
         if data.get("format") != FORMAT:
             raise ValueError(f"not an autotune record (format={data.get('format')!r})")
-        rec = cls(kernel=data["kernel"], tuner=data.get("tuner", AUTOTUNER),
-                  tuner_class=data.get("tuner_class", ""),
-                  key_names=list(data.get("key_names", [])),
-                  use_flagtune=data.get("use_flagtune"))
+        rec = cls(
+            kernel=data["kernel"],
+            tuner=data.get("tuner", AUTOTUNER),
+            tuner_class=data.get("tuner_class", ""),
+            key_names=list(data.get("key_names", [])),
+            use_flagtune=data.get("use_flagtune"),
+        )
         for entry in data.get("entries", []):
             rec.entries[key_id(entry["key"])] = dict(entry)
         return rec
@@ -260,6 +266,7 @@ def load_records(records_dir: Path) -> Tuple[Dict[str, KernelRecords], List[str]
 
 # ---- coverage -------------------------------------------------------------------
 
+
 @dataclass
 class Coverage:
     """Distinct (kernel, key) pairs by outcome. A fallback outranks an earlier replay
@@ -301,8 +308,11 @@ class Coverage:
 
     def per_kernel(self) -> Dict[str, Dict[str, int]]:
         out: Dict[str, Dict[str, int]] = {}
-        for name, table in (("replayed", self.replayed), ("fell_back", self.fell_back),
-                            ("recorded", self.recorded)):
+        for name, table in (
+            ("replayed", self.replayed),
+            ("fell_back", self.fell_back),
+            ("recorded", self.recorded),
+        ):
             for kernel, _ in table:
                 row = out.setdefault(kernel, {"replayed": 0, "fell_back": 0, "recorded": 0})
                 row[name] += 1
@@ -312,12 +322,10 @@ class Coverage:
 def unused_records(records: Mapping[str, KernelRecords], asked: Iterable[Tuple[str, str]]) -> int:
     """Recorded keys that no call of this run asked for."""
     asked_set = set(asked)
-    return sum(1 for kernel, rec in records.items() for kid in rec.entries
-               if (kernel, kid) not in asked_set)
+    return sum(1 for kernel, rec in records.items() for kid in rec.entries if (kernel, kid) not in asked_set)
 
 
 def footer(mode: str, counts: Mapping[str, Any]) -> str:
     if mode == "replay":
         return f"autotune: replayed {counts['replayed']}, fell back {counts['fell_back']}"
-    return (f"autotune: recorded {counts['recorded_keys']} keys in "
-            f"{counts['recorded_kernels']} kernels")
+    return f"autotune: recorded {counts['recorded_keys']} keys in {counts['recorded_kernels']} kernels"

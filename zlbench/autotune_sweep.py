@@ -22,10 +22,10 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 from . import autotune_records as ar
 from . import knobs
 from .backends.base import _split  # visibility lists parse as the backends parse them
-from .markers import PARALLEL_WARMUP_REFUSED, format_marker
-from .corpus.scan import find_construction, scan_module, shape_key_for
 from .corpus.layout import TreeError
+from .corpus.scan import find_construction, scan_module, shape_key_for
 from .corpus.tree import BenchTree
+from .markers import PARALLEL_WARMUP_REFUSED, format_marker
 from .tuner_cache import flaggems_db_path
 
 # Refusal reasons (PARALLEL_WARMUP_REFUSED reason=...).
@@ -56,6 +56,7 @@ class Refusal(NamedTuple):
 
 # ---- where shards run ----------------------------------------------------------
 
+
 def device_pool(environ: Mapping[str, str]) -> Tuple[Optional[str], List[str]]:
     """(visibility variable, the caller's devices as visibility values, own one first).
 
@@ -78,6 +79,7 @@ def shard_devices(pool: Sequence[str], n: int) -> List[Optional[str]]:
 
 # ---- which shape keys the selected tests read ----------------------------------
 
+
 @dataclass
 class Resolution:
     """The shape key one selected test reads, found statically."""
@@ -86,17 +88,23 @@ class Resolution:
     op: Optional[str] = None
     key: Optional[str] = None
     candidates_tried: List[str] = field(default_factory=list)
-    shapes_from: Optional[str] = None   # "<Class>.set_shapes" when the class overrides it
-    problem: Optional[str] = None       # why nothing could be resolved
+    shapes_from: Optional[str] = None  # "<Class>.set_shapes" when the class overrides it
+    problem: Optional[str] = None  # why nothing could be resolved
 
     def to_json(self) -> Dict[str, Any]:
-        return {"test": self.test, "op": self.op, "key": self.key,
-                "candidates_tried": list(self.candidates_tried),
-                "shapes_from": self.shapes_from, "problem": self.problem}
+        return {
+            "test": self.test,
+            "op": self.op,
+            "key": self.key,
+            "candidates_tried": list(self.candidates_tried),
+            "shapes_from": self.shapes_from,
+            "problem": self.problem,
+        }
 
 
-def selected_tests(root: Path, args: Sequence[str], markexpr: str
-                   ) -> Tuple[List[Tuple[str, str, Optional[str]]], List[str]]:
+def selected_tests(
+    root: Path, args: Sequence[str], markexpr: str
+) -> Tuple[List[Tuple[str, str, Optional[str]]], List[str]]:
     """(file, function, op) for every test the pytest selection can run, and problems.
 
     Node ids name their function; a file with ``-m <op>`` means every test function in
@@ -147,8 +155,9 @@ def _op_from_param_id(func: str) -> Optional[str]:
     return head if _MARK_NAME.match(head) else None
 
 
-def resolve_keys(root: Path, args: Sequence[str], markexpr: str,
-                 shapes: Mapping[str, Any]) -> List[Resolution]:
+def resolve_keys(
+    root: Path, args: Sequence[str], markexpr: str, shapes: Mapping[str, Any]
+) -> List[Resolution]:
     """One Resolution per selected test (or one carrying the selection's problem)."""
 
     try:
@@ -173,8 +182,7 @@ def resolve_keys(root: Path, args: Sequence[str], markexpr: str,
     return out
 
 
-def shapes_by_key(resolutions: Sequence[Resolution], shapes: Mapping[str, Any]
-                  ) -> Dict[str, List[Any]]:
+def shapes_by_key(resolutions: Sequence[Resolution], shapes: Mapping[str, Any]) -> Dict[str, List[Any]]:
     """The shape list under each resolved key, in first-seen order."""
     out: Dict[str, List[Any]] = {}
     for res in resolutions:
@@ -187,32 +195,46 @@ def shapes_by_key(resolutions: Sequence[Resolution], shapes: Mapping[str, Any]
 
 # ---- refusing ------------------------------------------------------------------
 
-def refusal_before_launch(level: Optional[str], autotune_mode: str, replay_from: Optional[str],
-                          resolutions: Sequence[Resolution],
-                          by_key: Mapping[str, List[Any]]) -> Optional[Refusal]:
+
+def refusal_before_launch(
+    level: Optional[str],
+    autotune_mode: str,
+    replay_from: Optional[str],
+    resolutions: Sequence[Resolution],
+    by_key: Mapping[str, List[Any]],
+) -> Optional[Refusal]:
     """Why the sweep must not be sharded, or None. Checked in order of cheapness."""
     mode = (autotune_mode or "record").strip().lower()
     if mode == "off":
         return Refusal(AUTOTUNE_OFF, {}, "ZL_AUTOTUNE_MODE=off: nothing would replay the merged configs")
     if mode == "replay" or replay_from:
-        return Refusal(REPLAY_REQUESTED, {"replay_from": replay_from or "-"},
-                       "this run already replays REPLAY_FROM; there is nothing to sweep")
+        return Refusal(
+            REPLAY_REQUESTED,
+            {"replay_from": replay_from or "-"},
+            "this run already replays REPLAY_FROM; there is nothing to sweep",
+        )
     if (level or "comprehensive") == "comprehensive":
         # set_more_shapes is arbitrary per-class Python and BLAS adds transposed variants:
         # a static split cannot promise every shard's keys are covered.
-        return Refusal(LEVEL_COMPREHENSIVE, {"level": level or "comprehensive"},
-                       "--level comprehensive adds shapes from set_more_shapes(), which a "
-                       "shape-file split cannot cover")
+        return Refusal(
+            LEVEL_COMPREHENSIVE,
+            {"level": level or "comprehensive"},
+            "--level comprehensive adds shapes from set_more_shapes(), which a shape-file split cannot cover",
+        )
     for res in resolutions:
         if res.shapes_from:
-            return Refusal(SET_SHAPES_OVERRIDE, {"test": res.test, "shapes_from": res.shapes_from},
-                           f"{res.shapes_from} ignores the shape file ({res.test})")
+            return Refusal(
+                SET_SHAPES_OVERRIDE,
+                {"test": res.test, "shapes_from": res.shapes_from},
+                f"{res.shapes_from} ignores the shape file ({res.test})",
+            )
     for res in resolutions:
         if res.key is None:
             tried = ",".join(res.candidates_tried)
             why = res.problem or f"no shape-file key among {tried or 'no candidates'}"
-            return Refusal(NO_SHAPE_KEY, {"test": res.test, "tried": tried or "-"},
-                           f"no shape key for {res.test}: {why}")
+            return Refusal(
+                NO_SHAPE_KEY, {"test": res.test, "tried": tried or "-"}, f"no shape key for {res.test}: {why}"
+            )
     if not resolutions:
         return Refusal(NO_SHAPE_KEY, {"tried": "-"}, "the selection names no test")
     for key, listed in by_key.items():
@@ -224,12 +246,16 @@ def refusal_before_launch(level: Optional[str], autotune_mode: str, replay_from:
 def first_failure(exit_codes: Sequence[int], logs: Sequence[Path]) -> Optional[Refusal]:
     for i, rc in enumerate(exit_codes):
         if rc != 0:
-            return Refusal(SHARD_FAILED, {"shard": i, "rc": rc, "log": str(logs[i])},
-                           f"shard {i} exited {rc} (log {logs[i]}); the whole sweep is discarded")
+            return Refusal(
+                SHARD_FAILED,
+                {"shard": i, "rc": rc, "log": str(logs[i])},
+                f"shard {i} exited {rc} (log {logs[i]}); the whole sweep is discarded",
+            )
     return None
 
 
 # ---- splitting shapes ----------------------------------------------------------
+
 
 def plan_shards(by_key: Mapping[str, List[Any]], n: int) -> List[Dict[str, List[Any]]]:
     """Round-robin the shapes over at most n shards, one deal across all keys.
@@ -265,6 +291,7 @@ def shard_shape_data(shapes: Mapping[str, Any], subsets: Mapping[str, List[Any]]
 
 # ---- a shard's command line and environment ----------------------------------
 
+
 def option_value(args: Sequence[str], name: str) -> Optional[str]:
     """The last value of ``--name V`` or ``--name=V`` in an argument list."""
     value = None
@@ -272,7 +299,7 @@ def option_value(args: Sequence[str], name: str) -> Optional[str]:
         if arg == name and i + 1 < len(args):
             value = args[i + 1]
         elif arg.startswith(name + "="):
-            value = arg[len(name) + 1:]
+            value = arg[len(name) + 1 :]
     return value
 
 
@@ -303,8 +330,9 @@ def shard_args(args: Sequence[str], shape_file: Path, fast_timing: bool) -> List
     return out + ["--shape_file", str(shape_file), "--color=no"]
 
 
-def shard_env(environ: Mapping[str, str], shard_dir: Path, visible_key: Optional[str],
-              device: Optional[str]) -> Dict[str, str]:
+def shard_env(
+    environ: Mapping[str, str], shard_dir: Path, visible_key: Optional[str], device: Optional[str]
+) -> Dict[str, str]:
     """Record mode into the shard's own dir, on its own device, and no recursion.
 
     Under ZL_ISOLATE_TUNER_CACHE=1 each shard also gets its own FlagGems tuner DB, inside
@@ -330,24 +358,27 @@ def shard_env(environ: Mapping[str, str], shard_dir: Path, visible_key: Optional
 def sqlite_dir(env: Mapping[str, str]) -> Optional[Path]:
     """The directory a sqlite FLAGGEMS_DB_URL needs to exist, if any."""
     url = env.get("FLAGGEMS_DB_URL", "")
-    return Path(url[len("sqlite:///"):]).parent if url.startswith("sqlite:///") else None
+    return Path(url[len("sqlite:///") :]).parent if url.startswith("sqlite:///") else None
 
 
 # ---- merging what the shards recorded ------------------------------------------
+
 
 @dataclass
 class Merge:
     records: Dict[str, ar.KernelRecords]
     keys: int
-    conflicts: List[Tuple[str, str]]       # (kernel, key_id) whose winners differ
+    conflicts: List[Tuple[str, str]]  # (kernel, key_id) whose winners differ
     problems: List[str]
 
     def warning(self) -> str:
         # The count is how far to trust the run; a WARNING only when there is one to heed.
         if not self.conflicts:
             return f"parallel warmup: 0 of {self.keys} keys chose different configs on different shards"
-        return (f"WARNING: parallel warmup: {len(self.conflicts)} of {self.keys} keys chose "
-                "different configs on different shards")
+        return (
+            f"WARNING: parallel warmup: {len(self.conflicts)} of {self.keys} keys chose "
+            "different configs on different shards"
+        )
 
 
 def merge_records(shard_records: Sequence[Mapping[str, ar.KernelRecords]]) -> Merge:
@@ -359,15 +390,18 @@ def merge_records(shard_records: Sequence[Mapping[str, ar.KernelRecords]]) -> Me
         for kernel, rec in sorted(records.items()):
             into = merged.get(kernel)
             if into is None:
-                into = ar.KernelRecords(rec.kernel, rec.tuner, rec.tuner_class,
-                                        list(rec.key_names), rec.use_flagtune)
+                into = ar.KernelRecords(
+                    rec.kernel, rec.tuner, rec.tuner_class, list(rec.key_names), rec.use_flagtune
+                )
                 merged[kernel] = into
             for kid, entry in sorted(rec.entries.items()):
                 held = into.entries.get(kid)
                 if held is None:
                     into.entries[kid] = dict(entry)
-                elif (ar.config_id(held["config"]) != ar.config_id(entry["config"])
-                      and (kernel, kid) not in conflicts):
+                elif (
+                    ar.config_id(held["config"]) != ar.config_id(entry["config"])
+                    and (kernel, kid) not in conflicts
+                ):
                     conflicts.append((kernel, kid))
     keys = sum(len(r.entries) for r in merged.values())
     return Merge(merged, keys, conflicts, [])
@@ -392,8 +426,11 @@ def write_merged(merge: Merge, out_dir: Path) -> Path:
 
 def refusal_after_merge(merge: Merge) -> Optional[Refusal]:
     if merge.problems:
-        return Refusal(RECORDS_UNREADABLE, {"files": len(merge.problems)},
-                       "unreadable shard records: " + "; ".join(merge.problems[:3]))
+        return Refusal(
+            RECORDS_UNREADABLE,
+            {"files": len(merge.problems)},
+            "unreadable shard records: " + "; ".join(merge.problems[:3]),
+        )
     if merge.keys == 0:
         return Refusal(NO_RECORDS, {}, "the shards recorded no autotuned keys")
     return None

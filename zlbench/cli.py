@@ -18,22 +18,42 @@ from . import __version__
 # lists them. The help is kept here so that --help imports no subcommand (a test checks
 # that it matches each command's own).
 SUBCOMMANDS = {
-    "run": ("zlbench.cli:run_command", RUN_HELP := "Measure one operator: preflight, a private run dir, zlbench's pytest plugins."),
-    "batch": ("zlbench.batch.command:batch_command",
-              "Measure many operators across devices, surviving hangs, crashes and restarts."),
-    "summary": ("zlbench.summary.command:summary_command",
-                "Tables from run logs: PATH is a run.log, a run dir or a batch dir."),
-    "report": ("zlbench.report.command:report_command",
-               "One HTML page for a batch (or run) dir: counts, plots, every row, failures."),
-    "history": ("zlbench.history.command:history_group",
-                "Nights compared over time: record finished screens, show steps per operator."),
-    "ab": ("zlbench.ab:ab_command", "Compare a build switch: A (ENV=0) records, B (ENV=1) replays A's configs."),
-    "slurm": ("zlbench.slurm.command:slurm_group",
-              "Run a screen as a Slurm job array, one task per host shard; its status."),
-    "ops": ("zlbench.ops.command:ops_group",
-            "Operator inventories, curated shape files, the dismiss list, compat guards."),
-    "backends": ("zlbench.cli:backends_command",
-                 "List backends, their aliases and capabilities, and the devices found."),
+    "run": (
+        "zlbench.cli:run_command",
+        RUN_HELP := "Measure one operator: preflight, a private run dir, zlbench's pytest plugins.",
+    ),
+    "batch": (
+        "zlbench.batch.command:batch_command",
+        "Measure many operators across devices, surviving hangs, crashes and restarts.",
+    ),
+    "summary": (
+        "zlbench.summary.command:summary_command",
+        "Tables from run logs: PATH is a run.log, a run dir or a batch dir.",
+    ),
+    "report": (
+        "zlbench.report.command:report_command",
+        "One HTML page for a batch (or run) dir: counts, plots, every row, failures.",
+    ),
+    "history": (
+        "zlbench.history.command:history_group",
+        "Nights compared over time: record finished screens, show steps per operator.",
+    ),
+    "ab": (
+        "zlbench.ab:ab_command",
+        "Compare a build switch: A (ENV=0) records, B (ENV=1) replays A's configs.",
+    ),
+    "slurm": (
+        "zlbench.slurm.command:slurm_group",
+        "Run a screen as a Slurm job array, one task per host shard; its status.",
+    ),
+    "ops": (
+        "zlbench.ops.command:ops_group",
+        "Operator inventories, curated shape files, the dismiss list, compat guards.",
+    ),
+    "backends": (
+        "zlbench.cli:backends_command",
+        "List backends, their aliases and capabilities, and the devices found.",
+    ),
 }
 
 
@@ -57,8 +77,9 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"],
-                                               "max_content_width": 100})
+@click.group(
+    cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(__version__, "--version", prog_name="zlbench")
 def main():
     """Run an operator benchmark corpus (FlagGems' benchmark/, or the bundled sample)
@@ -79,12 +100,21 @@ from . import knobs  # noqa: E402  (after the group: keeps the import order read
 
 @click.command("run", short_help=RUN_HELP, context_settings={"show_default": False})
 @knobs.knob_options([k.name for k in knobs.KNOBS])
-@click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=None, help="Measure into exactly this dir (the batch uses <batch>/<op>) "
-                                 "instead of a fresh <out>/<timestamp>_<op>.")
-@click.option("--echo/--no-echo", "echo", default=True,
-              help="Copy the benchmark's output to stdout as well as run.log. The batch "
-                   "passes --no-echo: each operator's output is stored once, in run.log.")
+@click.option(
+    "--run-dir",
+    "run_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Measure into exactly this dir (the batch uses <batch>/<op>) "
+    "instead of a fresh <out>/<timestamp>_<op>.",
+)
+@click.option(
+    "--echo/--no-echo",
+    "echo",
+    default=True,
+    help="Copy the benchmark's output to stdout as well as run.log. The batch "
+    "passes --no-echo: each operator's output is stored once, in run.log.",
+)
 def run_command(run_dir, echo, **flags):
     """Measure one operator: preflight, a private run dir, pytest with zlbench's plugins.
 
@@ -111,9 +141,11 @@ def backends_command():
         mark = "*" if backend.name == detected else " "
         click.echo(f"{mark} {backend.name:<7} aliases: {', '.join(backend.aliases) or '-'}")
         click.echo(f"    {backend.description}")
-        click.echo(f"    visibility: {backend.visible_key or '-'}   graph capture: "
-                   f"{'yes' if backend.can_graph_capture else 'no'}   timer: {backend.default_timer}   "
-                   f"compat plugins: {', '.join(backend.compat_plugins) or '-'}")
+        click.echo(
+            f"    visibility: {backend.visible_key or '-'}   graph capture: "
+            f"{'yes' if backend.can_graph_capture else 'no'}   timer: {backend.default_timer}   "
+            f"compat plugins: {', '.join(backend.compat_plugins) or '-'}"
+        )
         if backend.slots_only:
             click.echo("    devices: worker slots (--devices 0,1 gives two)")
         elif backend.present():

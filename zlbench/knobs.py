@@ -16,8 +16,9 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import click
 
-from . import backends
 from zlbench.timing import DEFAULT_NOISE_TARGET, DIRECT_MODES
+
+from . import backends
 
 BENCH_LEVELS = ("core", "comprehensive")
 SHAPE_MODES = ("file", "upstream")
@@ -32,9 +33,7 @@ class KnobError(click.UsageError, ValueError):
     def __init__(self, knob: "Knob", value: object, why: str):
         self.knob = knob
         self.value = value
-        super().__init__(
-            f"{knob.flag} / {knob.env}={value!r}: {why}", ctx=None
-        )
+        super().__init__(f"{knob.flag} / {knob.env}={value!r}: {why}", ctx=None)
 
 
 def _text(knob: "Knob", raw: str) -> Optional[str]:
@@ -130,71 +129,225 @@ class Knob:
 
 
 KNOBS: List[Knob] = [
-    Knob("provider", "ZL_PROVIDER", "--provider", None, _choice(PROVIDERS), False,
-         "Where benchmarks come from: the bundled 'sample' corpus or a 'flaggems' checkout "
-         "(default: flaggems when a FlagGems dir is given, else sample)."),
-    Knob("flaggems_dir", "FLAGGEMS_DIR", "--flaggems-dir", None, _text, False,
-         "FlagGems checkout (the parent of benchmark/); implies --provider flaggems."),
+    Knob(
+        "provider",
+        "ZL_PROVIDER",
+        "--provider",
+        None,
+        _choice(PROVIDERS),
+        False,
+        "Where benchmarks come from: the bundled 'sample' corpus or a 'flaggems' checkout "
+        "(default: flaggems when a FlagGems dir is given, else sample).",
+    ),
+    Knob(
+        "flaggems_dir",
+        "FLAGGEMS_DIR",
+        "--flaggems-dir",
+        None,
+        _text,
+        False,
+        "FlagGems checkout (the parent of benchmark/); implies --provider flaggems.",
+    ),
     Knob("op", "OP", "--op", None, _text, False, "Operator to measure (its pytest mark)."),
-    Knob("op_file", "OP_FILE", "--op-file", None, _text, False,
-         "Benchmark file holding the operator, when its name does not say (test_<op>.py)."),
-    Knob("test_node", "TEST_NODE", "--test-node", None, _text, False,
-         "A pytest node to run as is (benchmark/test_abs.py::test_abs); overrides --op."),
-    Knob("backend", "ZL_BACKEND", "--backend", None, _text, True,
-         f"{', '.join(backends.BACKENDS)}, or an alias "
-         f"({', '.join(a for b in backends.BACKENDS.values() for a in b.aliases[:1])}, ...); "
-         "default: detected."),
-    Knob("device", "ZL_DEVICE", "--device", None, _text, True,
-         "Device index within the visible devices (default: the first)."),
-    Knob("level", "BENCH_LEVEL", "--level", "core", _choice(BENCH_LEVELS), True,
-         "FlagGems bench level: core or comprehensive (adds set_more_shapes)."),
-    Knob("dtypes", "DTYPES", "--dtypes", None, _dtypes, True,
-         "Comma-separated dtypes (float16,bfloat16); default: each operator's own."),
-    Knob("shape_file", "SHAPE_FILE", "--shape-file", None, _text, True,
-         "Shape file (core_shapes.yaml format) to measure with."),
-    Knob("shape_mode", "SHAPE_MODE", "--shape-mode", None, _choice(SHAPE_MODES), True,
-         "file: use --shape-file; upstream: the corpus' own core_shapes.yaml "
-         "(default: file when a shape file is given, else upstream)."),
-    Knob("replay_from", "REPLAY_FROM", "--replay-from", None, _text, True,
-         "autotune_records/ dir (or a run dir holding one) whose configs to replay. "
-         "In zlbench batch: an earlier batch dir (each op replays <dir>/<op>/autotune_records)."),
-    Knob("use_flagtune", "USE_FLAGTUNE", "--use-flagtune", False, _bool, True,
-         "1: FlagGems' FlagTune autotuning; 0 (default): plain autotune."),
-    Knob("isolate_tuner_cache", "ZL_ISOLATE_TUNER_CACHE", "--isolate-tuner-cache", False, _bool, True,
-         "1: give the run its own FLAGGEMS_CACHE_DIR and TRITON_CACHE_DIR (default 0)."),
-    Knob("direct_repeat", "ZL_DIRECT_REPEAT", "--direct-repeat", 1, _positive_int, True,
-         "Direct timer: repeat each timed call N times and take the median (default 1)."),
-    Knob("direct_timer", "ZL_DIRECT_TIMER", "--direct-timer", "percall", _choice(DIRECT_MODES), True,
-         "How the direct timer measures: percall (device events around every call after "
-         "warm-up, until the median is pinned to ZL_DIRECT_NOISE or 10x the rep budget; "
-         "warm L2, like graph replay) or do_bench (FlagGems' kernel mode: triton's "
-         "do_bench with its L2 flush, ZL_DIRECT_REPEAT times, median)."),
-    Knob("direct_noise", "ZL_DIRECT_NOISE", "--direct-noise", DEFAULT_NOISE_TARGET * 100, _percent, True,
-         "percall direct timer: stop once the median's 95% confidence half-width is "
-         "within this many percent of it (nvbench's --max-noise; default 0.5)."),
-    Knob("cpu_threads", "ZL_CPU_THREADS", "--cpu-threads", 1, _positive_int, True,
-         "cpu backend: torch threads (and OMP/MKL) of the benchmark process (default 1, "
-         "so that rows repeat on a shared machine)."),
-    Knob("enable_cudagraph", "ZL_ENABLE_CUDAGRAPH", "--enable-cudagraph", True, _bool, True,
-         "0 forces the direct timer on backends that can graph-capture (default 1)."),
-    Knob("parallel_warmup_gpus", "PARALLEL_WARMUP_GPUS", "--parallel-warmup-gpus", 0, _nonneg_int, False,
-         "Shard the autotune sweep over N devices before measuring on one (default 0: off)."),
-    Knob("pytest_plugins", "ZL_PYTEST_PLUGINS", "--pytest-plugins", None, _names, False,
-         "Third-party pytest plugins the benchmark process loads (-p each, comma list); "
-         "'autoload' loads every installed one as plain pytest does. Default: none "
-         "(PYTEST_DISABLE_PLUGIN_AUTOLOAD=1; the loaded ones are recorded in run_identity.json)."),
-    Knob("output_cap_mb", "ZL_OUTPUT_CAP_MB", "--output-cap-mb", 64, _positive_int, False,
-         "Most MiB of a benchmark's output kept in run.log: beyond it the first and last "
-         "halves are kept and an OUTPUT_TRUNCATED line marks the cut."),
+    Knob(
+        "op_file",
+        "OP_FILE",
+        "--op-file",
+        None,
+        _text,
+        False,
+        "Benchmark file holding the operator, when its name does not say (test_<op>.py).",
+    ),
+    Knob(
+        "test_node",
+        "TEST_NODE",
+        "--test-node",
+        None,
+        _text,
+        False,
+        "A pytest node to run as is (benchmark/test_abs.py::test_abs); overrides --op.",
+    ),
+    Knob(
+        "backend",
+        "ZL_BACKEND",
+        "--backend",
+        None,
+        _text,
+        True,
+        f"{', '.join(backends.BACKENDS)}, or an alias "
+        f"({', '.join(a for b in backends.BACKENDS.values() for a in b.aliases[:1])}, ...); "
+        "default: detected.",
+    ),
+    Knob(
+        "device",
+        "ZL_DEVICE",
+        "--device",
+        None,
+        _text,
+        True,
+        "Device index within the visible devices (default: the first).",
+    ),
+    Knob(
+        "level",
+        "BENCH_LEVEL",
+        "--level",
+        "core",
+        _choice(BENCH_LEVELS),
+        True,
+        "FlagGems bench level: core or comprehensive (adds set_more_shapes).",
+    ),
+    Knob(
+        "dtypes",
+        "DTYPES",
+        "--dtypes",
+        None,
+        _dtypes,
+        True,
+        "Comma-separated dtypes (float16,bfloat16); default: each operator's own.",
+    ),
+    Knob(
+        "shape_file",
+        "SHAPE_FILE",
+        "--shape-file",
+        None,
+        _text,
+        True,
+        "Shape file (core_shapes.yaml format) to measure with.",
+    ),
+    Knob(
+        "shape_mode",
+        "SHAPE_MODE",
+        "--shape-mode",
+        None,
+        _choice(SHAPE_MODES),
+        True,
+        "file: use --shape-file; upstream: the corpus' own core_shapes.yaml "
+        "(default: file when a shape file is given, else upstream).",
+    ),
+    Knob(
+        "replay_from",
+        "REPLAY_FROM",
+        "--replay-from",
+        None,
+        _text,
+        True,
+        "autotune_records/ dir (or a run dir holding one) whose configs to replay. "
+        "In zlbench batch: an earlier batch dir (each op replays <dir>/<op>/autotune_records).",
+    ),
+    Knob(
+        "use_flagtune",
+        "USE_FLAGTUNE",
+        "--use-flagtune",
+        False,
+        _bool,
+        True,
+        "1: FlagGems' FlagTune autotuning; 0 (default): plain autotune.",
+    ),
+    Knob(
+        "isolate_tuner_cache",
+        "ZL_ISOLATE_TUNER_CACHE",
+        "--isolate-tuner-cache",
+        False,
+        _bool,
+        True,
+        "1: give the run its own FLAGGEMS_CACHE_DIR and TRITON_CACHE_DIR (default 0).",
+    ),
+    Knob(
+        "direct_repeat",
+        "ZL_DIRECT_REPEAT",
+        "--direct-repeat",
+        1,
+        _positive_int,
+        True,
+        "Direct timer: repeat each timed call N times and take the median (default 1).",
+    ),
+    Knob(
+        "direct_timer",
+        "ZL_DIRECT_TIMER",
+        "--direct-timer",
+        "percall",
+        _choice(DIRECT_MODES),
+        True,
+        "How the direct timer measures: percall (device events around every call after "
+        "warm-up, until the median is pinned to ZL_DIRECT_NOISE or 10x the rep budget; "
+        "warm L2, like graph replay) or do_bench (FlagGems' kernel mode: triton's "
+        "do_bench with its L2 flush, ZL_DIRECT_REPEAT times, median).",
+    ),
+    Knob(
+        "direct_noise",
+        "ZL_DIRECT_NOISE",
+        "--direct-noise",
+        DEFAULT_NOISE_TARGET * 100,
+        _percent,
+        True,
+        "percall direct timer: stop once the median's 95% confidence half-width is "
+        "within this many percent of it (nvbench's --max-noise; default 0.5).",
+    ),
+    Knob(
+        "cpu_threads",
+        "ZL_CPU_THREADS",
+        "--cpu-threads",
+        1,
+        _positive_int,
+        True,
+        "cpu backend: torch threads (and OMP/MKL) of the benchmark process (default 1, "
+        "so that rows repeat on a shared machine).",
+    ),
+    Knob(
+        "enable_cudagraph",
+        "ZL_ENABLE_CUDAGRAPH",
+        "--enable-cudagraph",
+        True,
+        _bool,
+        True,
+        "0 forces the direct timer on backends that can graph-capture (default 1).",
+    ),
+    Knob(
+        "parallel_warmup_gpus",
+        "PARALLEL_WARMUP_GPUS",
+        "--parallel-warmup-gpus",
+        0,
+        _nonneg_int,
+        False,
+        "Shard the autotune sweep over N devices before measuring on one (default 0: off).",
+    ),
+    Knob(
+        "pytest_plugins",
+        "ZL_PYTEST_PLUGINS",
+        "--pytest-plugins",
+        None,
+        _names,
+        False,
+        "Third-party pytest plugins the benchmark process loads (-p each, comma list); "
+        "'autoload' loads every installed one as plain pytest does. Default: none "
+        "(PYTEST_DISABLE_PLUGIN_AUTOLOAD=1; the loaded ones are recorded in run_identity.json).",
+    ),
+    Knob(
+        "output_cap_mb",
+        "ZL_OUTPUT_CAP_MB",
+        "--output-cap-mb",
+        64,
+        _positive_int,
+        False,
+        "Most MiB of a benchmark's output kept in run.log: beyond it the first and last "
+        "halves are kept and an OUTPUT_TRUNCATED line marks the cut.",
+    ),
     Knob("out", "ZL_OUT", "--out", "runs", _text, False, "Root under which run dirs are created."),
 ]
 
 # Settings of the commands that read results, not of a run: never in run_identity.json,
 # and not flags of `run` or `batch`.
 READER_KNOBS: List[Knob] = [
-    Knob("history_db", "ZL_HISTORY_DB", "--db", None, _text, False,
-         "SQLite file that `zlbench history` records screens in (default: "
-         "$XDG_DATA_HOME/zlbench/history.sqlite, else ~/.local/share/zlbench/history.sqlite)."),
+    Knob(
+        "history_db",
+        "ZL_HISTORY_DB",
+        "--db",
+        None,
+        _text,
+        False,
+        "SQLite file that `zlbench history` records screens in (default: "
+        "$XDG_DATA_HOME/zlbench/history.sqlite, else ~/.local/share/zlbench/history.sqlite).",
+    ),
 ]
 
 BY_NAME: Dict[str, Knob] = {k.name: k for k in KNOBS + READER_KNOBS}
@@ -242,8 +395,11 @@ class Settings:
         return Settings(values, sources)
 
 
-def resolve(flags: Mapping[str, Any], environ: Optional[Mapping[str, str]] = None,
-            names: Optional[Iterable[str]] = None) -> Settings:
+def resolve(
+    flags: Mapping[str, Any],
+    environ: Optional[Mapping[str, str]] = None,
+    names: Optional[Iterable[str]] = None,
+) -> Settings:
     """Flag beats environment beats default; every value goes through its parser."""
     environ = os.environ if environ is None else environ
     values: Dict[str, Any] = {}

@@ -31,15 +31,18 @@ _POLL_S = 0.02
 KILL_SETTLE_S = 10.0
 
 
-
 def python_module(module: str) -> List[str]:
     """``python -m module`` without the caller's cwd on sys.path: a folder named
     ``zlbench/`` (a checkout) in the cwd must not shadow the installed package in the
     batch's children. -P on Python >= 3.11; before that, a -c that drops sys.path[0]."""
     if sys.version_info >= (3, 11):
         return [sys.executable, "-P", "-m", module]
-    return [sys.executable, "-c", "import runpy, sys; del sys.path[0]; "
-            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"]
+    return [
+        sys.executable,
+        "-c",
+        "import runpy, sys; del sys.path[0]; "
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)",
+    ]
 
 
 def importable_pythonpath(pythonpath: Optional[str]) -> str:
@@ -54,28 +57,43 @@ def importable_pythonpath(pythonpath: Optional[str]) -> str:
     import sysconfig
 
     parent = str(Path(__file__).resolve().parents[1])
-    site_dirs = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages(),
-                                                   sysconfig.get_paths()["purelib"]]}
+    site_dirs = {
+        str(Path(p).resolve())
+        for p in [*site.getsitepackages(), site.getusersitepackages(), sysconfig.get_paths()["purelib"]]
+    }
     entries = [p for p in (pythonpath or "").split(os.pathsep) if p]
     if parent not in site_dirs and parent not in entries:
         entries.append(parent)
     return os.pathsep.join(entries)
 
 
-def start(cmd: Sequence[str], env: Mapping[str, str], stdout: Union[int, IO], *,
-          cwd: Optional[str] = None, new_group: bool = True, parent_death: bool = False,
-          stdin: Union[int, IO] = subprocess.DEVNULL,
-          stderr: Union[int, IO] = subprocess.STDOUT) -> subprocess.Popen:
+def start(
+    cmd: Sequence[str],
+    env: Mapping[str, str],
+    stdout: Union[int, IO],
+    *,
+    cwd: Optional[str] = None,
+    new_group: bool = True,
+    parent_death: bool = False,
+    stdin: Union[int, IO] = subprocess.DEVNULL,
+    stderr: Union[int, IO] = subprocess.STDOUT,
+) -> subprocess.Popen:
     """Start ``cmd``; by default stdin is closed and stderr goes where stdout goes.
 
     ``new_group``: as the leader of a new session, so Ctrl-C in the terminal does not
     reach it (its owner decides when it stops) and its whole group can be killed.
     ``parent_death``: Linux SIGTERMs it if this process dies without reaping it.
     """
-    return subprocess.Popen(list(cmd), cwd=cwd, env=dict(env), stdin=stdin,
-                            stdout=stdout, stderr=stderr,
-                            start_new_session=new_group,
-                            preexec_fn=_parent_death_signal() if parent_death else None)
+    return subprocess.Popen(
+        list(cmd),
+        cwd=cwd,
+        env=dict(env),
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=new_group,
+        preexec_fn=_parent_death_signal() if parent_death else None,
+    )
 
 
 def start_group(cmd: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
@@ -85,8 +103,13 @@ def start_group(cmd: Sequence[str], env: Mapping[str, str], log_path: Path) -> s
         return start(cmd, env, log)
 
 
-def stop(procs: Sequence, grace_s: float, sig: Optional[int] = signal.SIGTERM,
-         group: bool = True, rcs: Optional[List[Optional[int]]] = None) -> int:
+def stop(
+    procs: Sequence,
+    grace_s: float,
+    sig: Optional[int] = signal.SIGTERM,
+    group: bool = True,
+    rcs: Optional[List[Optional[int]]] = None,
+) -> int:
     """Stop children and reap them: ``sig`` to each (to its whole group when
     ``group``; None when it was delivered already, as Ctrl-C is to our own group), a
     shared grace period, SIGKILL to what is left, then the group's other members the
@@ -150,11 +173,11 @@ def _parent_death_signal():
 
 @dataclass
 class Finished:
-    returncode: Optional[int]   # None only if the leader could not be reaped
+    returncode: Optional[int]  # None only if the leader could not be reaped
     timed_out: bool
     interrupted: bool
-    leftovers_killed: int       # group members still alive after the leader exited
-    stalled: bool = False       # stopped for making no progress (timed_out is True too)
+    leftovers_killed: int  # group members still alive after the leader exited
+    stalled: bool = False  # stopped for making no progress (timed_out is True too)
 
 
 class _ExitWatch:
@@ -212,8 +235,9 @@ class _ExitWatch:
             self.fd = None
 
 
-def wait_group(proc, timeout_s: Optional[float], grace_s: float,
-               wake_fd: Optional[int] = None, stall=None) -> Finished:
+def wait_group(
+    proc, timeout_s: Optional[float], grace_s: float, wake_fd: Optional[int] = None, stall=None
+) -> Finished:
     """Wait for the leader, at most ``timeout_s``; on timeout, when ``stall.stalled()``
     says the run stopped making progress (asked every ``stall.tick_s``), or when
     ``wake_fd`` turns readable, stop the whole group (``stop``). Returns only once the
@@ -275,7 +299,7 @@ def _stat(pid: str) -> Optional[List[str]]:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return text[text.rfind(")") + 2:].split()
+    return text[text.rfind(")") + 2 :].split()
 
 
 def is_alive(pid: int) -> bool:
@@ -294,8 +318,11 @@ def _warn_no_proc(what: str) -> None:
     global _warned_no_proc
     if not _warned_no_proc:
         _warned_no_proc = True
-        print(f"zlbench: WARNING: no /proc on this system: {what} cannot be found; "
-              "only Linux gives the batch full process cleanup", file=sys.stderr)
+        print(
+            f"zlbench: WARNING: no /proc on this system: {what} cannot be found; "
+            "only Linux gives the batch full process cleanup",
+            file=sys.stderr,
+        )
 
 
 def live_group_members(pgid: int) -> List[int]:
@@ -364,8 +391,7 @@ def _kill(pid: int, sig: int) -> None:
 _KILL_ROUNDS = 100
 
 
-def kill_tagged(key: str, value: str, grace_s: float, cgroup: Optional["Cgroup"] = None
-                ) -> List[int]:
+def kill_tagged(key: str, value: str, grace_s: float, cgroup: Optional["Cgroup"] = None) -> List[int]:
     """Stop every process carrying ``key=value`` in its environment (every descendant
     of a batch's child inherits it, whether or not it left the process group or the
     session), and everything in ``cgroup``: SIGTERM to each and its group, ``grace_s``,
@@ -377,7 +403,7 @@ def kill_tagged(key: str, value: str, grace_s: float, cgroup: Optional["Cgroup"]
     seen = dict(found)
     own = os.getpgrp()
     for pid, pgid in found.items():
-        if pgid != own:     # never our own group, whatever a caller's environment says
+        if pgid != own:  # never our own group, whatever a caller's environment says
             _signal_group(pgid, signal.SIGTERM)
         _kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -478,8 +504,9 @@ def cgroup_base(probe_name: Optional[str] = None) -> Tuple[Optional[Path], str]:
     try:
         # Moving a process needs write access to our own cgroup.procs too: try with a
         # short-lived child, never with ourselves.
-        child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                                 stdin=subprocess.PIPE)
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+        )
         moved = probe.add(child.pid)
         child.communicate(b"")
     finally:

@@ -74,10 +74,10 @@ RESERVED = frozenset({SET_ASIDE_DIR, LOGS_DIR})
 # --- a sharded screen ------------------------------------------------------------------
 # A sharded screen run by Slurm keeps its scheduler files in <screen>/slurm/.
 SLURM_DIR = "slurm"
-SLURM_SCRIPT = "array.sbatch"            # the job script, rewritten by each submission
+SLURM_SCRIPT = "array.sbatch"  # the job script, rewritten by each submission
 SLURM_SUBMISSIONS = "submissions.jsonl"  # one line per sbatch: job id, array indices, argv
-SLURM_SCREEN = "screen.json"             # shard count and settings of the first submission
-SLURM_TASK_LOG = "shard-%a-job-%A.out"   # sbatch's --output pattern: one log per task
+SLURM_SCREEN = "screen.json"  # shard count and settings of the first submission
+SLURM_TASK_LOG = "shard-%a-job-%A.out"  # sbatch's --output pattern: one log per task
 SHARD_DIR_RE = re.compile(r"^shard-(\d+)-of-(\d+)$")
 
 # --- what summary and ab add -----------------------------------------------------------
@@ -87,11 +87,21 @@ AB_JSON = "ab.json"
 # Every name the batch (and summary, ab) write at a batch dir's top level: no operator
 # may take one, nor one of their lock files (a run dir named plan.json would corrupt the
 # batch). Shard dirs (SHARD_DIR_RE) are refused too.
-BATCH_NAMES = RESERVED | {STATUS_FILE, JOURNAL_FILE, PLAN_FILE, BATCH_LOG, DRIVER_INFO,
-                          DRIVER_LOCK.lstrip("."), SLURM_DIR, SUMMARY_CSV, AB_JSON}
+BATCH_NAMES = RESERVED | {
+    STATUS_FILE,
+    JOURNAL_FILE,
+    PLAN_FILE,
+    BATCH_LOG,
+    DRIVER_INFO,
+    DRIVER_LOCK.lstrip("."),
+    SLURM_DIR,
+    SUMMARY_CSV,
+    AB_JSON,
+}
 
 
 # --- run dir ---------------------------------------------------------------------------
+
 
 def is_complete(run_dir: Path) -> bool:
     return (run_dir / COMPLETE).is_file()
@@ -184,11 +194,30 @@ def parse_shard_dir_name(name: str) -> Optional[tuple]:
 
 # --- batch dir -------------------------------------------------------------------------
 
-COLUMNS = ["operator", "status", "attempts", "dtype_level", "dtypes", "backend", "device",
-           "timer", "duration_s", "total_s", "exit_code", "reason", "notes", "run_dir",
-           # How the last attempt ran and where its time went (batch.activity.split_phases).
-           "run_mode", "timeout_kind", "startup_s", "collect_s", "first_call_s", "measure_s",
-           "overhead_s"]
+COLUMNS = [
+    "operator",
+    "status",
+    "attempts",
+    "dtype_level",
+    "dtypes",
+    "backend",
+    "device",
+    "timer",
+    "duration_s",
+    "total_s",
+    "exit_code",
+    "reason",
+    "notes",
+    "run_dir",
+    # How the last attempt ran and where its time went (batch.activity.split_phases).
+    "run_mode",
+    "timeout_kind",
+    "startup_s",
+    "collect_s",
+    "first_call_s",
+    "measure_s",
+    "overhead_s",
+]
 
 
 def status_row(operator: str, status: str, **cells: object) -> Dict[str, object]:
@@ -233,8 +262,11 @@ class StatusFile:
         try:
             for row in csv.DictReader(io.StringIO(text.replace("\0", ""), newline="")):
                 op = row.get("operator")
-                if isinstance(op, str) and op and all(isinstance(v, str) or v is None
-                                                       for k, v in row.items() if k is not None):
+                if (
+                    isinstance(op, str)
+                    and op
+                    and all(isinstance(v, str) or v is None for k, v in row.items() if k is not None)
+                ):
                     rows[op] = row
         except csv.Error:
             pass
@@ -291,8 +323,9 @@ def status_path(batch_dir: Path) -> Path:
 
 def seal(key: bytes, event: Mapping[str, Any]) -> str:
     """HMAC-SHA256 of a journal event (without its own "mac"), hex."""
-    body = json.dumps({k: v for k, v in event.items() if k != "mac"}, sort_keys=True,
-                      default=str, separators=(",", ":"))
+    body = json.dumps(
+        {k: v for k, v in event.items() if k != "mac"}, sort_keys=True, default=str, separators=(",", ":")
+    )
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
 
@@ -308,9 +341,11 @@ class Journal:
         self._lock = threading.Lock()
 
     def record(self, event: str, **fields: object) -> None:
-        doc: Dict[str, Any] = json.loads(json.dumps(
-            {"t": round(time.time(), 3), "session": self.session, "event": event, **fields},
-            default=str))
+        doc: Dict[str, Any] = json.loads(
+            json.dumps(
+                {"t": round(time.time(), 3), "session": self.session, "event": event, **fields}, default=str
+            )
+        )
         if self.key is not None:
             doc["mac"] = seal(self.key, doc)
         line = json.dumps(doc) + "\n"
@@ -335,8 +370,9 @@ def read_journal(batch_dir: Path, key: Optional[bytes] = None) -> Iterator[dict]
             event = json.loads(line)
         except ValueError:
             continue  # a line cut by a crash, or not a journal line at all
-        if isinstance(event, dict) and (key is None or hmac.compare_digest(
-                str(event.get("mac", "")), seal(key, event))):
+        if isinstance(event, dict) and (
+            key is None or hmac.compare_digest(str(event.get("mac", "")), seal(key, event))
+        ):
             out.append(event)
     return iter(out)
 
@@ -417,8 +453,8 @@ def _read_json(path: Path) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
-
 # --- per-row measurement records (the record's fields: zlbench/rowstats.py) ----------
+
 
 def append_row_stat(run_dir: Path, record: Mapping[str, Any]) -> None:
     """One JSON line, flushed at once: a killed run keeps every row it measured."""

@@ -30,9 +30,15 @@ def read_bytes_capped(path: Union[str, Path], limit: int = DEFAULT_LIMIT) -> Tup
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode)
-                    or stat.S_ISBLK(mode) else "a directory" if stat.S_ISDIR(mode)
-                    else "not a regular file")
+            kind = (
+                "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a device"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a directory"
+                if stat.S_ISDIR(mode)
+                else "not a regular file"
+            )
             raise NotRegularFile(f"{path} is {kind}, not a regular file; not read")
         chunks = []
         left = limit + 1

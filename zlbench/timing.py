@@ -24,14 +24,18 @@ PHASES = ("warmup", "capture", "replay")
 
 # --- repeat median (ZL_DIRECT_REPEAT) -------------------------------------------------
 
+
 def repetition_applies(quantiles: Optional[Sequence[float]], return_mode: str) -> bool:
     """A median over calls only makes sense when each call returns one number."""
     return quantiles is None and return_mode != "all"
 
 
-def repeat_median(call: Callable[[], float], repeat: int,
-                  quantiles: Optional[Sequence[float]] = None,
-                  return_mode: str = "mean") -> Tuple[Result, int]:
+def repeat_median(
+    call: Callable[[], float],
+    repeat: int,
+    quantiles: Optional[Sequence[float]] = None,
+    return_mode: str = "mean",
+) -> Tuple[Result, int]:
     """Run the whole timing ``call`` ``repeat`` times and return (median, calls made).
 
     When the caller asked for quantiles or every sample, one call's answer is returned
@@ -48,8 +52,8 @@ def repeat_median(call: Callable[[], float], repeat: int,
 # nvbench's defaults: at least 10 samples, stop once the noise is below 0.5%.
 MIN_SAMPLES = 10
 DEFAULT_NOISE_TARGET = 0.005
-MAX_TIME_FACTOR = 10      # the time cap is this many times the caller's ``rep`` budget
-MIN_CAP_MS = 200.0        # ... and never less than this
+MAX_TIME_FACTOR = 10  # the time cap is this many times the caller's ``rep`` budget
+MIN_CAP_MS = 200.0  # ... and never less than this
 MAX_SAMPLES = 200_000
 DIRECT_MODES = ("percall", "do_bench")
 
@@ -91,6 +95,7 @@ class StopRule(NamedTuple):
     median's relative CI half-width is at most ``target``; stop anyway at ``max_ms``
     or ``max_samples`` (the row is then reported with the spread it reached).
     """
+
     target: float
     min_ms: float
     max_ms: float
@@ -127,23 +132,28 @@ def batch_calls(per_call_ms: float, elapsed_ms: float, batch_ms: float = 5.0) ->
 
 class Measured(NamedTuple):
     """What one timing call measured: the answer and how much to trust it."""
-    value: Result           # what do_bench's caller gets
+
+    value: Result  # what do_bench's caller gets
     median_ms: Optional[float]
     samples: int
     spread: Optional[float]  # relative half-width of the median's 95% CI
-    stop: str                # noise | time_cap | max_samples | graph | do_bench
+    stop: str  # noise | time_cap | max_samples | graph | do_bench
 
 
 def measured_from(times: Sequence[float], quantiles, return_mode: str, stop: str) -> Measured:
     ordered = sorted(float(t) for t in times)
-    return Measured(reduce_samples(times, quantiles, return_mode),
-                    statistics.median(ordered) if ordered else None,
-                    len(ordered), relative_spread(ordered), stop)
+    return Measured(
+        reduce_samples(times, quantiles, return_mode),
+        statistics.median(ordered) if ordered else None,
+        len(ordered),
+        relative_spread(ordered),
+        stop,
+    )
 
 
 # --- device state around a row ----------------------------------------------------------
 
-CLOCK_DROP = 0.05   # an SM clock this far below the run's highest reading is a drop
+CLOCK_DROP = 0.05  # an SM clock this far below the run's highest reading is a drop
 CPU_SHARE_MIN = 0.9  # a timing process on the CPU less than this share of the wall time
 
 
@@ -178,8 +188,10 @@ def throttle_reason(before: dict, after: dict, reference_mhz: Optional[float]) -
 
 # --- reducing samples the way triton's do_bench does ----------------------------------
 
-def reduce_samples(times: Sequence[float], quantiles: Optional[Sequence[float]] = None,
-              return_mode: str = "mean") -> Result:
+
+def reduce_samples(
+    times: Sequence[float], quantiles: Optional[Sequence[float]] = None, return_mode: str = "mean"
+) -> Result:
     """Reduce per-call times (ms) like triton.testing's do_bench family.
 
     quantiles win over return_mode; one quantile returns a float. "median" is the lower
@@ -211,15 +223,16 @@ def clear_grads(grad_to_none) -> None:
 
 # --- graph timer sizing ---------------------------------------------------------------
 
+
 class GraphPlan(NamedTuple):
-    calls_per_graph: int   # fn calls unrolled into one captured graph
-    replays: int           # timed replays; each one is a sample
+    calls_per_graph: int  # fn calls unrolled into one captured graph
+    replays: int  # timed replays; each one is a sample
 
 
 MAX_CALLS_PER_GRAPH = 1000
 MIN_REPLAYS = 5
 MAX_REPLAYS = 200
-TARGET_REPLAY_MS = 1.0    # one replay: long against event resolution, short in memory
+TARGET_REPLAY_MS = 1.0  # one replay: long against event resolution, short in memory
 
 
 def plan_graph(per_call_ms: float, rep_ms: float) -> GraphPlan:
@@ -238,8 +251,8 @@ def plan_graph(per_call_ms: float, rep_ms: float) -> GraphPlan:
 
 # --- explicit warmup ------------------------------------------------------------------
 
-WARMUP_WINDOW = 3          # consecutive batches that must agree
-WARMUP_TOLERANCE = 0.05    # relative spread allowed among them
+WARMUP_WINDOW = 3  # consecutive batches that must agree
+WARMUP_TOLERANCE = 0.05  # relative spread allowed among them
 WARMUP_MAX_BATCHES = 200
 
 
@@ -323,8 +336,8 @@ def is_fatal_error(exc: BaseException) -> bool:
 
 
 class Decision(NamedTuple):
-    fallback: bool   # time this shape with the direct timer instead
-    reason: str      # one line for the marker
+    fallback: bool  # time this shape with the direct timer instead
+    reason: str  # one line for the marker
 
 
 def fallback_decision(phase: str, exc: BaseException) -> Decision:
@@ -362,17 +375,18 @@ def error_reason(exc: BaseException, limit: int = 200) -> str:
 
 # --- markers and footers ---------------------------------------------------------------
 
+
 class TimedRow(NamedTuple):
     """The table row a timing call belongs to, as FlagGems prints it."""
+
     op: Optional[str]
     dtype: Optional[str]
     shape: Optional[str]
-    side: Optional[str]            # "torch" (latency_base) or "gems" (latency)
-    dtype_source: Optional[str] = None   # "guess" when dtype came from an argument
+    side: Optional[str]  # "torch" (latency_base) or "gems" (latency)
+    dtype_source: Optional[str] = None  # "guess" when dtype came from an argument
 
 
-def fallback_marker(phase: str, repeat: int, row: TimedRow, reason: str,
-                    direct: Optional[str] = None) -> str:
+def fallback_marker(phase: str, repeat: int, row: TimedRow, reason: str, direct: Optional[str] = None) -> str:
     """``direct``: how the direct timer times the row instead (percall or do_bench)."""
     return format_marker(
         BENCHMARK_DIRECT_NO_CUDAGRAPH,

@@ -31,6 +31,7 @@ ISOLATED_ROOT_PREFIX = "zlbench-tuner-"
 
 # ---- isolated caches ------------------------------------------------------------
 
+
 @dataclass
 class TunerCachePlan:
     """What a run adds to its environment, and how to tidy up after it.
@@ -83,9 +84,13 @@ def shared_cache_path(environ: Mapping[str, str]) -> str:
     return str((Path(home) if home else Path.home()) / ".flaggems")
 
 
-def plan_tuner_cache(run_dir: Path, isolate: bool, environ: Mapping[str, str],
-                     keep_triton_cache: bool = False,
-                     temp_root: Optional[Path] = None) -> TunerCachePlan:
+def plan_tuner_cache(
+    run_dir: Path,
+    isolate: bool,
+    environ: Mapping[str, str],
+    keep_triton_cache: bool = False,
+    temp_root: Optional[Path] = None,
+) -> TunerCachePlan:
     """The tuner cache a run uses.
 
     ``isolate``: ZL_ISOLATE_TUNER_CACHE. Isolated caches live in a fresh temp dir
@@ -113,17 +118,21 @@ def plan_tuner_cache(run_dir: Path, isolate: bool, environ: Mapping[str, str],
         db = flaggems_db_path(flaggems_dir)
         db.parent.mkdir()
         env["FLAGGEMS_DB_URL"] = f"sqlite:///{db}"
-    return TunerCachePlan(env=env, description=ISOLATED, triton_cache_dir=triton_path,
-                          flaggems_cache_dir=flaggems_dir,
-                          keep_triton_cache=keep_triton_cache, root=root)
+    return TunerCachePlan(
+        env=env,
+        description=ISOLATED,
+        triton_cache_dir=triton_path,
+        flaggems_cache_dir=flaggems_dir,
+        keep_triton_cache=keep_triton_cache,
+        root=root,
+    )
 
 
 # ---- liveness: did both sides compile the same kernels? -------------------------
 
 # Compiler outputs, front end first. The metadata json is left out: it carries the
 # cache hash and versions, which differ between builds even for identical code.
-ARTEFACT_SUFFIXES = (".ttir", ".ttgir", ".llir", ".ptx", ".cubin", ".amdgcn", ".hsaco",
-                     ".spv", ".mubin")
+ARTEFACT_SUFFIXES = (".ttir", ".ttgir", ".llir", ".ptx", ".cubin", ".amdgcn", ".hsaco", ".spv", ".mubin")
 FRONT_END_SUFFIX = ".ttir"
 
 _LOC_LINE = re.compile(r"^#loc")
@@ -149,7 +158,7 @@ class Variant:
 
     kernel: str
     entry: str
-    fingerprint: str       # all artefacts
+    fingerprint: str  # all artefacts
     front_end: Optional[str]  # the TTIR alone: what was asked of the compiler
 
 
@@ -177,8 +186,8 @@ class KernelLiveness:
     kernel: str
     variants_a: int = 0
     variants_b: int = 0
-    same: int = 0       # B variants with a byte-identical twin in A
-    changed: int = 0    # B variants whose TTIR is in A but whose output differs
+    same: int = 0  # B variants with a byte-identical twin in A
+    changed: int = 0  # B variants whose TTIR is in A but whose output differs
     unmatched: int = 0  # B variants with neither
 
 
@@ -205,35 +214,50 @@ class LivenessReport:
 
     def counts(self) -> Dict[str, int]:
         rows = self.kernels.values()
-        return {"variants_a": self.variants_a, "variants_b": self.variants_b,
-                "same": sum(r.same for r in rows), "changed": sum(r.changed for r in rows),
-                "unmatched": sum(r.unmatched for r in rows)}
+        return {
+            "variants_a": self.variants_a,
+            "variants_b": self.variants_b,
+            "same": sum(r.same for r in rows),
+            "changed": sum(r.changed for r in rows),
+            "unmatched": sum(r.unmatched for r in rows),
+        }
 
     def summary(self) -> str:
         c = self.counts()
-        tail = (f"A {c['variants_a']} variants, B {c['variants_b']}: same {c['same']}, "
-                f"changed {c['changed']}, unmatched {c['unmatched']}")
+        tail = (
+            f"A {c['variants_a']} variants, B {c['variants_b']}: same {c['same']}, "
+            f"changed {c['changed']}, unmatched {c['unmatched']}"
+        )
         if self.verdict == "identical":
-            return ("WARNING: the A/B axis is dead: both sides compiled byte-identical "
-                    f"kernels ({tail}). A 'no difference' table says nothing about the "
-                    "compiler.")
+            return (
+                "WARNING: the A/B axis is dead: both sides compiled byte-identical "
+                f"kernels ({tail}). A 'no difference' table says nothing about the "
+                "compiler."
+            )
         if self.verdict == "live":
             changed = sorted(k for k, r in self.kernels.items() if r.changed)
             return f"A/B axis is live: {', '.join(changed)} compiled differently ({tail})"
         if self.verdict == "empty":
             return f"WARNING: cannot check the A/B axis: no compiled kernels ({tail})"
-        return ("WARNING: cannot tell whether the A/B axis is live: B compiled kernels "
-                "whose TTIR A never produced (a front-end change, or different configs: "
-                f"check the replay fell back 0) ({tail})")
+        return (
+            "WARNING: cannot tell whether the A/B axis is live: B compiled kernels "
+            "whose TTIR A never produced (a front-end change, or different configs: "
+            f"check the replay fell back 0) ({tail})"
+        )
 
     def to_json(self) -> Dict[str, object]:
-        return {"a_dir": self.a_dir, "b_dir": self.b_dir, "verdict": self.verdict,
-                **self.counts(),
-                "kernels": {k: vars(r) for k, r in sorted(self.kernels.items())}}
+        return {
+            "a_dir": self.a_dir,
+            "b_dir": self.b_dir,
+            "verdict": self.verdict,
+            **self.counts(),
+            "kernels": {k: vars(r) for k, r in sorted(self.kernels.items())},
+        }
 
 
-def compare_triton_caches(a_dir: Path, b_dir: Path,
-                          suffixes: Iterable[str] = ARTEFACT_SUFFIXES) -> LivenessReport:
+def compare_triton_caches(
+    a_dir: Path, b_dir: Path, suffixes: Iterable[str] = ARTEFACT_SUFFIXES
+) -> LivenessReport:
     """Compare the compiled kernels in two Triton cache dirs (A recorded, B replayed).
 
     B is measured against A rather than the other way round because the recording

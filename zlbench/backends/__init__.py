@@ -15,8 +15,19 @@ BACKENDS: Dict[str, Backend] = {m.BACKEND.name: m.BACKEND for m in _MODULES}
 # Detection order: hardware vendors first, cpu last.
 DETECT_ORDER = ("cuda", "musa", "rocm", "ascend")
 
-__all__ = ["Backend", "Device", "DeviceError", "BACKENDS", "GEMS_VENDORS", "get_backend",
-           "detect_backend", "plugin_plan", "canonical_name", "union", "gems_vendor"]
+__all__ = [
+    "Backend",
+    "Device",
+    "DeviceError",
+    "BACKENDS",
+    "GEMS_VENDORS",
+    "get_backend",
+    "detect_backend",
+    "plugin_plan",
+    "canonical_name",
+    "union",
+    "gems_vendor",
+]
 
 
 class UnknownBackend(ValueError):
@@ -55,8 +66,9 @@ def initialised_runtimes() -> List[str]:
     fork of this process can still use every device."""
     import sys
 
-    found = [b.name for b in BACKENDS.values()
-             if b.runtime_initialised is not None and b.runtime_initialised()]
+    found = [
+        b.name for b in BACKENDS.values() if b.runtime_initialised is not None and b.runtime_initialised()
+    ]
     return sorted(set(found)) + [m for m in DEVICE_AT_IMPORT if m in sys.modules]
 
 

@@ -19,10 +19,23 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 # A vendor tool that hangs must not hang zlbench (FlagGems' own probe has no timeout).
 TOOL_TIMEOUT_S = 10.0
 # The vendor names FlagGems accepts in GEMS_VENDOR; v5.0.2 silently ignores anything else.
-GEMS_VENDORS = frozenset({
-    "nvidia", "cambricon", "metax", "iluvatar", "mthreads", "kunlunxin", "hygon",
-    "amd", "aipu", "ascend", "tsingmicro", "sunrise", "enflame",
-})
+GEMS_VENDORS = frozenset(
+    {
+        "nvidia",
+        "cambricon",
+        "metax",
+        "iluvatar",
+        "mthreads",
+        "kunlunxin",
+        "hygon",
+        "amd",
+        "aipu",
+        "ascend",
+        "tsingmicro",
+        "sunrise",
+        "enflame",
+    }
+)
 # Where benchmark code looks its timer up at call time, on any backend with triton.
 TRITON_TIMER = ("triton.testing", "do_bench")
 
@@ -154,17 +167,19 @@ class Backend:
         if not self.tool_available() or self.parse_tool_output is None:
             return []
         try:
-            out = subprocess.run(
-                list(self.list_tool), capture_output=True, text=True, timeout=TOOL_TIMEOUT_S
-            )
+            out = subprocess.run(list(self.list_tool), capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired):
             return []
         if out.returncode != 0:
             return []
         return self.parse_tool_output(out.stdout)
 
-    def devices(self, environ: Mapping[str, str], selection: Optional[Sequence[str]] = None,
-                probed: Optional[List[Tuple[str, str]]] = None) -> List[Device]:
+    def devices(
+        self,
+        environ: Mapping[str, str],
+        selection: Optional[Sequence[str]] = None,
+        probed: Optional[List[Tuple[str, str]]] = None,
+    ) -> List[Device]:
         """The devices a run or batch may use, in the caller's numbering.
 
         With a visibility variable already set, index i means its i-th entry (as the
@@ -192,7 +207,8 @@ class Backend:
                 f"no {self.name} device on this host: {self.visible_key or 'no visibility variable'} "
                 f"unset, {(self.list_tool or ('no vendor tool',))[0]} not found, no "
                 f"{' '.join(self.device_nodes) or 'device files'}; run on a {self.name} host or "
-                "pick the backend this host has (--backend)")
+                "pick the backend this host has (--backend)"
+            )
         else:
             universe = []
         if selection is None:
@@ -213,6 +229,7 @@ class Backend:
 def torch_runtime_initialised(attr: str) -> Callable[[], bool]:
     """A probe for ``torch.<attr>.is_initialized()`` (cuda, musa, npu) that is False
     wherever torch or the extension was never imported."""
+
     def probe() -> bool:
         torch = sys.modules.get("torch")
         module = getattr(torch, attr, None) if torch is not None else None

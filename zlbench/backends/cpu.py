@@ -38,9 +38,12 @@ class HostState(DeviceState):
 
     def sample(self) -> Dict[str, Any]:
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        return {"cpu_s": round(usage.ru_utime + usage.ru_stime, 6),
-                "wall_s": round(time.monotonic(), 6), "nivcsw": usage.ru_nivcsw,
-                "load1": round(os.getloadavg()[0], 2)}
+        return {
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 6),
+            "wall_s": round(time.monotonic(), 6),
+            "nivcsw": usage.ru_nivcsw,
+            "load1": round(os.getloadavg()[0], 2),
+        }
 
     def describe(self) -> Dict[str, Any]:
         return {"source": self.source, "cpus": os.cpu_count(), "clocks_locked": "unknown"}

@@ -37,7 +37,7 @@ BACKEND = Backend(
     description="MThreads GPUs (MUSA); direct timer",
     torch_device="musa",
     timer_targets=(TRITON_TIMER, ("triton.musa_testing", "do_bench")),
-    fatal_texts=cuda.FATAL_TEXTS,   # MUSA reuses CUDA's wording
+    fatal_texts=cuda.FATAL_TEXTS,  # MUSA reuses CUDA's wording
     error_enum_prefixes=("musaerror",),
     transient_patterns=("MUSA error",),
 )

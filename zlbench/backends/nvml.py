@@ -84,8 +84,10 @@ class NvmlState(DeviceState):
 
     def _reasons(self) -> Optional[int]:
         nv = self.nvml
-        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        fn = (
+            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
         return self._read(fn)
 
     def sample(self) -> Dict[str, Any]:

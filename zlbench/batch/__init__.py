@@ -20,4 +20,5 @@ def __getattr__(name):
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = ["BatchConfig", "BatchResult", "BatchError", "run_batch", "load_plan", "render_report"]

@@ -37,8 +37,10 @@ def default_cache_dirs(environ: Mapping[str, str]) -> List[str]:
     """Where a benchmark process with this environment puts kernels and tuned configs
     (the same rule as the phases plugin, which reports the dirs it really used)."""
     home = environ.get("HOME") or os.path.expanduser("~")
-    return [environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache"),
-            environ.get("FLAGGEMS_CACHE_DIR") or os.path.join(home, ".flaggems")]
+    return [
+        environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache"),
+        environ.get("FLAGGEMS_CACHE_DIR") or os.path.join(home, ".flaggems"),
+    ]
 
 
 def cache_signature(dirs: Sequence[str]) -> Tuple:
@@ -66,8 +68,14 @@ def cache_signature(dirs: Sequence[str]) -> Tuple:
 
 
 class Activity:
-    def __init__(self, log_path: Path, run_dir: Path, environ: Mapping[str, str],
-                 stall_s: Optional[float] = None, tick_s: float = TICK_S):
+    def __init__(
+        self,
+        log_path: Path,
+        run_dir: Path,
+        environ: Mapping[str, str],
+        stall_s: Optional[float] = None,
+        tick_s: float = TICK_S,
+    ):
         self.log_path = log_path
         self.run_dir = run_dir
         self.stall_s = stall_s or None
@@ -117,7 +125,8 @@ class Activity:
         if stalled:
             return NO_PROGRESS
         if self.last_cache_change is not None and (
-                now - self.last_cache_change <= COMPILE_WINDOW_S or "first_row" not in self._phases):
+            now - self.last_cache_change <= COMPILE_WINDOW_S or "first_row" not in self._phases
+        ):
             return COMPILING
         if "collected" not in self._phases:
             return STARTING
@@ -128,8 +137,10 @@ class Activity:
         now = time.monotonic()
         parts = [f"{self._rows} latency call(s) timed"]
         if self.last_cache_change is not None:
-            parts.append(f"kernel/tuner caches grew {self.cache_changes} time(s), last "
-                         f"{now - self.last_cache_change:.0f} s before")
+            parts.append(
+                f"kernel/tuner caches grew {self.cache_changes} time(s), last "
+                f"{now - self.last_cache_change:.0f} s before"
+            )
         parts.append(f"last progress {now - self.last_progress:.0f} s before")
         return "; ".join(parts)
 
@@ -160,6 +171,7 @@ def split_phases(times: Mapping[str, float], started: float, ended: float) -> Di
     overhead_s     wall minus the pytest session body: the fixed cost per attempt
     A phase that did not happen is None.
     """
+
     def gap(a: Optional[float], b: Optional[float]) -> Optional[float]:
         return None if a is None or b is None else round(max(0.0, b - a), 3)
 

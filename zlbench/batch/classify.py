@@ -24,7 +24,13 @@ EXIT_PREFLIGHT = 3
 EXIT_NO_TESTS = 5
 
 OK, FAILED, TIMEOUT, CRASHED, SKIPPED, DISMISSED = (
-    "ok", "failed", "timeout", "crashed", "skipped", "dismissed")
+    "ok",
+    "failed",
+    "timeout",
+    "crashed",
+    "skipped",
+    "dismissed",
+)
 STATUSES = (OK, FAILED, TIMEOUT, CRASHED, SKIPPED, DISMISSED)
 # Statuses that make a batch exit 1; an operator without a row yet is "not run".
 BAD = (FAILED, TIMEOUT, CRASHED)
@@ -38,12 +44,22 @@ def count_statuses(rows: Mapping[str, Mapping[str, str]], planned: Sequence[str]
         counts[status] = counts.get(status, 0) + 1
     return counts
 
+
 # Error text that usually means the device or driver hiccuped, not the operator: these
 # words, and each backend's runtime errors (backends/<vendor>.py transient_patterns).
 TRANSIENT_TEXT = re.compile(
-    "|".join(("launch failure", "unspecified launch", *backends.union("transient_patterns"),
-              "device-side assert", "illegal memory access", "ECC error",
-              "driver shutting down", "device not ready")),
+    "|".join(
+        (
+            "launch failure",
+            "unspecified launch",
+            *backends.union("transient_patterns"),
+            "device-side assert",
+            "illegal memory access",
+            "ECC error",
+            "driver shutting down",
+            "device not ready",
+        )
+    ),
     re.IGNORECASE,
 )
 
@@ -60,11 +76,11 @@ _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b\d+(\.\d+)?\s*(s|ms|sec|seconds)\b|\bp
 class Outcome:
     """One attempt, classified."""
 
-    status: str                 # ok / failed / timeout / crashed / skipped
-    exit_code: Optional[int]    # as the batch saw it; None when timed out
-    signal: Optional[int]       # the signal that killed it, if any
-    error_line: str             # the last error line of its output ("" when none)
-    preflight: bool = False     # exit 3: a broken environment, not a broken operator
+    status: str  # ok / failed / timeout / crashed / skipped
+    exit_code: Optional[int]  # as the batch saw it; None when timed out
+    signal: Optional[int]  # the signal that killed it, if any
+    error_line: str  # the last error line of its output ("" when none)
+    preflight: bool = False  # exit 3: a broken environment, not a broken operator
     limit_s: Optional[float] = None  # the timeout that expired
     # Timeouts: what the attempt was doing (compiling, measuring, starting, no_progress)
     # and what it had done (batch.activity); the batch reports timeout_<kind>.
@@ -104,7 +120,9 @@ class Outcome:
         elif self.preflight:
             marker = parse_marker(self.error_line)
             if marker is not None and marker.name == PREFLIGHT_FAILED:
-                return f"preflight failed ({marker.get('check', '?')}): {marker.get('reason', '')}".rstrip(": ")
+                return f"preflight failed ({marker.get('check', '?')}): {marker.get('reason', '')}".rstrip(
+                    ": "
+                )
             head = "preflight failed"
         elif self.status == SKIPPED:
             head = "no tests collected" if self.exit_code == EXIT_NO_TESTS else "every test skipped"
@@ -130,13 +148,17 @@ def killing_signal(exit_code: int) -> Optional[int]:
     return None
 
 
-def classify(exit_code: Optional[int], timed_out: bool, log_tail: Iterable[str],
-             limit_s: Optional[float] = None, timeout_kind: Optional[str] = None,
-             detail: str = "") -> Outcome:
+def classify(
+    exit_code: Optional[int],
+    timed_out: bool,
+    log_tail: Iterable[str],
+    limit_s: Optional[float] = None,
+    timeout_kind: Optional[str] = None,
+    detail: str = "",
+) -> Outcome:
     error = last_error_line(log_tail)
     if timed_out:
-        return Outcome(TIMEOUT, None, None, error, limit_s=limit_s, timeout_kind=timeout_kind,
-                       detail=detail)
+        return Outcome(TIMEOUT, None, None, error, limit_s=limit_s, timeout_kind=timeout_kind, detail=detail)
     if exit_code is None:
         # The process that could reap it (a warm worker) died first: no exit status.
         return Outcome(CRASHED, None, None, error or "exit status lost: its worker died")
@@ -158,8 +180,13 @@ def last_error_line(lines: Iterable[str], limit: int = 300) -> str:
     """The most telling error line of a log tail: a preflight marker, else pytest's
     last ``E ...`` line or FAILED summary, else the last exception-looking line."""
     lines = [ln.rstrip() for ln in lines]
-    for find in (_whole(_PREFLIGHT), _group(_PYTEST_E, 1), _failed_reason,
-                 _whole(_EXCEPTION), _whole(_FATAL)):
+    for find in (
+        _whole(_PREFLIGHT),
+        _group(_PYTEST_E, 1),
+        _failed_reason,
+        _whole(_EXCEPTION),
+        _whole(_FATAL),
+    ):
         for line in reversed(lines):
             text = find(line)
             if text:

@@ -11,14 +11,24 @@ import click
 from click.core import ParameterSource
 
 from .. import knobs
-from .config import (DEFAULT_FALLBACK_DTYPES, DEFAULT_KILL_GRACE_S, DEFAULT_RETRIES,
-                     DEFAULT_TIMEOUT_S, DEFAULT_WORKER_MAX_OPS, FINITE_SECONDS, RUN_MODES,
-                     BatchConfig, default_out_dir, parse_devices_flag, resolve_shard)
+from ..rundir import plan_path, shard_dir_name
+from .config import (
+    DEFAULT_FALLBACK_DTYPES,
+    DEFAULT_KILL_GRACE_S,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_WORKER_MAX_OPS,
+    FINITE_SECONDS,
+    RUN_MODES,
+    BatchConfig,
+    default_out_dir,
+    parse_devices_flag,
+    resolve_shard,
+)
 from .driver import load_plan, run_batch
 from .oplist import default_dismiss_path, parse_op_timeouts, parse_ops_flag
 from .plan import HostShard
 from .report import render_report
-from ..rundir import plan_path, shard_dir_name
 from .state import BatchError
 
 
@@ -32,7 +42,9 @@ def parse_fallback_dtypes(values: Sequence[str]) -> Tuple[Tuple[str, ...], ...]:
         if bad or not names:
             raise click.BadParameter(
                 f"{value!r}: unknown dtype {', '.join(bad) or '(empty)'}; use a comma list of "
-                f"{', '.join(knobs.KNOWN_DTYPES)}, or 'none'", param_hint="--fallback-dtypes")
+                f"{', '.join(knobs.KNOWN_DTYPES)}, or 'none'",
+                param_hint="--fallback-dtypes",
+            )
         levels.append(names)
     return tuple(levels)
 
@@ -41,79 +53,188 @@ def _given(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
 
 
-@click.command("batch", short_help="Measure many operators across devices, surviving hangs, crashes and restarts.")
+@click.command(
+    "batch", short_help="Measure many operators across devices, surviving hangs, crashes and restarts."
+)
 @knobs.knob_options(knobs.MEASURE_KNOBS)
-@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Batch dir: <out>/<op>/ per operator, ops_status.csv, plan.json. "
-                   "[default: $ZL_OUT/batch-<timestamp>, ZL_OUT defaulting to ./runs]")
-@click.option("--resume", is_flag=True,
-              help="Continue the batch in --out: complete operators are kept, partial run dirs "
-                   "set aside, the rest run. Settings come from its plan.json.")
-@click.option("--devices", "--gpus", "devices", default=None, metavar="0,1,...",
-              help="Devices in your numbering (within any visibility variable already set); "
-                   "operators are sharded over them by a stable hash of their name. cpu: worker "
-                   "slots. [default: every device the backend finds; cpu: one slot]")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Batch dir: <out>/<op>/ per operator, ops_status.csv, plan.json. "
+    "[default: $ZL_OUT/batch-<timestamp>, ZL_OUT defaulting to ./runs]",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the batch in --out: complete operators are kept, partial run dirs "
+    "set aside, the rest run. Settings come from its plan.json.",
+)
+@click.option(
+    "--devices",
+    "--gpus",
+    "devices",
+    default=None,
+    metavar="0,1,...",
+    help="Devices in your numbering (within any visibility variable already set); "
+    "operators are sharded over them by a stable hash of their name. cpu: worker "
+    "slots. [default: every device the backend finds; cpu: one slot]",
+)
 @click.option("--ops", "ops", default=None, metavar="a,b,c", help="Only these operators.")
-@click.option("--op-list", "op_list", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="File of operators, one a line, optionally with a timeout in seconds "
-                   "('mm 1800'); '#' starts a comment.")
-@click.option("--dismiss", "dismiss", default=None, metavar="FILE",
-              help="Dismiss list (YAML list of {operator, reason, verified}); listed operators are "
-                   "not run and show as 'dismissed' with their reason. 'none': no list. "
-                   "[default: ops/dismiss.yaml when it exists]")
-@click.option("--timeout", "timeout", type=FINITE_SECONDS, default=None, metavar="SECONDS",
-              help=f"Per operator and attempt; the whole process group is stopped (SIGTERM, then "
-                   f"SIGKILL). 0: no limit. [default: {DEFAULT_TIMEOUT_S:g}]")
-@click.option("--op-timeout", "op_timeout", multiple=True, metavar="OP=SECONDS",
-              help="Timeout for one operator (repeatable): --op-timeout mm=3600.")
-@click.option("--retries", "retries", type=click.IntRange(min=0), default=None,
-              help="Extra attempts for failures that look transient (timeout, signal, CUDA launch "
-                   "failure); a failure that repeats identically stops retrying. "
-                   f"[default: {DEFAULT_RETRIES}]")
-@click.option("--fallback-dtypes", "fallback_dtypes", multiple=True, metavar="DTYPES",
-              help="Dtype lists tried, in order, after a deterministic failure with the default "
-                   "dtypes (repeatable; 'none' disables). [default: float32, then float16]")
-@click.option("--kill-grace", "kill_grace", type=FINITE_SECONDS, default=None, metavar="SECONDS",
-              help=f"Between SIGTERM and SIGKILL when a group is stopped. [default: {DEFAULT_KILL_GRACE_S:g}]")
-@click.option("--shard", "shard", default=None, metavar="K/N|auto",
-              help="Run host shard K of N (0 <= K < N) of a screen spread over hosts: the "
-                   "operators whose stable hash is K mod N, into <out>/shard-K-of-N/; running "
-                   "it again resumes it. auto: K (and N) from a Slurm array task "
-                   "(SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) or a Kubernetes indexed job "
-                   "(JOB_COMPLETION_INDEX, with --shards N). Needs --out. Run again, a shard "
-                   "measures only operators without a status; with --resume, failed ones too.")
-@click.option("--shards", "shards", type=click.IntRange(min=1), default=None, metavar="N",
-              help="With --shard auto: the screen's shard count (required for Kubernetes; "
-                   "for Slurm it wins over SLURM_ARRAY_TASK_COUNT, e.g. when a resubmission "
-                   "runs only some array indices).")
-@click.option("--stall-timeout", "stall_timeout", type=click.FloatRange(min=0), default=None,
-              metavar="SECONDS", envvar="ZL_STALL_TIMEOUT",
-              help="Also stop an attempt after this many seconds without progress: no output "
-                   "line, no row timed, no new kernel or tuner cache entry (reported as "
-                   "timeout_no_progress). 0: off. Env: ZL_STALL_TIMEOUT. [default: 0]")
-@click.option("--run-mode", "run_mode", type=click.Choice(RUN_MODES), default=None,
-              envvar="ZL_RUN_MODE",
-              help="worker: one warm worker per device (torch, triton, pytest imported once) "
-                   "forks each attempt, saving the interpreter start-up per operator; fresh: a "
-                   "new `zlbench run` process per attempt. Same run dirs and statuses either way. "
-                   "Env: ZL_RUN_MODE. [default: worker]")
-@click.option("--worker-max-ops", "worker_max_ops", type=click.IntRange(min=1), default=None,
-              envvar="ZL_WORKER_MAX_OPS",
-              help="Replace a worker after this many attempts (it is also replaced after a "
-                   "crash, a timeout or leftovers). Env: ZL_WORKER_MAX_OPS. "
-                   f"[default: {DEFAULT_WORKER_MAX_OPS}]")
-@click.option("--balance-from", "balance_from", type=click.Path(file_okay=False, path_type=Path),
-              default=None, metavar="DIR",
-              help="An earlier batch dir: plan devices longest-first from its ops_status.csv "
-                   "durations (deterministic: the same durations give the same plan on side A "
-                   "and side B). [default: the stable hash of each name]")
-@click.option("--progress", "progress", type=click.Choice(["auto", "live", "plain", "off"]),
-              default="auto", show_default=True,
-              help="Live table on a terminal, plain lines otherwise.")
+@click.option(
+    "--op-list",
+    "op_list",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="File of operators, one a line, optionally with a timeout in seconds "
+    "('mm 1800'); '#' starts a comment.",
+)
+@click.option(
+    "--dismiss",
+    "dismiss",
+    default=None,
+    metavar="FILE",
+    help="Dismiss list (YAML list of {operator, reason, verified}); listed operators are "
+    "not run and show as 'dismissed' with their reason. 'none': no list. "
+    "[default: ops/dismiss.yaml when it exists]",
+)
+@click.option(
+    "--timeout",
+    "timeout",
+    type=FINITE_SECONDS,
+    default=None,
+    metavar="SECONDS",
+    help=f"Per operator and attempt; the whole process group is stopped (SIGTERM, then "
+    f"SIGKILL). 0: no limit. [default: {DEFAULT_TIMEOUT_S:g}]",
+)
+@click.option(
+    "--op-timeout",
+    "op_timeout",
+    multiple=True,
+    metavar="OP=SECONDS",
+    help="Timeout for one operator (repeatable): --op-timeout mm=3600.",
+)
+@click.option(
+    "--retries",
+    "retries",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Extra attempts for failures that look transient (timeout, signal, CUDA launch "
+    "failure); a failure that repeats identically stops retrying. "
+    f"[default: {DEFAULT_RETRIES}]",
+)
+@click.option(
+    "--fallback-dtypes",
+    "fallback_dtypes",
+    multiple=True,
+    metavar="DTYPES",
+    help="Dtype lists tried, in order, after a deterministic failure with the default "
+    "dtypes (repeatable; 'none' disables). [default: float32, then float16]",
+)
+@click.option(
+    "--kill-grace",
+    "kill_grace",
+    type=FINITE_SECONDS,
+    default=None,
+    metavar="SECONDS",
+    help=f"Between SIGTERM and SIGKILL when a group is stopped. [default: {DEFAULT_KILL_GRACE_S:g}]",
+)
+@click.option(
+    "--shard",
+    "shard",
+    default=None,
+    metavar="K/N|auto",
+    help="Run host shard K of N (0 <= K < N) of a screen spread over hosts: the "
+    "operators whose stable hash is K mod N, into <out>/shard-K-of-N/; running "
+    "it again resumes it. auto: K (and N) from a Slurm array task "
+    "(SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) or a Kubernetes indexed job "
+    "(JOB_COMPLETION_INDEX, with --shards N). Needs --out. Run again, a shard "
+    "measures only operators without a status; with --resume, failed ones too.",
+)
+@click.option(
+    "--shards",
+    "shards",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="With --shard auto: the screen's shard count (required for Kubernetes; "
+    "for Slurm it wins over SLURM_ARRAY_TASK_COUNT, e.g. when a resubmission "
+    "runs only some array indices).",
+)
+@click.option(
+    "--stall-timeout",
+    "stall_timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    envvar="ZL_STALL_TIMEOUT",
+    help="Also stop an attempt after this many seconds without progress: no output "
+    "line, no row timed, no new kernel or tuner cache entry (reported as "
+    "timeout_no_progress). 0: off. Env: ZL_STALL_TIMEOUT. [default: 0]",
+)
+@click.option(
+    "--run-mode",
+    "run_mode",
+    type=click.Choice(RUN_MODES),
+    default=None,
+    envvar="ZL_RUN_MODE",
+    help="worker: one warm worker per device (torch, triton, pytest imported once) "
+    "forks each attempt, saving the interpreter start-up per operator; fresh: a "
+    "new `zlbench run` process per attempt. Same run dirs and statuses either way. "
+    "Env: ZL_RUN_MODE. [default: worker]",
+)
+@click.option(
+    "--worker-max-ops",
+    "worker_max_ops",
+    type=click.IntRange(min=1),
+    default=None,
+    envvar="ZL_WORKER_MAX_OPS",
+    help="Replace a worker after this many attempts (it is also replaced after a "
+    "crash, a timeout or leftovers). Env: ZL_WORKER_MAX_OPS. "
+    f"[default: {DEFAULT_WORKER_MAX_OPS}]",
+)
+@click.option(
+    "--balance-from",
+    "balance_from",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="An earlier batch dir: plan devices longest-first from its ops_status.csv "
+    "durations (deterministic: the same durations give the same plan on side A "
+    "and side B). [default: the stable hash of each name]",
+)
+@click.option(
+    "--progress",
+    "progress",
+    type=click.Choice(["auto", "live", "plain", "off"]),
+    default="auto",
+    show_default=True,
+    help="Live table on a terminal, plain lines otherwise.",
+)
 @click.pass_context
-def batch_command(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_timeout, retries,
-                  fallback_dtypes, kill_grace, shard, shards, stall_timeout, run_mode,
-                  worker_max_ops, balance_from, progress, **flags):
+def batch_command(
+    ctx,
+    out,
+    resume,
+    devices,
+    ops,
+    op_list,
+    dismiss,
+    timeout,
+    op_timeout,
+    retries,
+    fallback_dtypes,
+    kill_grace,
+    shard,
+    shards,
+    stall_timeout,
+    run_mode,
+    worker_max_ops,
+    balance_from,
+    progress,
+    **flags,
+):
     """Measure many operators across devices: every operator of the corpus (or --ops /
     --op-list), one `zlbench run` each, sharded over --devices, surviving hangs, crashes
     and restarts.
@@ -131,25 +252,51 @@ def batch_command(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_
     or crashed; 2 the batch could not start; 130 interrupted (continue with --resume).
     """
     try:
-        config = build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_timeout,
-                              retries, fallback_dtypes, kill_grace, progress, flags,
-                              shard=shard, shards=shards, stall_timeout=stall_timeout,
-                              run_mode=run_mode, worker_max_ops=worker_max_ops,
-                              balance_from=balance_from)
+        config = build_config(
+            ctx,
+            out,
+            resume,
+            devices,
+            ops,
+            op_list,
+            dismiss,
+            timeout,
+            op_timeout,
+            retries,
+            fallback_dtypes,
+            kill_grace,
+            progress,
+            flags,
+            shard=shard,
+            shards=shards,
+            stall_timeout=stall_timeout,
+            run_mode=run_mode,
+            worker_max_ops=worker_max_ops,
+            balance_from=balance_from,
+        )
         if config.shard.count > 1:
-            how = (" (continuing: operators without a status)" if config.keep_failed else
-                   " (resuming)" if config.resume else "")
+            how = (
+                " (continuing: operators without a status)"
+                if config.keep_failed
+                else " (resuming)"
+                if config.resume
+                else ""
+            )
             click.echo(f"zlbench batch: shard {config.shard} into {config.out}{how}", err=True)
         result = run_batch(config)
     except BatchError as e:
         raise BatchStartError(str(e)) from None
     except KeyboardInterrupt:
         # Before the operators started (or after they stopped): nothing half-written.
-        click.echo(f"zlbench batch: interrupted; continue with --resume --out {out or '<batch dir>'}",
-                   err=True)
+        click.echo(
+            f"zlbench batch: interrupted; continue with --resume --out {out or '<batch dir>'}", err=True
+        )
         sys.exit(130)
-    click.echo(render_report(result.out, result.rows, result.planned, result.wall_s,
-                             result.interrupted, devices=result.devices))
+    click.echo(
+        render_report(
+            result.out, result.rows, result.planned, result.wall_s, result.interrupted, devices=result.devices
+        )
+    )
     sys.exit(result.exit_code)
 
 
@@ -175,24 +322,46 @@ def _dismiss_path(flag: Optional[str], saved: Optional[dict]) -> Optional[Path]:
 def _balance_from(flag: Optional[Path], saved: Optional[dict]) -> Optional[Path]:
     if flag is not None:
         if not flag.is_dir():
-            raise BatchError(f"--balance-from {flag}: not a directory; give an earlier batch dir "
-                             "(it holds ops_status.csv)")
+            raise BatchError(
+                f"--balance-from {flag}: not a directory; give an earlier batch dir (it holds ops_status.csv)"
+            )
         return flag
     value = (saved or {}).get("balance_from")
     return Path(value) if value else None
 
 
-def build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_timeout, retries,
-                 fallback_dtypes, kill_grace, progress, flags, shard=None, shards=None,
-                 environ=None, stall_timeout=None, run_mode=None, worker_max_ops=None,
-                 balance_from=None) -> BatchConfig:
+def build_config(
+    ctx,
+    out,
+    resume,
+    devices,
+    ops,
+    op_list,
+    dismiss,
+    timeout,
+    op_timeout,
+    retries,
+    fallback_dtypes,
+    kill_grace,
+    progress,
+    flags,
+    shard=None,
+    shards=None,
+    environ=None,
+    stall_timeout=None,
+    run_mode=None,
+    worker_max_ops=None,
+    balance_from=None,
+) -> BatchConfig:
     """The BatchConfig of batch's flags; ``environ`` (default os.environ) feeds --shard auto."""
     keep_failed = False
     host = resolve_shard(shard, shards, os.environ if environ is None else environ)
     if host.count > 1:
         if out is None:
-            raise BatchError(f"--shard {shard} needs --out DIR: every shard of the screen "
-                             "writes DIR/shard-K-of-N/ on a file system all hosts share")
+            raise BatchError(
+                f"--shard {shard} needs --out DIR: every shard of the screen "
+                "writes DIR/shard-K-of-N/ on a file system all hosts share"
+            )
         out = Path(out) / shard_dir_name(host.index, host.count)
         # A shard runs again where it stopped (the command line is the same every time):
         # only operators without a status run; --resume also measures failed ones again.
@@ -236,22 +405,44 @@ def build_config(ctx, out, resume, devices, ops, op_list, dismiss, timeout, op_t
     else:
         fallback = DEFAULT_FALLBACK_DTYPES
     return BatchConfig(
-        out=Path(out), settings=settings, ops=op_names, op_list=op_list, devices=device_list,
-        dismiss=dismiss_path, timeout_s=timeout or None, op_timeouts=op_timeouts,
+        out=Path(out),
+        settings=settings,
+        ops=op_names,
+        op_list=op_list,
+        devices=device_list,
+        dismiss=dismiss_path,
+        timeout_s=timeout or None,
+        op_timeouts=op_timeouts,
         retries=retries if retries is not None else (saved or {}).get("retries", DEFAULT_RETRIES),
-        fallback_dtypes=fallback, resume=resume,
+        fallback_dtypes=fallback,
+        resume=resume,
         extra_env=dict((saved or {}).get("extra_env", {})),
         kill_grace_s=kill_grace if kill_grace is not None else DEFAULT_KILL_GRACE_S,
-        progress=progress, shard=host, keep_failed=keep_failed,
-        stall_timeout_s=(stall_timeout if stall_timeout is not None
-                         else (saved or {}).get("stall_timeout_s")) or None,
+        progress=progress,
+        shard=host,
+        keep_failed=keep_failed,
+        stall_timeout_s=(stall_timeout if stall_timeout is not None else (saved or {}).get("stall_timeout_s"))
+        or None,
         run_mode=run_mode or (saved or {}).get("run_mode") or "worker",
         worker_max_ops=worker_max_ops or (saved or {}).get("worker_max_ops") or DEFAULT_WORKER_MAX_OPS,
-        balance_from=_balance_from(balance_from, saved))
+        balance_from=_balance_from(balance_from, saved),
+    )
 
 
-_NAMED = ("out", "resume", "devices", "ops", "op_list", "dismiss", "timeout", "op_timeout", "retries",
-          "fallback_dtypes", "kill_grace", "progress")
+_NAMED = (
+    "out",
+    "resume",
+    "devices",
+    "ops",
+    "op_list",
+    "dismiss",
+    "timeout",
+    "op_timeout",
+    "retries",
+    "fallback_dtypes",
+    "kill_grace",
+    "progress",
+)
 
 
 def config_from_args(args: Sequence[str]) -> BatchConfig:
@@ -260,6 +451,8 @@ def config_from_args(args: Sequence[str]) -> BatchConfig:
     ctx = batch_command.make_context("zlbench batch", list(args))
     params = dict(ctx.params)
     named = {name: params.pop(name) for name in _NAMED}
-    extra = {name: params.pop(name) for name in ("shard", "shards", "stall_timeout", "run_mode",
-                                                 "worker_max_ops", "balance_from")}
+    extra = {
+        name: params.pop(name)
+        for name in ("shard", "shards", "stall_timeout", "run_mode", "worker_max_ops", "balance_from")
+    }
     return build_config(ctx, flags=params, **named, **extra)

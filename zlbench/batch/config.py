@@ -47,8 +47,10 @@ def parse_devices_flag(text: Optional[str]) -> Optional[List[str]]:
     bad = [p for p in parts if not p.isdigit() or not p.isascii()]
     if bad or not parts:
         shown = ", ".join(repr(p) for p in bad) or "nothing"
-        raise BatchError(f"--devices {text!r}: {shown} is not a device number; give numbers "
-                         "separated by commas, e.g. --devices 0,1")
+        raise BatchError(
+            f"--devices {text!r}: {shown} is not a device number; give numbers "
+            "separated by commas, e.g. --devices 0,1"
+        )
     return parts
 
 
@@ -67,8 +69,7 @@ class FiniteSeconds(click.ParamType):
             except ValueError:
                 self.fail(f"{value!r} is not a number of seconds", param, ctx)
         if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number of seconds (0 means no limit)",
-                      param, ctx)
+            self.fail(f"{value!r} is not a finite number of seconds (0 means no limit)", param, ctx)
         if number < 0:
             self.fail(f"{value!r} is negative (0 means no limit)", param, ctx)
         return number
@@ -77,8 +78,10 @@ class FiniteSeconds(click.ParamType):
 FINITE_SECONDS = FiniteSeconds()
 
 
-_AUTO_HELP = ("give --shard K/N, or run inside a Slurm array task (SLURM_ARRAY_TASK_ID) or a "
-              "Kubernetes indexed job (JOB_COMPLETION_INDEX, with --shards N)")
+_AUTO_HELP = (
+    "give --shard K/N, or run inside a Slurm array task (SLURM_ARRAY_TASK_ID) or a "
+    "Kubernetes indexed job (JOB_COMPLETION_INDEX, with --shards N)"
+)
 
 
 def _count(environ: Mapping[str, str], name: str) -> Optional[int]:
@@ -90,8 +93,7 @@ def _count(environ: Mapping[str, str], name: str) -> Optional[int]:
     return int(value)
 
 
-def resolve_shard(text: Optional[str], shards: Optional[int],
-                  environ: Mapping[str, str]) -> HostShard:
+def resolve_shard(text: Optional[str], shards: Optional[int], environ: Mapping[str, str]) -> HostShard:
     """``--shard K/N``, or ``--shard auto`` from the scheduler's variables.
 
     auto: a Slurm array task gives K = SLURM_ARRAY_TASK_ID and N = --shards, else
@@ -101,8 +103,7 @@ def resolve_shard(text: Optional[str], shards: Optional[int],
     """
     if text is None:
         if shards is not None:
-            raise BatchError("--shards N goes with --shard auto; for a fixed shard give "
-                             "--shard K/N")
+            raise BatchError("--shards N goes with --shard auto; for a fixed shard give --shard K/N")
         return WHOLE
     text = text.strip()
     if text.lower() == "auto":
@@ -119,29 +120,33 @@ def resolve_shard(text: Optional[str], shards: Optional[int],
                     raise BatchError(
                         "--shard auto: this Slurm array is not 0..N-1 "
                         f"(SLURM_ARRAY_TASK_MIN={low}, MAX={high}, COUNT={count}); give "
-                        "--shards N with the screen's shard count")
+                        "--shards N with the screen's shard count"
+                    )
             source = "SLURM_ARRAY_TASK_ID"
         else:
             index = _count(environ, "JOB_COMPLETION_INDEX")
             if index is None:
-                raise BatchError(f"--shard auto: no SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX "
-                                 f"in the environment; {_AUTO_HELP}")
+                raise BatchError(
+                    f"--shard auto: no SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX "
+                    f"in the environment; {_AUTO_HELP}"
+                )
             if shards is None:
-                raise BatchError("--shard auto in a Kubernetes indexed job "
-                                 "(JOB_COMPLETION_INDEX) needs --shards N: the job's "
-                                 "completions")
+                raise BatchError(
+                    "--shard auto in a Kubernetes indexed job "
+                    "(JOB_COMPLETION_INDEX) needs --shards N: the job's "
+                    "completions"
+                )
             count, source = shards, "JOB_COMPLETION_INDEX"
         if not 0 <= index < count:
-            raise BatchError(f"--shard auto: {source}={index} is outside 0..{count - 1} "
-                             f"for {count} shards; check --shards")
+            raise BatchError(
+                f"--shard auto: {source}={index} is outside 0..{count - 1} for {count} shards; check --shards"
+            )
         return HostShard(index, count)
     if shards is not None:
         raise BatchError(f"--shards goes with --shard auto; --shard {text} already gives N")
     k, sep, n = text.partition("/")
-    if not sep or not k.strip().isdigit() or not n.strip().isdigit() or \
-            not 0 <= int(k) < int(n):
-        raise BatchError(f"--shard {text}: expected K/N with 0 <= K < N (--shard 0/4), "
-                         "or 'auto'")
+    if not sep or not k.strip().isdigit() or not n.strip().isdigit() or not 0 <= int(k) < int(n):
+        raise BatchError(f"--shard {text}: expected K/N with 0 <= K < N (--shard 0/4), or 'auto'")
     return HostShard(int(k), int(n))
 
 
@@ -195,18 +200,18 @@ class BatchConfig:
     progress: str = "auto"
     run_command: Sequence[str] = field(default_factory=default_run_command)
     shard: HostShard = WHOLE
-    keep_failed: bool = False   # on resume, keep failed/timeout/crashed rows too
+    keep_failed: bool = False  # on resume, keep failed/timeout/crashed rows too
     run_mode: str = "worker"
     worker_max_ops: int = DEFAULT_WORKER_MAX_OPS
     stall_timeout_s: Optional[float] = None
-    environ: Optional[Mapping[str, str]] = None   # base environment; default os.environ
+    environ: Optional[Mapping[str, str]] = None  # base environment; default os.environ
 
 
 @dataclass
 class BatchResult:
     out: Path
-    rows: Dict[str, Dict[str, str]]       # ops_status.csv, by operator
-    planned: List[str]                    # operators this driver was asked to cover
+    rows: Dict[str, Dict[str, str]]  # ops_status.csv, by operator
+    planned: List[str]  # operators this driver was asked to cover
     interrupted: bool
     wall_s: float
     devices: List[str] = field(default_factory=list)

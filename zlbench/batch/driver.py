@@ -24,8 +24,8 @@ from .. import backends, knobs, proc, providers, rundir
 from ..backends import DeviceError
 from ..markers import WORKER_FORK_REFUSED, format_marker
 from ..safe_read import describe_error, read_bytes_capped
-from .config import RUN_MODES, BatchConfig, BatchResult, default_run_command
 from .classify import BAD
+from .config import RUN_MODES, BatchConfig, BatchResult, default_run_command
 from .execute import ATTEMPT_TAG, BATCH_TAG, ExecContext, Stopper, child_environ, dtype_ladder, run_operator
 from .oplist import check_op_name, check_seconds, dedupe, load_dismiss, op_name_problem, read_op_list
 from .plan import OpPlan, Plan, make_plan
@@ -67,8 +67,10 @@ def run_batch(config: BatchConfig) -> BatchResult:
         lock = DriverLock(batch_dir)
         lock.acquire()
     except OSError as e:
-        raise BatchError(f"--out {batch_dir}: cannot use it as a batch dir ({describe_error(e)}); "
-                         "give a writable directory") from None
+        raise BatchError(
+            f"--out {batch_dir}: cannot use it as a batch dir ({describe_error(e)}); "
+            "give a writable directory"
+        ) from None
     try:
         return _run_locked(config, batch_dir, environ, started)
     except OSError as e:
@@ -80,14 +82,24 @@ def run_batch(config: BatchConfig) -> BatchResult:
 
 
 # The batch's own storage failed: nothing an operator did, and nothing to retry.
-STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES,
-                  errno.EPERM, errno.ENOTDIR, errno.EFBIG}
+STORAGE_ERRNOS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EIO,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOTDIR,
+    errno.EFBIG,
+}
 
 
 def storage_message(e: OSError, batch_dir: Path) -> str:
     where = f"{e.filename}: " if e.filename else ""
-    return (f"{where}{describe_error(e)}: the batch stopped; what finished is kept; fix the "
-            f"storage, then continue with --resume --out {batch_dir}")
+    return (
+        f"{where}{describe_error(e)}: the batch stopped; what finished is kept; fix the "
+        f"storage, then continue with --resume --out {batch_dir}"
+    )
 
 
 def _check_batch_dir(batch_dir: Path, resume: bool) -> None:
@@ -96,13 +108,15 @@ def _check_batch_dir(batch_dir: Path, resume: bool) -> None:
     for parent in batch_dir.parents:
         if parent.exists():
             if not parent.is_dir():
-                raise BatchError(f"--out {batch_dir}: {parent} is a file, not a directory; "
-                                 "give a directory path")
+                raise BatchError(
+                    f"--out {batch_dir}: {parent} is a file, not a directory; give a directory path"
+                )
             break
     if not resume and batch_dir.is_dir() and any(batch_dir.iterdir()):
         what = f"a batch ({rundir.PLAN_FILE})" if rundir.plan_path(batch_dir).exists() else "files"
-        raise BatchError(f"--out {batch_dir} already holds {what}; continue it with --resume, "
-                         "or choose a new --out")
+        raise BatchError(
+            f"--out {batch_dir} already holds {what}; continue it with --resume, or choose a new --out"
+        )
 
 
 def _absolute(settings):
@@ -139,20 +153,26 @@ def _operators(config: BatchConfig, settings, log) -> tuple:
         ops = dedupe(explicit)
         unknown = [op for op in ops if corpus and op not in corpus]
         if unknown:
-            log(f"not in the corpus' operator list (they will fail preflight): {', '.join(unknown)}",
-                show=True)
+            log(
+                f"not in the corpus' operator list (they will fail preflight): {', '.join(unknown)}",
+                show=True,
+            )
     else:
         ops = list(corpus)
         if not ops:
-            raise BatchError(f"the {settings.provider} provider lists no operators under "
-                             f"{getattr(provider, 'root', '?')}; give --ops or --op-list")
+            raise BatchError(
+                f"the {settings.provider} provider lists no operators under "
+                f"{getattr(provider, 'root', '?')}; give --ops or --op-list"
+            )
     # Names from a corpus (marks) are someone else's text: one such as ../../x would
     # put a run dir outside --out. They are refused, each with a failed row.
     refused = {op: why for op in ops if (why := op_name_problem(op))}
     if refused:
         ops = [op for op in ops if op not in refused]
-        log(f"corpus names refused as operator names (not run): "
-            f"{', '.join(repr(op) for op in refused)}", show=True)
+        log(
+            f"corpus names refused as operator names (not run): {', '.join(repr(op) for op in refused)}",
+            show=True,
+        )
     if not ops and not refused:
         raise BatchError("no operators to run: --ops / --op-list are empty")
     root = getattr(provider, "root", None)
@@ -164,8 +184,10 @@ def _check_extra_env(extra_env: Mapping[str, str]) -> None:
     clash = sorted(k for k in extra_env if k in knobs.BY_ENV)
     if clash:
         flags = ", ".join(f"{k} ({knobs.BY_ENV[k].flag})" for k in clash)
-        raise BatchError(f"extra_env sets {flags}: these are knobs; set them in the batch's "
-                         "settings instead, or every run would silently measure without them")
+        raise BatchError(
+            f"extra_env sets {flags}: these are knobs; set them in the batch's "
+            "settings instead, or every run would silently measure without them"
+        )
 
 
 def _replay_root(settings) -> Optional[Path]:
@@ -174,8 +196,10 @@ def _replay_root(settings) -> Optional[Path]:
         return None
     root = Path(value)
     if not root.is_dir():
-        raise BatchError(f"--replay-from {value}: not a directory; give an earlier batch dir "
-                         "(each operator replays <dir>/<op>/autotune_records)")
+        raise BatchError(
+            f"--replay-from {value}: not a directory; give an earlier batch dir "
+            "(each operator replays <dir>/<op>/autotune_records)"
+        )
     return root
 
 
@@ -188,8 +212,9 @@ def settings_document(settings) -> Dict[str, object]:
     return _settings_doc(_absolute(settings))
 
 
-def plan_document(config: BatchConfig, plan: Plan, settings, backend_name: str, timer: str,
-                  op_timeouts: Mapping[str, float]) -> dict:
+def plan_document(
+    config: BatchConfig, plan: Plan, settings, backend_name: str, timer: str, op_timeouts: Mapping[str, float]
+) -> dict:
     return {
         "format": PLAN_FORMAT,
         "backend": backend_name,
@@ -208,8 +233,10 @@ def plan_document(config: BatchConfig, plan: Plan, settings, backend_name: str, 
         "dismiss_file": str(Path(config.dismiss).resolve()) if config.dismiss else None,
         "balance_from": str(Path(config.balance_from).resolve()) if config.balance_from else None,
         "run_command": list(config.run_command),
-        "ops": [{"op": p.op, "device": p.device, "timeout_s": p.timeout_s,
-                 "replay_from": p.replay_from} for p in plan.ops],
+        "ops": [
+            {"op": p.op, "device": p.device, "timeout_s": p.timeout_s, "replay_from": p.replay_from}
+            for p in plan.ops
+        ],
         "dismissed": dict(plan.dismissed),
     }
 
@@ -223,28 +250,43 @@ def load_plan(batch_dir: Path) -> Optional[dict]:
     try:
         doc = json.loads(read_bytes_capped(path, PLAN_LIMIT)[0].decode("utf-8"))
     except OSError as e:
-        raise BatchError(f"{path}: cannot read it ({describe_error(e)}); restore it or start "
-                         "a new --out") from None
+        raise BatchError(
+            f"{path}: cannot read it ({describe_error(e)}); restore it or start a new --out"
+        ) from None
     except ValueError as e:
         raise BatchError(f"{path} is not valid JSON ({e}); restore it or start a new --out") from None
     problem = plan_problem(doc)
     if problem:
-        raise BatchError(f"{path} is not a zlbench batch plan ({problem}); restore it or start "
-                         "a new --out")
+        raise BatchError(f"{path} is not a zlbench batch plan ({problem}); restore it or start a new --out")
     return doc
 
 
 def _json_type(value: object) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
-            float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 def plan_problem(doc: object) -> str:
     """What makes ``doc`` unusable as a plan ("" when nothing)."""
     if not isinstance(doc, dict):
         return f"a JSON {_json_type(doc)}, not an object"
-    kinds = {"ops": list, "settings": dict, "devices": list, "dismissed": dict,
-             "op_timeouts": dict, "extra_env": dict, "sessions": list, "fallback_dtypes": list}
+    kinds = {
+        "ops": list,
+        "settings": dict,
+        "devices": list,
+        "dismissed": dict,
+        "op_timeouts": dict,
+        "extra_env": dict,
+        "sessions": list,
+        "fallback_dtypes": list,
+    }
     for key, kind in kinds.items():
         if key in doc and not isinstance(doc[key], kind):
             return f"{key} is a JSON {_json_type(doc[key])}"
@@ -276,52 +318,83 @@ def _check_resume(saved: dict, doc: dict, batch_dir: Path) -> List[str]:
     """Refuse a resume that would measure differently; return warnings."""
     diffs = caliber_diffs(saved, doc)
     if diffs:
-        raise BatchError(f"--resume {batch_dir}: the batch was started with other settings "
-                         f"({'; '.join(diffs)}); resume with the same flags and environment, "
-                         "or start a new --out")
+        raise BatchError(
+            f"--resume {batch_dir}: the batch was started with other settings "
+            f"({'; '.join(diffs)}); resume with the same flags and environment, "
+            "or start a new --out"
+        )
     if saved.get("devices") != doc.get("devices"):
-        return [f"devices changed from {','.join(saved.get('devices') or [])} to "
-                f"{','.join(doc['devices'])}: operators not yet run may land on other cards"]
+        return [
+            f"devices changed from {','.join(saved.get('devices') or [])} to "
+            f"{','.join(doc['devices'])}: operators not yet run may land on other cards"
+        ]
     return []
 
 
-def _reconstructed_row(op: str, item: OpPlan, batch_dir: Path, attempts: List[dict],
-                       backend: str, timer: str) -> Dict[str, object]:
+def _reconstructed_row(
+    op: str, item: OpPlan, batch_dir: Path, attempts: List[dict], backend: str, timer: str
+) -> Dict[str, object]:
     """An op whose run completed after its driver was killed: the row it never wrote."""
     identity = rundir.read_identity(batch_dir / op)
     last = attempts[-1] if attempts else {}
     return rundir.status_row(
-        op, "ok", attempts=len(attempts) or 1, dtype_level=last.get("level", 0),
-        dtypes=last.get("dtypes"), backend=identity.get("backend", backend),
-        device=last.get("device", item.device), timer=identity.get("timer", timer),
-        duration_s=identity.get("duration_s", ""), total_s=identity.get("duration_s", ""),
-        exit_code=0, reason="", notes="completed after an earlier driver stopped", run_dir=op)
+        op,
+        "ok",
+        attempts=len(attempts) or 1,
+        dtype_level=last.get("level", 0),
+        dtypes=last.get("dtypes"),
+        backend=identity.get("backend", backend),
+        device=last.get("device", item.device),
+        timer=identity.get("timer", timer),
+        duration_s=identity.get("duration_s", ""),
+        total_s=identity.get("duration_s", ""),
+        exit_code=0,
+        reason="",
+        notes="completed after an earlier driver stopped",
+        run_dir=op,
+    )
 
 
-def _prepare_resume(plan: Plan, batch_dir: Path, status: rundir.StatusFile, session: str,
-                    grace_s: float, backend: str, timer: str, log,
-                    keep_failed: bool = False, key: Optional[bytes] = None,
-                    key_how: str = "unavailable") -> List[OpPlan]:
+def _prepare_resume(
+    plan: Plan,
+    batch_dir: Path,
+    status: rundir.StatusFile,
+    session: str,
+    grace_s: float,
+    backend: str,
+    timer: str,
+    log,
+    keep_failed: bool = False,
+    key: Optional[bytes] = None,
+    key_how: str = "unavailable",
+) -> List[OpPlan]:
     """Stop what a killed driver left running, keep complete runs, set partial ones aside.
     ``keep_failed``: also keep operators whose row says failed/timeout/crashed (a shard
     picking up where it stopped measures only operators without a status)."""
     left = proc.kill_tagged(BATCH_TAG, str(batch_dir), grace_s)
     if left:
-        log(f"stopped {len(left)} process(es) an earlier driver left running "
-            f"(pids {', '.join(map(str, left))})", show=True)
+        log(
+            f"stopped {len(left)} process(es) an earlier driver left running "
+            f"(pids {', '.join(map(str, left))})",
+            show=True,
+        )
     rows = status.read()
     # Only the driver's own journal lines count (sealed with the key): a line or a
     # .complete an operator's process wrote is not the batch's word.
     if key is None:
         events = list(rundir.read_journal(batch_dir))
         accepted = None
-        log("resume: no journal key on this host's state dir: .complete files are trusted "
-            "as found", show=True)
+        log(
+            "resume: no journal key on this host's state dir: .complete files are trusted as found", show=True
+        )
     else:
         events = list(rundir.read_journal(batch_dir, key)) if key_how == "found" else []
         if key_how != "found":
-            log("resume: this batch's journal key is not on this host: no earlier result can "
-                "be verified, every operator runs again", show=True)
+            log(
+                "resume: this batch's journal key is not on this host: no earlier result can "
+                "be verified, every operator runs again",
+                show=True,
+            )
         accepted = {e.get("op"): e.get("status") for e in events if e.get("event") == "result"}
     attempts = last_attempts(events)
     todo, restored = [], []
@@ -330,14 +403,18 @@ def _prepare_resume(plan: Plan, batch_dir: Path, status: rundir.StatusFile, sess
         run_dir = batch_dir / item.op
         if rundir.is_complete(run_dir) and accepted is not None and accepted.get(item.op) != "ok":
             moved = rundir.set_aside(batch_dir, item.op, f"resume-{session}-unverified")
-            log(f"{item.op}: a .complete no accepted attempt of this batch wrote; not trusted, "
-                f"set aside in {moved.relative_to(batch_dir)}", show=True)
+            log(
+                f"{item.op}: a .complete no accepted attempt of this batch wrote; not trusted, "
+                f"set aside in {moved.relative_to(batch_dir)}",
+                show=True,
+            )
             todo.append(item)
             continue
         if rundir.is_complete(run_dir):
             if rows.get(item.op, {}).get("status") != "ok":
-                restored.append(_reconstructed_row(item.op, item, batch_dir,
-                                                   attempts.get(item.op, []), backend, timer))
+                restored.append(
+                    _reconstructed_row(item.op, item, batch_dir, attempts.get(item.op, []), backend, timer)
+                )
             continue
         if keep_failed and rows.get(item.op, {}).get("status") in BAD:
             failed_kept += 1
@@ -391,15 +468,18 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
     if config.run_mode not in RUN_MODES:
         raise BatchError(f"--run-mode {config.run_mode!r}: choose one of {', '.join(RUN_MODES)}")
     if config.run_mode == "worker" and list(config.run_command) != default_run_command():
-        raise BatchError("--run-mode worker runs zlbench run's own code in forked children; a "
-                         "custom run command needs --run-mode fresh")
+        raise BatchError(
+            "--run-mode worker runs zlbench run's own code in forked children; a "
+            "custom run command needs --run-mode fresh"
+        )
     try:
         found = backend.devices(environ, list(config.devices) if config.devices else None)
     except DeviceError as e:
         raise BatchError(f"--devices: {e}") from None
     if not found:
-        raise BatchError(f"no {backend.name} device found; pass --devices, or --backend cpu "
-                         "to run on this machine's CPU")
+        raise BatchError(
+            f"no {backend.name} device found; pass --devices, or --backend cpu to run on this machine's CPU"
+        )
     _check_extra_env(config.extra_env)
     _check_timeouts(config)
     _check_shape_file(settings)
@@ -413,12 +493,23 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
     replay_root = _replay_root(settings)
     op_timeouts = {**file_timeouts, **config.op_timeouts}
     durations = read_durations(Path(config.balance_from)) if config.balance_from else None
-    plan = make_plan(ops, [d.index for d in found], dismissed,
-                     config.timeout_s, op_timeouts, replay_root,
-                     {op: Path(p) for op, p in config.replay_dirs.items()}, config.shard, durations)
+    plan = make_plan(
+        ops,
+        [d.index for d in found],
+        dismissed,
+        config.timeout_s,
+        op_timeouts,
+        replay_root,
+        {op: Path(p) for op, p in config.replay_dirs.items()},
+        config.shard,
+        durations,
+    )
     if replay_root and plan.ops and all(p.replay_note for p in plan.ops):
-        log(f"--replay-from {replay_root} has no <op>/autotune_records for any operator; is it "
-            "an earlier batch dir? Every operator runs without replay.", show=True)
+        log(
+            f"--replay-from {replay_root} has no <op>/autotune_records for any operator; is it "
+            "an earlier batch dir? Every operator runs without replay.",
+            show=True,
+        )
     doc = plan_document(config, plan, settings, backend.name, timer, op_timeouts)
     return _Prepared(settings, backend.name, timer, ops, plan, doc, corpus_root, refused)
 
@@ -433,8 +524,11 @@ def _check_children_import_us(env: Mapping[str, str]) -> None:
     import zlbench
 
     probe = "import zlbench, sys; sys.stdout.write(zlbench.__file__ or '')"
-    cmd = ([sys.executable, "-P", "-c", probe] if sys.version_info >= (3, 11)
-           else [sys.executable, "-c", "import sys; del sys.path[0]; " + probe])
+    cmd = (
+        [sys.executable, "-P", "-c", probe]
+        if sys.version_info >= (3, 11)
+        else [sys.executable, "-c", "import sys; del sys.path[0]; " + probe]
+    )
     try:
         out = subprocess.run(cmd, env=dict(env), capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as e:
@@ -442,12 +536,16 @@ def _check_children_import_us(env: Mapping[str, str]) -> None:
     ours = Path(zlbench.__file__).resolve().parent
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        raise BatchError(f"the operators' processes cannot import zlbench ({last}); check "
-                         f"PYTHONPATH and the cwd ({os.getcwd()})")
+        raise BatchError(
+            f"the operators' processes cannot import zlbench ({last}); check "
+            f"PYTHONPATH and the cwd ({os.getcwd()})"
+        )
     theirs = Path(out.stdout.strip()).resolve().parent if out.stdout.strip() else None
     if theirs != ours:
-        raise BatchError(f"the operators' processes would import zlbench from {theirs}, not "
-                         f"this one ({ours}); check PYTHONPATH")
+        raise BatchError(
+            f"the operators' processes would import zlbench from {theirs}, not "
+            f"this one ({ours}); check PYTHONPATH"
+        )
 
 
 def _check_shape_file(settings) -> None:
@@ -455,8 +553,7 @@ def _check_shape_file(settings) -> None:
     from ..run.preflight import PreflightFailed, check_shape_file
 
     try:
-        check_shape_file(settings.values.get("shape_mode") or "upstream",
-                         settings.values.get("shape_file"))
+        check_shape_file(settings.values.get("shape_mode") or "upstream", settings.values.get("shape_file"))
     except PreflightFailed as e:
         raise BatchError(f"--shape-file: {e}") from None
 
@@ -472,8 +569,7 @@ def _check_timeouts(config: BatchConfig) -> None:
         raise BatchError("--timeout / --kill-grace / --op-timeout: not a number of seconds") from None
 
 
-def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
-                started: float) -> BatchResult:
+def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str], started: float) -> BatchResult:
     log = _Log(rundir.batch_log_path(batch_dir))
     quiet = config.progress == "off"
     log.screen = None if quiet else _print_line
@@ -481,16 +577,25 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
     if config.resume and saved is None:
         # A driver killed before it wrote its plan: what it was asked to run is unknown,
         # and the default corpus is not it.
-        raise BatchError(f"--resume {batch_dir}: no plan.json there, so nothing to continue "
-                         "(the batch never started, or its driver was stopped before writing "
-                         "its plan); start it without --resume and a new --out")
+        raise BatchError(
+            f"--resume {batch_dir}: no plan.json there, so nothing to continue "
+            "(the batch never started, or its driver was stopped before writing "
+            "its plan); start it without --resume and a new --out"
+        )
     prep = _prepare(config, batch_dir, environ, log)
     plan = prep.plan
     warnings = _check_resume(saved, prep.doc, batch_dir) if saved else []
     session = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    prep.doc["sessions"] = [*(saved or {}).get("sessions", []),
-                            {"session": session, "pid": os.getpid(), "resume": bool(saved),
-                             "host": socket.gethostname(), **_scheduler_job(environ)}]
+    prep.doc["sessions"] = [
+        *(saved or {}).get("sessions", []),
+        {
+            "session": session,
+            "pid": os.getpid(),
+            "resume": bool(saved),
+            "host": socket.gethostname(),
+            **_scheduler_job(environ),
+        },
+    ]
     if saved:
         _keep_unasked(prep.doc, saved)
     rundir.write_plan(batch_dir, prep.doc)
@@ -499,46 +604,90 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
     journal = rundir.Journal(batch_dir, session, key)
     journal.record("session", pid=os.getpid(), resume=bool(saved))
     status = rundir.StatusFile(batch_dir)
-    status.update(rundir.status_row(op, "dismissed", reason=reason, backend=prep.backend_name)
-                  for op, reason in plan.dismissed.items())
-    status.update(rundir.status_row(op, "failed", attempts=0, backend=prep.backend_name,
-                                    reason=f"not a valid operator name ({why}); not run")
-                  for op, why in prep.refused.items())
+    status.update(
+        rundir.status_row(op, "dismissed", reason=reason, backend=prep.backend_name)
+        for op, reason in plan.dismissed.items()
+    )
+    status.update(
+        rundir.status_row(
+            op,
+            "failed",
+            attempts=0,
+            backend=prep.backend_name,
+            reason=f"not a valid operator name ({why}); not run",
+        )
+        for op, why in prep.refused.items()
+    )
     for line in warnings:
         log(line, show=True)
-    todo = (_prepare_resume(plan, batch_dir, status, session, config.kill_grace_s,
-                            prep.backend_name, prep.timer, log, config.keep_failed, key, key_how)
-            if saved else list(plan.ops))
+    todo = (
+        _prepare_resume(
+            plan,
+            batch_dir,
+            status,
+            session,
+            config.kill_grace_s,
+            prep.backend_name,
+            prep.timer,
+            log,
+            config.keep_failed,
+            key,
+            key_how,
+        )
+        if saved
+        else list(plan.ops)
+    )
 
     cgroups, reaping = proc.cgroup_base()
-    log(f"stray processes: {reaping}; every attempt's processes carry {ATTEMPT_TAG} and are "
-        "found by it" if cgroups else
-        f"stray processes: found by the {ATTEMPT_TAG} / {BATCH_TAG} environment tags "
-        f"(no per-attempt cgroup: {reaping})")
+    log(
+        f"stray processes: {reaping}; every attempt's processes carry {ATTEMPT_TAG} and are found by it"
+        if cgroups
+        else f"stray processes: found by the {ATTEMPT_TAG} / {BATCH_TAG} environment tags "
+        f"(no per-attempt cgroup: {reaping})"
+    )
     stopper = Stopper()
     env = child_environ(environ, batch_dir, config.extra_env)
     slots: Dict[str, WorkerSlot] = {}
     ctx = ExecContext(
-        batch_dir=batch_dir, run_command=list(config.run_command), backend=prep.backend_name,
-        settings=prep.settings, env=env, slots=slots, stall_s=config.stall_timeout_s or None,
+        batch_dir=batch_dir,
+        run_command=list(config.run_command),
+        backend=prep.backend_name,
+        settings=prep.settings,
+        env=env,
+        slots=slots,
+        stall_s=config.stall_timeout_s or None,
         retries=max(0, int(config.retries)),
         ladder=dtype_ladder(prep.settings.values.get("dtypes"), config.fallback_dtypes),
-        kill_grace_s=config.kill_grace_s, planned_timer=prep.timer, journal=journal,
-        stopper=stopper, log=log, cgroup_base=cgroups)
+        kill_grace_s=config.kill_grace_s,
+        planned_timer=prep.timer,
+        journal=journal,
+        stopper=stopper,
+        log=log,
+        cgroup_base=cgroups,
+    )
     todo_names = {p.op for p in todo}
     queues = {d: [p for p in items if p.op in todo_names] for d, items in plan.queues().items()}
-    log(f"session {session}: {len(todo)} operator(s) on {prep.backend_name} devices "
-        f"{','.join(plan.devices)}; {len(plan.dismissed)} dismissed")
-    progress = Progress({d: len(q) for d, q in queues.items()}, mode=config.progress,
-                        expected={d: [plan.expected.get(p.op) for p in q] for d, q in queues.items()})
+    log(
+        f"session {session}: {len(todo)} operator(s) on {prep.backend_name} devices "
+        f"{','.join(plan.devices)}; {len(plan.dismissed)} dismissed"
+    )
+    progress = Progress(
+        {d: len(q) for d, q in queues.items()},
+        mode=config.progress,
+        expected={d: [plan.expected.get(p.op) for p in q] for d, q in queues.items()},
+    )
     broken: List[OSError] = []
     try:
-        slots.update(_worker_slots(config, prep, [d for d, q in queues.items() if q], env,
-                                   batch_dir, stopper, log))
+        slots.update(
+            _worker_slots(config, prep, [d for d, q in queues.items() if q], env, batch_dir, stopper, log)
+        )
         with progress, _Interrupt(stopper):
             log.screen = None if quiet else progress.message
-            threads = [_device_thread(f"device-{d}", ctx, d, q, status, progress, broken)
-                       for d, q in queues.items() if q]
+            threads = [
+                _device_thread(f"device-{d}", ctx, d, q, status, progress, broken)
+                for d, q in queues.items()
+                if q
+            ]
             for t in threads:
                 t.start()
             interrupted = _wait_for(threads, stopper, log) or stopper.stopped
@@ -551,16 +700,28 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str],
     # of any attempt, any worker a plugin started), whatever each attempt's sweep missed.
     left = proc.kill_tagged(BATCH_TAG, str(batch_dir), config.kill_grace_s)
     if left:
-        log(f"stopped {len(left)} process(es) of this batch still running after its operators "
-            f"(pids {', '.join(map(str, left))})", show=True)
+        log(
+            f"stopped {len(left)} process(es) of this batch still running after its operators "
+            f"(pids {', '.join(map(str, left))})",
+            show=True,
+        )
     if broken:
         raise BatchError(storage_message(broken[0], batch_dir))
     if status.rewrite():
-        log(f"{rundir.STATUS_FILE} was changed by another process during the batch; written "
-            "again from the driver's own rows", show=True)
+        log(
+            f"{rundir.STATUS_FILE} was changed by another process during the batch; written "
+            "again from the driver's own rows",
+            show=True,
+        )
     journal.record("session_end", interrupted=interrupted)
-    return BatchResult(batch_dir, status.read(), sorted([*prep.ops, *prep.refused]),
-                       interrupted, time.monotonic() - started, list(plan.devices))
+    return BatchResult(
+        batch_dir,
+        status.read(),
+        sorted([*prep.ops, *prep.refused]),
+        interrupted,
+        time.monotonic() - started,
+        list(plan.devices),
+    )
 
 
 def _keep_unasked(doc: dict, saved: dict) -> None:
@@ -568,11 +729,18 @@ def _keep_unasked(doc: dict, saved: dict) -> None:
     saved plan holds and this resume did not ask for stay in plan.json, so a later
     plain ``--resume`` still covers them."""
     asked = {item["op"] for item in doc["ops"]} | set(doc["dismissed"])
-    doc["ops"] = sorted([*doc["ops"], *(item for item in saved.get("ops", [])
-                                        if item.get("op") not in asked)],
-                        key=lambda item: item["op"])
-    doc["dismissed"] = dict(sorted({**{op: why for op, why in saved.get("dismissed", {}).items()
-                                       if op not in asked}, **doc["dismissed"]}.items()))
+    doc["ops"] = sorted(
+        [*doc["ops"], *(item for item in saved.get("ops", []) if item.get("op") not in asked)],
+        key=lambda item: item["op"],
+    )
+    doc["dismissed"] = dict(
+        sorted(
+            {
+                **{op: why for op, why in saved.get("dismissed", {}).items() if op not in asked},
+                **doc["dismissed"],
+            }.items()
+        )
+    )
 
 
 def _scheduler_job(environ: Mapping[str, str]) -> Dict[str, str]:
@@ -586,19 +754,39 @@ def _scheduler_job(environ: Mapping[str, str]) -> Dict[str, str]:
     return {}
 
 
-def _worker_slots(config: BatchConfig, prep: _Prepared, devices: Sequence[str],
-                  env: Mapping[str, str], batch_dir: Path, stopper: Stopper, log) -> Dict[str, WorkerSlot]:
+def _worker_slots(
+    config: BatchConfig,
+    prep: _Prepared,
+    devices: Sequence[str],
+    env: Mapping[str, str],
+    batch_dir: Path,
+    stopper: Stopper,
+    log,
+) -> Dict[str, WorkerSlot]:
     """Worker mode: one warm worker per device slot. Fresh mode: none."""
     if config.run_mode != "worker":
         return {}
     if not sys.platform.startswith("linux"):
         # Waiting on a worker's child needs pidfds or /proc: Linux only.
-        log(format_marker(WORKER_FORK_REFUSED, reason="not_linux", detail=sys.platform)
-            + " (fresh processes for every operator)", show=True)
+        log(
+            format_marker(WORKER_FORK_REFUSED, reason="not_linux", detail=sys.platform)
+            + " (fresh processes for every operator)",
+            show=True,
+        )
         return {}
-    slots = {d: WorkerSlot(d, env, rundir.worker_log_dir(batch_dir), log, prep.corpus_root,
-                           config.worker_max_ops, config.kill_grace_s, stopper.read_fd)
-             for d in devices}
+    slots = {
+        d: WorkerSlot(
+            d,
+            env,
+            rundir.worker_log_dir(batch_dir),
+            log,
+            prep.corpus_root,
+            config.worker_max_ops,
+            config.kill_grace_s,
+            stopper.read_fd,
+        )
+        for d in devices
+    }
     for slot in slots.values():
         slot.spawn()
     return slots
@@ -614,14 +802,16 @@ def _wait_for(threads: Sequence[threading.Thread], stopper: Stopper, log) -> boo
     interrupts can leave is_alive() False while the thread still runs (CPython), and the
     driver would exit under a running attempt."""
     interrupted = False
-    while not all(t.done.is_set() for t in threads):   # type: ignore[attr-defined]
+    while not all(t.done.is_set() for t in threads):  # type: ignore[attr-defined]
         try:
             for t in threads:
-                t.done.wait(timeout=0.5)   # type: ignore[attr-defined]
+                t.done.wait(timeout=0.5)  # type: ignore[attr-defined]
         except KeyboardInterrupt:
             if not interrupted:
-                log("interrupted: stopping the running operators (their groups get SIGTERM, "
-                    "then SIGKILL)", show=True)
+                log(
+                    "interrupted: stopping the running operators (their groups get SIGTERM, then SIGKILL)",
+                    show=True,
+                )
             interrupted = True
             stopper.stop()
     for t in threads:
@@ -637,17 +827,23 @@ def _device_thread(name: str, *args) -> threading.Thread:
             _device_worker(*args)
         finally:
             slot = args[0].slots.get(args[1])
-            if slot is not None:   # its queue is done: its worker has nothing left to fork
+            if slot is not None:  # its queue is done: its worker has nothing left to fork
                 slot.close()
             done.set()
 
     thread = threading.Thread(target=body, name=name, daemon=True)
-    thread.done = done   # type: ignore[attr-defined]
+    thread.done = done  # type: ignore[attr-defined]
     return thread
 
 
-def _device_worker(ctx: ExecContext, device: str, queue: Sequence[OpPlan],
-                   status: rundir.StatusFile, progress: Progress, broken: List[OSError]) -> None:
+def _device_worker(
+    ctx: ExecContext,
+    device: str,
+    queue: Sequence[OpPlan],
+    status: rundir.StatusFile,
+    progress: Progress,
+    broken: List[OSError],
+) -> None:
     try:
         _run_queue(ctx, device, queue, status, progress)
     except OSError as e:
@@ -662,12 +858,14 @@ def _device_worker(ctx: ExecContext, device: str, queue: Sequence[OpPlan],
 def _spawn_failed(ctx: ExecContext, item: OpPlan, device: str, e: Exception) -> Dict[str, object]:
     ctx.log(f"{item.op}: batch error: {e!r}", show=True)
     ctx.log(traceback.format_exc())
-    return rundir.status_row(item.op, "failed", attempts=0, device=device,
-                             backend=ctx.backend, reason=f"batch error: {e!r}")
+    return rundir.status_row(
+        item.op, "failed", attempts=0, device=device, backend=ctx.backend, reason=f"batch error: {e!r}"
+    )
 
 
-def _run_queue(ctx: ExecContext, device: str, queue: Sequence[OpPlan],
-               status: rundir.StatusFile, progress: Progress) -> None:
+def _run_queue(
+    ctx: ExecContext, device: str, queue: Sequence[OpPlan], status: rundir.StatusFile, progress: Progress
+) -> None:
     for item in queue:
         if ctx.stopper.stopped:
             return

@@ -86,21 +86,22 @@ class ExecContext:
     settings: knobs.Settings
     env: Mapping[str, str]
     retries: int
-    ladder: List[Tuple[int, Optional[Tuple[str, ...]]]]   # (level, dtypes or None)
+    ladder: List[Tuple[int, Optional[Tuple[str, ...]]]]  # (level, dtypes or None)
     kill_grace_s: float
     planned_timer: str
     journal: rundir.Journal
     stopper: Stopper
-    log: Callable[..., None]        # (line, show=False)
+    log: Callable[..., None]  # (line, show=False)
     # Warm workers by device (worker mode); a device without one runs fresh processes.
     slots: Mapping[str, Any] = field(default_factory=dict)
-    stall_s: Optional[float] = None      # the no-progress timeout; None: off
+    stall_s: Optional[float] = None  # the no-progress timeout; None: off
     # Where per-attempt cgroups go (proc.cgroup_base); None: the tag scan alone.
     cgroup_base: Optional[Path] = None
 
 
-def dtype_ladder(dtypes: Optional[Sequence[str]], fallbacks: Sequence[Sequence[str]]
-                 ) -> List[Tuple[int, Optional[Tuple[str, ...]]]]:
+def dtype_ladder(
+    dtypes: Optional[Sequence[str]], fallbacks: Sequence[Sequence[str]]
+) -> List[Tuple[int, Optional[Tuple[str, ...]]]]:
     """[(0, dtypes), (1, first fallback), ...], leaving out a list already tried."""
     ladder = [(0, tuple(dtypes) if dtypes else None)]
     seen = {ladder[0][1]}
@@ -114,8 +115,18 @@ def dtype_ladder(dtypes: Optional[Sequence[str]], fallbacks: Sequence[Sequence[s
 
 def attempt_command(ctx: ExecContext, item: OpPlan, dtypes: Optional[Tuple[str, ...]]) -> List[str]:
     # --no-echo: the benchmark's output goes to run.log only, not also to the attempt log.
-    cmd = [*ctx.run_command, "--run-dir", str(ctx.batch_dir / item.op), "--op", item.op,
-           "--backend", ctx.backend, "--device", item.device, "--no-echo"]
+    cmd = [
+        *ctx.run_command,
+        "--run-dir",
+        str(ctx.batch_dir / item.op),
+        "--op",
+        item.op,
+        "--backend",
+        ctx.backend,
+        "--device",
+        item.device,
+        "--no-echo",
+    ]
     cmd += knob_args(ctx.settings, skip=("backend", "dtypes", "replay_from"))
     if dtypes:
         cmd += ["--dtypes", ",".join(dtypes)]
@@ -130,42 +141,53 @@ class AttemptResult:
     duration_s: float
     leftovers: int
     interrupted: bool
-    mode: str = "fresh"                  # "worker": forked by a warm worker
+    mode: str = "fresh"  # "worker": forked by a warm worker
     phases: Dict[str, Optional[float]] = field(default_factory=dict)
     # Processes that left the attempt's process group (setsid, double fork) and were
     # still alive after it ended.
     escaped: int = 0
 
 
-def run_attempt(ctx: ExecContext, item: OpPlan, number: int, level: int,
-                dtypes: Optional[Tuple[str, ...]]) -> AttemptResult:
+def run_attempt(
+    ctx: ExecContext, item: OpPlan, number: int, level: int, dtypes: Optional[Tuple[str, ...]]
+) -> AttemptResult:
     log_path = rundir.attempt_log_path(ctx.batch_dir, item.op, ctx.journal.session, number, level)
     cmd = attempt_command(ctx, item, dtypes)
     slot = ctx.slots.get(item.device)
     if slot is not None:
-        slot.ready()   # a worker still importing: that wait is not the attempt's
+        slot.ready()  # a worker still importing: that wait is not the attempt's
     # Every process of the attempt inherits this tag, whatever it does with sessions and
     # groups; where the machine allows, it also lives in the attempt's own cgroup.
     attempt_id = f"{ctx.journal.session}/{item.op}/a{number}"
     env = {**ctx.env, ATTEMPT_TAG: attempt_id}
-    cgroup = (proc.Cgroup.create(ctx.cgroup_base, f"zlbench-{os.getpid()}-{item.op}-a{number}")
-              if ctx.cgroup_base is not None else None)
+    cgroup = (
+        proc.Cgroup.create(ctx.cgroup_base, f"zlbench-{os.getpid()}-{item.op}-a{number}")
+        if ctx.cgroup_base is not None
+        else None
+    )
     started = time.monotonic()
     started_at = time.time()
-    child = slot.fork(cmd[len(ctx.run_command):], env, log_path) if slot is not None else None
+    child = slot.fork(cmd[len(ctx.run_command) :], env, log_path) if slot is not None else None
     mode = "fresh" if child is None else "worker"
     if child is None:
         child = proc.start_group(cmd, env, log_path)
     if cgroup is not None and not cgroup.add(child.pid):
         cgroup.remove()
         cgroup = None
-    ctx.journal.record("attempt", op=item.op, attempt=number, level=level,
-                       dtypes=list(dtypes) if dtypes else None, device=item.device, pid=child.pid,
-                       log=str(log_path.relative_to(ctx.batch_dir)), mode=mode)
+    ctx.journal.record(
+        "attempt",
+        op=item.op,
+        attempt=number,
+        level=level,
+        dtypes=list(dtypes) if dtypes else None,
+        device=item.device,
+        pid=child.pid,
+        log=str(log_path.relative_to(ctx.batch_dir)),
+        mode=mode,
+    )
     activity = Activity(log_path, ctx.batch_dir / item.op, ctx.env, ctx.stall_s)
     try:
-        done = proc.wait_group(child, item.timeout_s, ctx.kill_grace_s, ctx.stopper.read_fd,
-                               activity)
+        done = proc.wait_group(child, item.timeout_s, ctx.kill_grace_s, ctx.stopper.read_fd, activity)
     finally:
         # Whatever left the group and still lives belongs to this attempt: stopped
         # before the attempt counts as over, so nothing outlives the batch's report.
@@ -173,27 +195,44 @@ def run_attempt(ctx: ExecContext, item: OpPlan, number: int, level: int,
         if cgroup is not None:
             cgroup.remove()
     if escaped:
-        ctx.log(f"{item.op}: attempt {number}: stopped {len(escaped)} process(es) that left "
-                f"its process group (pids {', '.join(map(str, escaped))})")
+        ctx.log(
+            f"{item.op}: attempt {number}: stopped {len(escaped)} process(es) that left "
+            f"its process group (pids {', '.join(map(str, escaped))})"
+        )
     duration = time.monotonic() - started
     kind = activity.kind(done.stalled) if done.timed_out else None
     # The benchmark's output is in run.log (--no-echo); zlbench run's own lines (its
     # preflight marker, NO_MEASUREMENT) end the attempt log.
     run_log = rundir.run_log_path(ctx.batch_dir / item.op)
     tail = tail_lines(run_log) + tail_lines(log_path)
-    outcome = classify.classify(done.returncode, done.timed_out, tail,
-                                ctx.stall_s if done.stalled else item.timeout_s, kind,
-                                activity.describe() if done.timed_out else "")
-    phases = split_phases(phase_times(_lines(log_path) + _lines(run_log)), started_at,
-                          started_at + duration)
-    ctx.journal.record("result", op=item.op, attempt=number, status=outcome.status,
-                       exit_code=done.returncode, interrupted=done.interrupted,
-                       duration_s=round(duration, 3), leftovers=done.leftovers_killed,
-                       timeout_kind=kind, mode=mode, escaped=escaped, **phases)
+    outcome = classify.classify(
+        done.returncode,
+        done.timed_out,
+        tail,
+        ctx.stall_s if done.stalled else item.timeout_s,
+        kind,
+        activity.describe() if done.timed_out else "",
+    )
+    phases = split_phases(phase_times(_lines(log_path) + _lines(run_log)), started_at, started_at + duration)
+    ctx.journal.record(
+        "result",
+        op=item.op,
+        attempt=number,
+        status=outcome.status,
+        exit_code=done.returncode,
+        interrupted=done.interrupted,
+        duration_s=round(duration, 3),
+        leftovers=done.leftovers_killed,
+        timeout_kind=kind,
+        mode=mode,
+        escaped=escaped,
+        **phases,
+    )
     if slot is not None and mode == "worker":
         slot.after_attempt(_trouble(outcome, done, len(escaped)))
-    return AttemptResult(outcome, duration, done.leftovers_killed, done.interrupted, mode, phases,
-                         len(escaped))
+    return AttemptResult(
+        outcome, duration, done.leftovers_killed, done.interrupted, mode, phases, len(escaped)
+    )
 
 
 def _trouble(outcome: Outcome, done: proc.Finished, escaped: int = 0) -> str:
@@ -210,8 +249,9 @@ def _trouble(outcome: Outcome, done: proc.Finished, escaped: int = 0) -> str:
     if done.returncode is None and not done.timed_out:
         return "exit status lost"
     if outcome.status in (classify.CRASHED, classify.TIMEOUT) or outcome.looks_transient:
-        return f"an attempt ended {outcome.status}" + (f" ({outcome.error_line[:80]})"
-                                                       if outcome.error_line else "")
+        return f"an attempt ended {outcome.status}" + (
+            f" ({outcome.error_line[:80]})" if outcome.error_line else ""
+        )
     return ""
 
 
@@ -223,9 +263,9 @@ def _lines(path: Path) -> List[str]:
         return []
 
 
-def run_operator(ctx: ExecContext, item: OpPlan,
-                 on_attempt: Callable[[str, int, int], None] = lambda op, n, level: None
-                 ) -> Optional[Dict[str, object]]:
+def run_operator(
+    ctx: ExecContext, item: OpPlan, on_attempt: Callable[[str, int, int], None] = lambda op, n, level: None
+) -> Optional[Dict[str, object]]:
     """All attempts of one operator; its ops_status row, or None when interrupted."""
     notes: List[str] = [item.replay_note] if item.replay_note else []
     if item.replay_note:
@@ -246,14 +286,19 @@ def run_operator(ctx: ExecContext, item: OpPlan,
                 # operator's process did. It is kept, never trusted.
                 moved = rundir.set_aside(ctx.batch_dir, item.op, "found-before-attempt1")
                 if moved:
-                    ctx.log(f"{item.op}: a run dir no attempt of it made was set aside in "
-                            f"{moved.relative_to(ctx.batch_dir)}", show=True)
+                    ctx.log(
+                        f"{item.op}: a run dir no attempt of it made was set aside in "
+                        f"{moved.relative_to(ctx.batch_dir)}",
+                        show=True,
+                    )
                     notes.append("a run dir planted before its first attempt was set aside")
             if number > 1:
                 prior = last.outcome.status if last else "partial"
                 moved = rundir.set_aside(ctx.batch_dir, item.op, f"attempt{number - 1}-l{last_level}-{prior}")
                 if moved:
-                    ctx.log(f"{item.op}: attempt {number - 1} set aside in {moved.relative_to(ctx.batch_dir)}")
+                    ctx.log(
+                        f"{item.op}: attempt {number - 1} set aside in {moved.relative_to(ctx.batch_dir)}"
+                    )
             on_attempt(item.op, number, level)
             last = run_attempt(ctx, item, number, level, dtypes)
             last_level, last_dtypes = level, dtypes
@@ -261,43 +306,71 @@ def run_operator(ctx: ExecContext, item: OpPlan,
             if last.leftovers:
                 notes.append(f"killed {last.leftovers} leftover process(es) after attempt {number}")
             if last.escaped:
-                notes.append(f"stopped {last.escaped} process(es) that escaped its process "
-                             f"group after attempt {number}")
+                notes.append(
+                    f"stopped {last.escaped} process(es) that escaped its process "
+                    f"group after attempt {number}"
+                )
             if last.interrupted:
                 return None
             outcome = last.outcome
-            ctx.log(f"{item.op}: attempt {number} level {level} -> {outcome.status}"
-                    + (f" ({outcome.reason})" if outcome.reason else ""))
+            ctx.log(
+                f"{item.op}: attempt {number} level {level} -> {outcome.status}"
+                + (f" ({outcome.reason})" if outcome.reason else "")
+            )
             if outcome.status in (classify.OK, classify.SKIPPED) or outcome.preflight:
                 return _row(ctx, item, last, number, level, dtypes, total, notes)
-            if not outcome.looks_transient or (previous is not None
-                                               and previous.signature == outcome.signature):
+            if not outcome.looks_transient or (
+                previous is not None and previous.signature == outcome.signature
+            ):
                 deterministic = True
                 break
             previous = outcome
         # Only a deterministic benchmark failure may be a dtype problem.
-        if not (deterministic and last is not None and last.outcome.status == classify.FAILED
-                and not last.outcome.measured_nothing):
+        if not (
+            deterministic
+            and last is not None
+            and last.outcome.status == classify.FAILED
+            and not last.outcome.measured_nothing
+        ):
             break
     assert last is not None
     return _row(ctx, item, last, number, last_level, last_dtypes, total, notes)
 
 
-def _row(ctx: ExecContext, item: OpPlan, last: AttemptResult, attempts: int, level: int,
-         dtypes: Optional[Tuple[str, ...]], total: float, notes: List[str]) -> Dict[str, object]:
+def _row(
+    ctx: ExecContext,
+    item: OpPlan,
+    last: AttemptResult,
+    attempts: int,
+    level: int,
+    dtypes: Optional[Tuple[str, ...]],
+    total: float,
+    notes: List[str],
+) -> Dict[str, object]:
     run_dir = ctx.batch_dir / item.op
     identity = rundir.read_identity(run_dir)
     outcome = last.outcome
     if outcome.status == classify.OK and not rundir.is_complete(run_dir):
         # Exit 0 without .complete: the run did not finish its own bookkeeping.
-        outcome = classify.Outcome(classify.FAILED, outcome.exit_code, None,
-                                   "exit 0 but the run dir has no .complete")
+        outcome = classify.Outcome(
+            classify.FAILED, outcome.exit_code, None, "exit 0 but the run dir has no .complete"
+        )
     return rundir.status_row(
-        item.op, outcome.status, attempts=attempts, dtype_level=level, dtypes=dtypes,
-        backend=identity.get("backend", ctx.backend), device=item.device,
-        timer=identity.get("timer", ctx.planned_timer), duration_s=round(last.duration_s, 2),
-        total_s=round(total, 2), exit_code="" if outcome.exit_code is None else outcome.exit_code,
-        reason=outcome.reason, notes="; ".join(notes), run_dir=item.op if run_dir.exists() else "",
+        item.op,
+        outcome.status,
+        attempts=attempts,
+        dtype_level=level,
+        dtypes=dtypes,
+        backend=identity.get("backend", ctx.backend),
+        device=item.device,
+        timer=identity.get("timer", ctx.planned_timer),
+        duration_s=round(last.duration_s, 2),
+        total_s=round(total, 2),
+        exit_code="" if outcome.exit_code is None else outcome.exit_code,
+        reason=outcome.reason,
+        notes="; ".join(notes),
+        run_dir=item.op if run_dir.exists() else "",
         run_mode=last.mode,
         timeout_kind=f"timeout_{outcome.timeout_kind}" if outcome.timeout_kind else "",
-        **last.phases)
+        **last.phases,
+    )

@@ -30,8 +30,7 @@ def op_name_problem(op: object) -> str:
     """Why ``op`` cannot name an operator's run dir ("" when it can)."""
     if not isinstance(op, str) or not _OP_NAME.match(op):
         return "letters, digits, _ . + - only, starting with a letter, digit or _"
-    if op in BATCH_NAMES or any(op.startswith(name + ".") for name in BATCH_NAMES) \
-            or SHARD_DIR_RE.match(op):
+    if op in BATCH_NAMES or any(op.startswith(name + ".") for name in BATCH_NAMES) or SHARD_DIR_RE.match(op):
         return "the batch's own files take that name"
     return ""
 
@@ -39,8 +38,9 @@ def op_name_problem(op: object) -> str:
 def check_op_name(op: str, where: str) -> str:
     why = op_name_problem(op)
     if why:
-        raise BatchError(f"{where}: {op!r} is not an operator name ({why}; reserved: "
-                         f"{', '.join(sorted(BATCH_NAMES))})")
+        raise BatchError(
+            f"{where}: {op!r} is not an operator name ({why}; reserved: {', '.join(sorted(BATCH_NAMES))})"
+        )
     return op
 
 
@@ -58,11 +58,11 @@ def read_op_list(path: Path) -> Tuple[List[str], Dict[str, float]]:
     except OSError as e:
         raise BatchError(f"--op-list {path}: cannot read it ({describe_error(e)})") from None
     except UnicodeDecodeError:
-        raise BatchError(f"--op-list {path}: not a text file (not UTF-8); give one operator "
-                         "name a line") from None
+        raise BatchError(
+            f"--op-list {path}: not a text file (not UTF-8); give one operator name a line"
+        ) from None
     if "\0" in text:
-        raise BatchError(f"--op-list {path}: not a text file (NUL bytes); give one operator "
-                         "name a line")
+        raise BatchError(f"--op-list {path}: not a text file (NUL bytes); give one operator name a line")
     ops: List[str] = []
     timeouts: Dict[str, float] = {}
     for n, raw in enumerate(text.splitlines(), 1):
@@ -127,7 +127,8 @@ def default_dismiss_path() -> Optional[Path]:
 
 def load_dismiss(path: Path) -> Dict[str, str]:
     """operator -> why it is dismissed, read by zlbench.ops.dismiss (the format is defined there)."""
-    from zlbench.ops.dismiss import DismissError, load_dismiss as load_entries
+    from zlbench.ops.dismiss import DismissError
+    from zlbench.ops.dismiss import load_dismiss as load_entries
 
     try:
         entries = load_entries(Path(path))

@@ -65,8 +65,7 @@ def shard(ops: Sequence[str], devices: Sequence[str], host: HostShard = WHOLE) -
     return {op: ordered[(stable_hash(op) // host.count) % len(ordered)] for op in ops}
 
 
-def balance(ops: Sequence[str], devices: Sequence[str],
-            durations: Mapping[str, float]) -> Dict[str, str]:
+def balance(ops: Sequence[str], devices: Sequence[str], durations: Mapping[str, float]) -> Dict[str, str]:
     """Longest-processing-time-first: each operator, longest first (ties by name), to the
     device with the least planned work (ties by device order). An operator without a
     duration is planned at the median of the known ones."""
@@ -77,7 +76,7 @@ def balance(ops: Sequence[str], devices: Sequence[str],
     load = {d: 0.0 for d in ordered}
     where: Dict[str, str] = {}
     for op in sorted(estimate, key=lambda o: (-estimate[o], o)):
-        device = min(ordered, key=lambda d: load[d])   # min() keeps the first of equals
+        device = min(ordered, key=lambda d: load[d])  # min() keeps the first of equals
         where[op] = device
         load[device] += estimate[op]
     return where
@@ -101,16 +100,16 @@ def makespan(where: Mapping[str, str], durations: Mapping[str, float]) -> float:
 class OpPlan:
     op: str
     device: str
-    timeout_s: Optional[float]          # None: no limit
-    replay_from: Optional[str] = None   # autotune_records/ dir for this op
-    replay_note: Optional[str] = None   # marker line when replay was asked but has no records
+    timeout_s: Optional[float]  # None: no limit
+    replay_from: Optional[str] = None  # autotune_records/ dir for this op
+    replay_note: Optional[str] = None  # marker line when replay was asked but has no records
 
 
 @dataclass
 class Plan:
     ops: List[OpPlan]
     devices: List[str]
-    dismissed: Dict[str, str]           # op -> reason
+    dismissed: Dict[str, str]  # op -> reason
     # Seconds each op is expected to take (--balance-from); empty without durations.
     expected: Dict[str, float] = field(default_factory=dict)
 
@@ -122,8 +121,9 @@ class Plan:
         return out
 
 
-def replay_for(op: str, replay_root: Optional[Path],
-               replay_dirs: Mapping[str, Path]) -> Tuple[Optional[str], Optional[str]]:
+def replay_for(
+    op: str, replay_root: Optional[Path], replay_dirs: Mapping[str, Path]
+) -> Tuple[Optional[str], Optional[str]]:
     """(records dir, marker line). An explicit per-op dir wins over <root>/<op>/."""
     if op in replay_dirs:
         return str(Path(replay_dirs[op]).resolve()), None
@@ -135,12 +135,17 @@ def replay_for(op: str, replay_root: Optional[Path],
     return None, format_marker(AUTOTUNE_REPLAY_NONE, op=op, reason="no_records")
 
 
-def make_plan(ops: Sequence[str], devices: Sequence[str], dismissed: Mapping[str, str],
-              timeout_s: Optional[float], op_timeouts: Mapping[str, float],
-              replay_root: Optional[Path] = None,
-              replay_dirs: Optional[Mapping[str, Path]] = None,
-              host: HostShard = WHOLE,
-              durations: Optional[Mapping[str, float]] = None) -> Plan:
+def make_plan(
+    ops: Sequence[str],
+    devices: Sequence[str],
+    dismissed: Mapping[str, str],
+    timeout_s: Optional[float],
+    op_timeouts: Mapping[str, float],
+    replay_root: Optional[Path] = None,
+    replay_dirs: Optional[Mapping[str, Path]] = None,
+    host: HostShard = WHOLE,
+    durations: Optional[Mapping[str, float]] = None,
+) -> Plan:
     """The plan of host shard ``host``: only its operators (dismissed ones too) appear.
     ``durations`` (seconds per op, from an earlier batch): balance them over the devices
     instead of hashing."""

@@ -16,7 +16,6 @@ from typing import Any, Dict, List, Mapping, Optional, TextIO
 from .classify import BAD
 
 
-
 @dataclass
 class _Device:
     total: int
@@ -40,8 +39,9 @@ def fmt_duration(seconds: Optional[float]) -> str:
 class ProgressState:
     """Counts and timings shared by the device workers (thread-safe)."""
 
-    def __init__(self, per_device: Dict[str, int],
-                 expected: Optional[Dict[str, List[Optional[float]]]] = None):
+    def __init__(
+        self, per_device: Dict[str, int], expected: Optional[Dict[str, List[Optional[float]]]] = None
+    ):
         self.devices = {d: _Device(n) for d, n in per_device.items()}
         # Per device, the seconds each queued operator is expected to take (in queue
         # order; None: unknown), from --balance-from; the mean seen so far fills gaps.
@@ -85,9 +85,14 @@ class ProgressState:
 class Progress:
     """Receives events from the workers; renders them as the mode says."""
 
-    def __init__(self, per_device: Dict[str, int], mode: str = "auto",
-                 out: Optional[TextIO] = None, heartbeat_s: float = 60.0,
-                 expected: Optional[Dict[str, List[Optional[float]]]] = None):
+    def __init__(
+        self,
+        per_device: Dict[str, int],
+        mode: str = "auto",
+        out: Optional[TextIO] = None,
+        heartbeat_s: float = 60.0,
+        expected: Optional[Dict[str, List[Optional[float]]]] = None,
+    ):
         self.out = out or sys.stdout
         if mode == "auto":
             mode = "live" if _is_tty(self.out) else "plain"
@@ -106,8 +111,14 @@ class Progress:
             from rich.live import Live
 
             console = Console(file=self.out)
-            self._live = Live(_Renderable(self), console=console, refresh_per_second=2,
-                              transient=False, redirect_stdout=False, redirect_stderr=False)
+            self._live = Live(
+                _Renderable(self),
+                console=console,
+                refresh_per_second=2,
+                transient=False,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
             self._live.start()
         elif self.mode == "plain" and self.heartbeat_s > 0:
             self._beat = threading.Thread(target=self._heartbeat, daemon=True)
@@ -160,22 +171,29 @@ class Progress:
         if self.mode == "plain":
             detail = f"attempts {row.get('attempts')}, dtype level {row.get('dtype_level')}"
             reason = f" - {row.get('reason')}" if row.get("reason") else ""
-            self._write(f"[{device}] {op} {status} in {fmt_duration(float(row.get('total_s') or 0))} "
-                        f"({detail}){reason} | {summary}")
+            self._write(
+                f"[{device}] {op} {status} in {fmt_duration(float(row.get('total_s') or 0))} "
+                f"({detail}){reason} | {summary}"
+            )
 
     # -- rendering -----------------------------------------------------------------
     def _summary_line(self) -> str:
         st = self.state
         now = time.monotonic()
-        return (f"{st.done}/{st.total} done, {st.failed} failed, elapsed "
-                f"{fmt_duration(now - st.started)}, ETA {fmt_duration(st.eta(now))}")
+        return (
+            f"{st.done}/{st.total} done, {st.failed} failed, elapsed "
+            f"{fmt_duration(now - st.started)}, ETA {fmt_duration(st.eta(now))}"
+        )
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
             now = time.monotonic()
             with self.state.lock:
-                running = [f"[{d}] {dev.current} {fmt_duration(now - dev.started)}"
-                           for d, dev in self.state.devices.items() if dev.current]
+                running = [
+                    f"[{d}] {dev.current} {fmt_duration(now - dev.started)}"
+                    for d, dev in self.state.devices.items()
+                    if dev.current
+                ]
                 summary = self._summary_line()
             if running:
                 self._write(f"running: {', '.join(running)} | {summary}")
@@ -185,16 +203,25 @@ class Progress:
 
         now = time.monotonic()
         table = Table(title=None, expand=False, box=None, pad_edge=False)
-        for name, justify in (("device", "left"), ("operator", "left"), ("elapsed", "right"),
-                              ("attempt", "right"), ("done", "right"), ("failed", "right")):
+        for name, justify in (
+            ("device", "left"),
+            ("operator", "left"),
+            ("elapsed", "right"),
+            ("attempt", "right"),
+            ("done", "right"),
+            ("failed", "right"),
+        ):
             table.add_column(name, justify=justify)
         with self.state.lock:
             for d, dev in self.state.devices.items():
                 table.add_row(
-                    d, dev.current or "-",
+                    d,
+                    dev.current or "-",
                     fmt_duration(now - dev.started) if dev.current else "-",
                     f"{dev.attempt} (level {dev.level})" if dev.current else "-",
-                    f"{dev.done}/{dev.total}", str(dev.failed))
+                    f"{dev.done}/{dev.total}",
+                    str(dev.failed),
+                )
             table.caption = self._summary_line()
         return table
 

@@ -20,8 +20,12 @@ def _seconds(row: Mapping[str, str]) -> float:
         return 0.0
 
 
-PHASES = (("startup_s", "start-up"), ("collect_s", "collection"),
-          ("first_call_s", "first call (compile, autotune)"), ("measure_s", "measurement"))
+PHASES = (
+    ("startup_s", "start-up"),
+    ("collect_s", "collection"),
+    ("first_call_s", "first call (compile, autotune)"),
+    ("measure_s", "measurement"),
+)
 
 
 def _cell(row: Mapping[str, str], column: str) -> Optional[float]:
@@ -39,72 +43,97 @@ def time_breakdown(rows: Sequence[Mapping[str, str]]) -> List[str]:
         return []
     totals = {col: sum(_cell(r, col) or 0.0 for r in timed) for col, _ in PHASES}
     wall = sum(_cell(r, "duration_s") or 0.0 for r in timed) or 1.0
-    parts = ", ".join(f"{label} {fmt_duration(totals[col])} ({100 * totals[col] / wall:.0f}%)"
-                      for col, label in PHASES)
+    parts = ", ".join(
+        f"{label} {fmt_duration(totals[col])} ({100 * totals[col] / wall:.0f}%)" for col, label in PHASES
+    )
     overheads = [_cell(r, "overhead_s") or 0.0 for r in timed]
     modes: Dict[str, int] = {}
     for r in rows:
         if r.get("run_mode"):
             modes[r["run_mode"]] = modes.get(r["run_mode"], 0) + 1
-    return [f"Where the time went ({len(timed)} operators, last attempts): {parts}",
-            f"  fixed cost per operator (wall minus the pytest session): median "
-            f"{statistics.median(overheads):.2f} s, total {fmt_duration(sum(overheads))}"
-            + (f"; ran as {', '.join(f'{m} {n}' for m, n in sorted(modes.items()))}" if modes else "")]
+    return [
+        f"Where the time went ({len(timed)} operators, last attempts): {parts}",
+        f"  fixed cost per operator (wall minus the pytest session): median "
+        f"{statistics.median(overheads):.2f} s, total {fmt_duration(sum(overheads))}"
+        + (f"; ran as {', '.join(f'{m} {n}' for m, n in sorted(modes.items()))}" if modes else ""),
+    ]
 
 
-def projected_remaining(rows: Mapping[str, Mapping[str, str]], planned: Sequence[str],
-                        devices: int) -> Optional[float]:
+def projected_remaining(
+    rows: Mapping[str, Mapping[str, str]], planned: Sequence[str], devices: int
+) -> Optional[float]:
     """Seconds the operators without a row would take on ``devices`` devices at the mean
     of the measured ones; None when nothing was measured."""
-    measured = [_seconds(rows[op]) for op in planned if rows.get(op, {}).get("status")
-                not in (None, "", "dismissed")]
+    measured = [
+        _seconds(rows[op]) for op in planned if rows.get(op, {}).get("status") not in (None, "", "dismissed")
+    ]
     left = [op for op in planned if not rows.get(op, {}).get("status")]
     if not measured or not left:
         return None
     return len(left) * (sum(measured) / len(measured)) / max(1, devices)
 
 
-def render_report(out: Path, rows: Mapping[str, Mapping[str, str]], planned: Sequence[str],
-                  wall_s: float, interrupted: bool, slowest: int = 5, max_failures: int = 25,
-                  devices: Sequence[str] = ()) -> str:
+def render_report(
+    out: Path,
+    rows: Mapping[str, Mapping[str, str]],
+    planned: Sequence[str],
+    wall_s: float,
+    interrupted: bool,
+    slowest: int = 5,
+    max_failures: int = 25,
+    devices: Sequence[str] = (),
+) -> str:
     counts = count_statuses(rows, planned)
     order = [s for s in (*STATUSES, NOT_RUN) if counts.get(s)]
     lines: List[str] = [
         f"zlbench batch: {out}",
         f"  {len(planned)} operators in {fmt_duration(wall_s)}"
         + (f" on {len(devices)} device(s) ({','.join(devices)})" if devices else "")
-        + ": " + ", ".join(f"{s} {counts[s]}" for s in order),
+        + ": "
+        + ", ".join(f"{s} {counts[s]}" for s in order),
     ]
-    measured = [(op, rows[op]) for op in planned
-                if op in rows and rows[op].get("status") not in ("dismissed", None)]
+    measured = [
+        (op, rows[op]) for op in planned if op in rows and rows[op].get("status") not in ("dismissed", None)
+    ]
     top = sorted(measured, key=lambda item: _seconds(item[1]), reverse=True)[:slowest]
     if top:
         lines.append("Slowest:")
         width = max(len(op) for op, _ in top)
         for op, row in top:
-            lines.append(f"  {op:<{width}}  {fmt_duration(_seconds(row)):>8}  {row.get('status')}  "
-                         f"device {row.get('device')}  attempts {row.get('attempts')}")
+            lines.append(
+                f"  {op:<{width}}  {fmt_duration(_seconds(row)):>8}  {row.get('status')}  "
+                f"device {row.get('device')}  attempts {row.get('attempts')}"
+            )
     bad = [(op, rows[op]) for op in planned if rows.get(op, {}).get("status") in BAD]
     if bad:
         lines.append(f"Failures ({len(bad)}):")
         width = max(len(op) for op, _ in bad)
         for op, row in bad[:max_failures]:
-            lines.append(f"  {op:<{width}}  {row.get('status'):<8} attempts {row.get('attempts')} "
-                         f"level {row.get('dtype_level')}  {row.get('reason') or '-'}")
+            lines.append(
+                f"  {op:<{width}}  {row.get('status'):<8} attempts {row.get('attempts')} "
+                f"level {row.get('dtype_level')}  {row.get('reason') or '-'}"
+            )
         if len(bad) > max_failures:
             lines.append(f"  ... and {len(bad) - max_failures} more: see ops_status.csv")
     lines += time_breakdown([rows[op] for op in planned if op in rows])
-    fell_back = [op for op in planned if rows.get(op, {}).get("status") == "ok"
-                 and rows[op].get("dtype_level") not in ("0", "", None)]
+    fell_back = [
+        op
+        for op in planned
+        if rows.get(op, {}).get("status") == "ok" and rows[op].get("dtype_level") not in ("0", "", None)
+    ]
     if fell_back:
-        lines.append(f"Measured with fallback dtypes ({len(fell_back)}): "
-                     + ", ".join(f"{op} (level {rows[op]['dtype_level']})" for op in fell_back))
+        lines.append(
+            f"Measured with fallback dtypes ({len(fell_back)}): "
+            + ", ".join(f"{op} (level {rows[op]['dtype_level']})" for op in fell_back)
+        )
     lines.append(f"Status table: {rundir.status_path(out)}")
     if interrupted or counts.get(NOT_RUN):
         left = projected_remaining(rows, planned, len(devices) or 1)
         if left is not None:
-            lines.append(f"{counts.get(NOT_RUN, 0)} operator(s) not run: about {fmt_duration(left)} "
-                         f"more on {len(devices) or 1} device(s) at this batch's mean")
+            lines.append(
+                f"{counts.get(NOT_RUN, 0)} operator(s) not run: about {fmt_duration(left)} "
+                f"more on {len(devices) or 1} device(s) at this batch's mean"
+            )
         lines.append(f"Not finished. Continue with: zlbench batch --resume --out {out}")
     lines += next_commands(out)
     return "\n".join(lines)
@@ -113,6 +142,8 @@ def render_report(out: Path, rows: Mapping[str, Mapping[str, str]], planned: Seq
 def next_commands(out: Path) -> List[str]:
     """The closing lines: what to run on this batch dir next."""
     quoted = shlex.quote(str(out))
-    return [f"Next: zlbench summary {quoted}  (the tables, and summary.csv)",
-            f"      zlbench report {quoted} -o {shlex.quote(str(out / 'report.html'))}"
-            "  (one HTML page: plots, every row, failures)"]
+    return [
+        f"Next: zlbench summary {quoted}  (the tables, and summary.csv)",
+        f"      zlbench report {quoted} -o {shlex.quote(str(out / 'report.html'))}"
+        "  (one HTML page: plots, every row, failures)",
+    ]

@@ -73,10 +73,16 @@ class DriverLock:
             who = f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another process"
             raise BatchError(
                 f"{self.batch_dir} is in use by another zlbench batch ({who}); wait for it to "
-                "finish, stop it, or give another --out") from None
-        rundir.write_driver_info(self.batch_dir, {
-            "pid": os.getpid(), "host": socket.gethostname(),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                "finish, stop it, or give another --out"
+            ) from None
+        rundir.write_driver_info(
+            self.batch_dir,
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+        )
 
     def release(self) -> None:
         self._lock.release()
@@ -86,18 +92,20 @@ def read_durations(batch_dir: Path) -> Dict[str, float]:
     """Seconds each operator took in an earlier batch (``total_s``: every attempt), for
     ``--balance-from``. Raises BatchError when the dir holds no ops_status.csv."""
     if not rundir.status_path(Path(batch_dir)).is_file():
-        raise BatchError(f"--balance-from {batch_dir}: no {rundir.STATUS_FILE} there; give an "
-                         "earlier batch dir")
+        raise BatchError(
+            f"--balance-from {batch_dir}: no {rundir.STATUS_FILE} there; give an earlier batch dir"
+        )
     out: Dict[str, float] = {}
     for op, row in rundir.StatusFile(Path(batch_dir)).read().items():
         try:
             seconds = float(row.get("total_s") or row.get("duration_s") or "")
         except ValueError:
-            continue   # dismissed, or never run: no duration to plan with
+            continue  # dismissed, or never run: no duration to plan with
         out[op] = seconds
     if not out:
-        raise BatchError(f"--balance-from {batch_dir}: {rundir.STATUS_FILE} has no operator "
-                         "with a duration (total_s)")
+        raise BatchError(
+            f"--balance-from {batch_dir}: {rundir.STATUS_FILE} has no operator with a duration (total_s)"
+        )
     return out
 
 

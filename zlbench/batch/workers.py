@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import List, Mapping, Optional, Sequence
 
-from ..markers import WORKER_FORK_REFUSED, format_marker
 from .. import proc
+from ..markers import WORKER_FORK_REFUSED, format_marker
 
 # torch + triton + pytest on a loaded host can take a while; a worker that has not
 # said "ready" by then is given up for fresh processes.
@@ -171,9 +171,17 @@ def worker_command(corpus_root: Optional[str]) -> List[str]:
 class WorkerSlot:
     """The warm worker of one device slot, started on first use."""
 
-    def __init__(self, device: str, env: Mapping[str, str], log_dir: Path, log,
-                 corpus_root: Optional[str], max_ops: int, grace_s: float,
-                 wake_fd: Optional[int] = None):
+    def __init__(
+        self,
+        device: str,
+        env: Mapping[str, str],
+        log_dir: Path,
+        log,
+        corpus_root: Optional[str],
+        max_ops: int,
+        grace_s: float,
+        wake_fd: Optional[int] = None,
+    ):
         self.device = device
         self.env = dict(env)
         self.log_dir = log_dir
@@ -183,14 +191,16 @@ class WorkerSlot:
         self.grace_s = grace_s
         self.wake_fd = wake_fd
         self.worker: Optional[Worker] = None
-        self.fresh_only = False      # set once a worker refused or failed to start
+        self.fresh_only = False  # set once a worker refused or failed to start
         self.started = 0
 
     def _refuse(self, reason: str, detail: str) -> None:
         self.fresh_only = True
-        self.log(format_marker(WORKER_FORK_REFUSED, device=self.device, reason=reason,
-                               detail=detail or None) + " (this slot goes on with fresh processes)",
-                 show=True)
+        self.log(
+            format_marker(WORKER_FORK_REFUSED, device=self.device, reason=reason, detail=detail or None)
+            + " (this slot goes on with fresh processes)",
+            show=True,
+        )
 
     def spawn(self) -> None:
         """Start a worker now (at batch start, and right after a recycle), so that its
@@ -199,8 +209,9 @@ class WorkerSlot:
             return
         self.started += 1
         log_path = self.log_dir / f"worker-{self.device}-{self.started}.log"
-        self.worker = Worker(worker_command(self.corpus_root), {**self.env, "PYTHONUNBUFFERED": "1"},
-                             log_path)
+        self.worker = Worker(
+            worker_command(self.corpus_root), {**self.env, "PYTHONUNBUFFERED": "1"}, log_path
+        )
 
     def ready(self) -> bool:
         """Wait until this slot's worker can fork; False: run the attempt fresh."""
@@ -215,7 +226,7 @@ class WorkerSlot:
             self._drop()
             self._refuse("worker_failed", f"{e}; see {worker.log_path}")
             return False
-        if reply is None:             # the batch is stopping
+        if reply is None:  # the batch is stopping
             return False
         if reply.get("event") != "ready":
             self._drop()
@@ -223,8 +234,10 @@ class WorkerSlot:
             return False
         if not worker.announced:
             worker.announced = True
-            self.log(f"worker {worker.proc.pid} for device {self.device}: ready, "
-                     f"{len(reply.get('imported') or [])} modules imported in {reply.get('import_s')} s")
+            self.log(
+                f"worker {worker.proc.pid} for device {self.device}: ready, "
+                f"{len(reply.get('imported') or [])} modules imported in {reply.get('import_s')} s"
+            )
         return True
 
     def fork(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> Optional[ForkedAttempt]:
@@ -262,5 +275,5 @@ class WorkerSlot:
         self.spawn()
 
     def close(self) -> None:
-        self.fresh_only = True    # no replacement
+        self.fresh_only = True  # no replacement
         self._drop()

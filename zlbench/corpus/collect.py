@@ -20,18 +20,18 @@ from typing import Dict, List, Set, Tuple
 from .. import backends
 from ..proc import importable_pythonpath
 from .collect_dump import OUT_ENV
-from .scan import NON_OPERATOR_MARKS, TestEntry
 from .layout import bench_dir_name
+from .scan import NON_OPERATOR_MARKS, TestEntry
 
 COLLECT_TIMEOUT_S = 600
 
 
 @dataclass
 class Collected:
-    ok: bool                           # pytest got as far as collecting
+    ok: bool  # pytest got as far as collecting
     items: List[dict] = field(default_factory=list)
-    errors: Dict[str, str] = field(default_factory=dict)   # file -> import error
-    reason: str = ""                   # why not ok
+    errors: Dict[str, str] = field(default_factory=dict)  # file -> import error
+    reason: str = ""  # why not ok
     cpu_driver_shim: bool = False
     command: str = ""
 
@@ -42,9 +42,9 @@ class Comparison:
     collected_items: int
     collected_functions: int
     ast_functions: int
-    unverified_files: Dict[str, str]            # file -> why pytest could not check it
-    ast_only_functions: List[str]               # node ids pytest did not collect
-    collect_only_functions: List[str]           # node ids the scan missed
+    unverified_files: Dict[str, str]  # file -> why pytest could not check it
+    ast_only_functions: List[str]  # node ids pytest did not collect
+    collect_only_functions: List[str]  # node ids the scan missed
     mark_mismatches: Dict[str, Tuple[List[str], List[str]]]  # node -> (ast only, collect only)
     # node -> (scan's per-parametrization mark sets, pytest's per-item mark sets), when they differ
     case_mismatches: Dict[str, Tuple[List[List[str]], List[List[str]]]]
@@ -54,12 +54,17 @@ class Comparison:
 
     @property
     def clean(self) -> bool:
-        return self.verified and not (self.ast_only_functions or self.collect_only_functions
-                                      or self.mark_mismatches or self.case_mismatches)
+        return self.verified and not (
+            self.ast_only_functions
+            or self.collect_only_functions
+            or self.mark_mismatches
+            or self.case_mismatches
+        )
 
 
-def run_collect(root: Path, python: str = sys.executable, timeout: int = COLLECT_TIMEOUT_S,
-                cpu_driver: bool = True) -> Collected:
+def run_collect(
+    root: Path, python: str = sys.executable, timeout: int = COLLECT_TIMEOUT_S, cpu_driver: bool = True
+) -> Collected:
     root = Path(root).resolve()
     bench = bench_dir_name(root)
     with tempfile.TemporaryDirectory(prefix="zl-collect-") as tmp:
@@ -75,15 +80,24 @@ def run_collect(root: Path, python: str = sys.executable, timeout: int = COLLECT
         if env.get("PYTHONPATH"):
             paths.append(env["PYTHONPATH"])
         env["PYTHONPATH"] = importable_pythonpath(os.pathsep.join(paths))
-        cmd = [python, "-m", "pytest", bench, "--collect-only", "-q",
-               "--continue-on-collection-errors", "-p", "no:cacheprovider",
-               "-p", "zlbench.corpus.collect_dump"]
+        cmd = [
+            python,
+            "-m",
+            "pytest",
+            bench,
+            "--collect-only",
+            "-q",
+            "--continue-on-collection-errors",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "zlbench.corpus.collect_dump",
+        ]
         if cpu_driver:
             cmd += ["-p", "zlbench.corpus.cpu_collect_driver"]
         shown = " ".join(cmd[1:])
         try:
-            proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True,
-                                  timeout=timeout)
+            proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return Collected(False, reason=f"pytest --collect-only ran past {timeout}s", command=shown)
         except OSError as exc:
@@ -93,23 +107,39 @@ def run_collect(root: Path, python: str = sys.executable, timeout: int = COLLECT
         data = json.loads(out.read_text(encoding="utf-8"))
     errors = {_file_of(k): v for k, v in data.get("errors", {}).items()}
     if not data["items"] and errors:
-        return Collected(False, errors=errors, reason="every file failed to import: "
-                         + next(iter(errors.values())), command=shown)
-    return Collected(True, data["items"], errors, cpu_driver_shim=data.get("cpu_driver_shim", False),
-                     command=shown)
+        return Collected(
+            False,
+            errors=errors,
+            reason="every file failed to import: " + next(iter(errors.values())),
+            command=shown,
+        )
+    return Collected(
+        True, data["items"], errors, cpu_driver_shim=data.get("cpu_driver_shim", False), command=shown
+    )
 
 
 def compare(entries: List[TestEntry], collected: Collected) -> Comparison:
     ast_marks: Dict[str, Set[str]] = {e.node: set(e.marks) for e in entries}
     if not collected.ok:
         files = sorted({e.file for e in entries})
-        return Comparison(False, 0, 0, len(entries), {f: collected.reason for f in files},
-                          [], [], {}, {}, [], [], reason=collected.reason)
+        return Comparison(
+            False,
+            0,
+            0,
+            len(entries),
+            {f: collected.reason for f in files},
+            [],
+            [],
+            {},
+            {},
+            [],
+            [],
+            reason=collected.reason,
+        )
     got: Dict[str, Set[str]] = {}
     got_cases: Dict[str, Set[frozenset]] = {}
     for item in collected.items:
-        node = "::".join([item["file"]] + ([item["class"]] if item["class"] else [])
-                         + [item["function"]])
+        node = "::".join([item["file"]] + ([item["class"]] if item["class"] else []) + [item["function"]])
         marks = frozenset(m for m in item["marks"] if m not in NON_OPERATOR_MARKS)
         got.setdefault(node, set()).update(marks)
         got_cases.setdefault(node, set()).add(marks)
@@ -126,25 +156,37 @@ def compare(entries: List[TestEntry], collected: Collected) -> Comparison:
     case_mismatches = {}
     for node in sorted(set(checkable) & set(got)):
         if node not in mismatches and ast_cases[node] != got_cases[node]:
-            case_mismatches[node] = (sorted(sorted(s) for s in ast_cases[node]),
-                                     sorted(sorted(s) for s in got_cases[node]))
+            case_mismatches[node] = (
+                sorted(sorted(s) for s in ast_cases[node]),
+                sorted(sorted(s) for s in got_cases[node]),
+            )
     ops_ast = {m for ms in checkable.values() for m in ms}
     ops_got = {m for ms in got.values() for m in ms}
     return Comparison(
-        verified=True, collected_items=len(collected.items), collected_functions=len(got),
-        ast_functions=len(entries), unverified_files=unverified, ast_only_functions=ast_only,
-        collect_only_functions=collect_only, mark_mismatches=mismatches,
+        verified=True,
+        collected_items=len(collected.items),
+        collected_functions=len(got),
+        ast_functions=len(entries),
+        unverified_files=unverified,
+        ast_only_functions=ast_only,
+        collect_only_functions=collect_only,
+        mark_mismatches=mismatches,
         case_mismatches=case_mismatches,
-        ast_only_ops=sorted(ops_ast - ops_got), collect_only_ops=sorted(ops_got - ops_ast),
+        ast_only_ops=sorted(ops_ast - ops_got),
+        collect_only_ops=sorted(ops_got - ops_ast),
     )
 
 
 def format_comparison(cmp: Comparison) -> List[str]:
     if not cmp.verified:
-        return [f"UNVERIFIED: pytest --collect-only could not check the scan: {cmp.reason}",
-                f"  keeping the AST result ({cmp.ast_functions} test functions), marked unverified"]
-    lines = [f"pytest --collect-only: {cmp.collected_items} items in {cmp.collected_functions} "
-             f"test functions; AST scan: {cmp.ast_functions} test functions"]
+        return [
+            f"UNVERIFIED: pytest --collect-only could not check the scan: {cmp.reason}",
+            f"  keeping the AST result ({cmp.ast_functions} test functions), marked unverified",
+        ]
+    lines = [
+        f"pytest --collect-only: {cmp.collected_items} items in {cmp.collected_functions} "
+        f"test functions; AST scan: {cmp.ast_functions} test functions"
+    ]
     for f, why in cmp.unverified_files.items():
         lines.append(f"  unverified (failed to import under collect-only): {f}: {why}")
     for node in cmp.ast_only_functions:
@@ -154,8 +196,9 @@ def format_comparison(cmp: Comparison) -> List[str]:
     for node, (a, c) in cmp.mark_mismatches.items():
         lines.append(f"  marks differ at {node}: scan only {a}, collect only {c}")
     for node, (scan_cases, collect_cases) in cmp.case_mismatches.items():
-        lines.append(f"  marks per parametrization differ at {node}: scan {scan_cases}, "
-                     f"collect {collect_cases}")
+        lines.append(
+            f"  marks per parametrization differ at {node}: scan {scan_cases}, collect {collect_cases}"
+        )
     if cmp.ast_only_ops:
         lines.append(f"  operators only the scan found: {', '.join(cmp.ast_only_ops)}")
     if cmp.collect_only_ops:

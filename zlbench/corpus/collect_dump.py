@@ -25,13 +25,15 @@ def pytest_collectreport(report):
 
 def pytest_collection_finish(session):
     for item in session.items:
-        _items.append({
-            "nodeid": item.nodeid,
-            "file": item.location[0].replace(os.sep, "/"),
-            "function": getattr(item, "originalname", None) or item.name,
-            "class": item.cls.__name__ if getattr(item, "cls", None) else None,
-            "marks": sorted({m.name for m in item.iter_markers()}),
-        })
+        _items.append(
+            {
+                "nodeid": item.nodeid,
+                "file": item.location[0].replace(os.sep, "/"),
+                "function": getattr(item, "originalname", None) or item.name,
+                "class": item.cls.__name__ if getattr(item, "cls", None) else None,
+                "marks": sorted({m.name for m in item.iter_markers()}),
+            }
+        )
 
 
 def pytest_sessionfinish(session):
@@ -39,5 +41,6 @@ def pytest_sessionfinish(session):
     if not path:
         return
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump({"items": _items, "errors": _errors,
-                   "cpu_driver_shim": os.environ.get(SHIM_ENV) == "1"}, fh)
+        json.dump(
+            {"items": _items, "errors": _errors, "cpu_driver_shim": os.environ.get(SHIM_ENV) == "1"}, fh
+        )

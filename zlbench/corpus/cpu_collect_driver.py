@@ -22,10 +22,12 @@ class CollectOnlyDriver:
     def get_benchmarker(self):
         def refuse(*args, **kwargs):
             raise RuntimeError("collect-only placeholder driver: nothing can be timed")
+
         return refuse
 
     def get_active_torch_device(self):
         import torch
+
         return torch.device("cpu")
 
     def __getattr__(self, name):

@@ -32,13 +32,13 @@ DECISIONS = ("remove", "keep")
 
 @dataclass(frozen=True)
 class Guard:
-    file: str            # checkout-relative
+    file: str  # checkout-relative
     kind: str
     test: Optional[str]  # test function for skipif, "*" for module-skipif
     where: Optional[str]  # enclosing function for runtime guards
     reason: Optional[str]
     line: int
-    condition: str       # the skipif condition or the enclosing statement's source
+    condition: str  # the skipif condition or the enclosing statement's source
 
     @property
     def key(self) -> Tuple:
@@ -65,10 +65,15 @@ def find_guards(root: Union[Path, BenchTree]) -> List[Guard]:
 
 
 def _is_cuda_check(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "is_available" and isinstance(node.func.value, ast.Attribute)
-            and node.func.value.attr == "cuda" and isinstance(node.func.value.value, ast.Name)
-            and node.func.value.value.id == "torch")
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "is_available"
+        and isinstance(node.func.value, ast.Attribute)
+        and node.func.value.attr == "cuda"
+        and isinstance(node.func.value.value, ast.Name)
+        and node.func.value.value.id == "torch"
+    )
 
 
 def _contains_check(node: ast.AST) -> bool:
@@ -77,8 +82,9 @@ def _contains_check(node: ast.AST) -> bool:
 
 def _skipif_parts(call: ast.AST) -> Optional[Tuple[str, Any]]:
     """(condition source, reason) for a ``pytest.mark.skipif(...)`` call."""
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            and call.func.attr == "skipif"):
+    if not (
+        isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "skipif"
+    ):
         return None
     reason = None
     for kw in call.keywords:
@@ -102,27 +108,40 @@ def _module_guards(module: Module) -> List[Guard]:
             for deco in node.decorator_list:
                 parts = _skipif_parts(deco)
                 if parts and _contains_check(deco):
-                    out.append(Guard(module.rel, "skipif", node.name, None, parts[1],
-                                     deco.lineno, parts[0]))
+                    out.append(Guard(module.rel, "skipif", node.name, None, parts[1], deco.lineno, parts[0]))
                     claim(deco)
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
+        ):
             values = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
             for value in values:
                 parts = _skipif_parts(value)
                 if parts and _contains_check(value):
-                    out.append(Guard(module.rel, "module-skipif", "*", None, parts[1],
-                                     value.lineno, parts[0]))
+                    out.append(
+                        Guard(module.rel, "module-skipif", "*", None, parts[1], value.lineno, parts[0])
+                    )
                     claim(value)
     for node in module.tree.body:
         for sub in ast.walk(node):
             if _is_cuda_check(sub) and id(sub) not in claimed:
-                where = node.name if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                      ast.ClassDef)) else None
+                where = (
+                    node.name
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                    else None
+                )
                 kind = "runtime" if where else "import-time"
                 stmt = _enclosing_statement(node, sub)
-                out.append(Guard(module.rel, kind, None, where or "<module>", None, sub.lineno,  # type: ignore[attr-defined]
-                                 ast.unparse(stmt).splitlines()[0][:160]))
+                out.append(
+                    Guard(
+                        module.rel,
+                        kind,
+                        None,
+                        where or "<module>",
+                        None,
+                        sub.lineno,  # type: ignore[attr-defined]
+                        ast.unparse(stmt).splitlines()[0][:160],
+                    )
+                )
     return out
 
 
@@ -174,10 +193,12 @@ def table_errors(data: Any, path: Path) -> List[str]:
             if not (isinstance(g.get("reason"), str) and g["reason"]):
                 errors.append(f"{where}: a marker guard needs the exact skip `reason:` string")
             if not isinstance(g.get("test"), str):
-                errors.append(f"{where}: a marker guard needs `test:` (the function, or \"*\")")
+                errors.append(f'{where}: a marker guard needs `test:` (the function, or "*")')
         elif g.get("decision") == "remove":
-            errors.append(f"{where}: only skipif markers can be removed; a {g.get('kind')} guard "
-                          "decides at run time, so it must be `keep`")
+            errors.append(
+                f"{where}: only skipif markers can be removed; a {g.get('kind')} guard "
+                "decides at run time, so it must be `keep`"
+            )
         key = entry_key(g)
         if key in seen:
             errors.append(f"{where}: listed twice")
@@ -206,6 +227,5 @@ def coverage(table: Dict[str, Any], guards: List[Guard], root: Path) -> Tuple[Li
     keys = {entry_key(g) for g in table["guards"]}
     undecided = [g for g in guards if g.key not in keys]
     found = {g.key for g in guards}
-    stale = [e for e in table["guards"]
-             if (Path(root) / e["file"]).is_file() and entry_key(e) not in found]
+    stale = [e for e in table["guards"] if (Path(root) / e["file"]).is_file() and entry_key(e) not in found]
     return undecided, stale

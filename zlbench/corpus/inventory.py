@@ -22,19 +22,21 @@ from typing import Any, Dict, List, Optional, Union
 import yaml
 
 from ..atomic import write_atomic
-from .collect import Comparison, compare, run_collect
 from ..opsdata import OpsDataError, inventory_path, read_yaml
+from .collect import Comparison, compare, run_collect
+from .layout import detect_layout
 from .scan import MIRROR_FILES, OpCase, TestEntry, scan_tree, shape_key_for
 from .shapes import class_keys, load_shape_file, upstream_shapes_path
-from .layout import detect_layout
 from .tree import BenchTree
 
 FORMAT = 1
 # libyaml's loader where PyYAML has it: the HEAD inventory is ~400 kB.
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-HEADER = ("# Operator inventory written by `zlbench ops scan`; regenerate it, do not edit.\n"
-          "# ops.<op>.nodes run with `pytest <nodes> [-m <mark>]` from the checkout root.\n")
+HEADER = (
+    "# Operator inventory written by `zlbench ops scan`; regenerate it, do not edit.\n"
+    "# ops.<op>.nodes run with `pytest <nodes> [-m <mark>]` from the checkout root.\n"
+)
 
 
 class UnknownOperator(KeyError):
@@ -49,8 +51,8 @@ class OpSelection:
     op: str
     nodes: List[str]
     files: List[str]
-    mark: Optional[str]                  # select with -m <mark> when set
-    duplicates: List[str] = field(default_factory=list)   # nodes left out: they re-measure
+    mark: Optional[str]  # select with -m <mark> when set
+    duplicates: List[str] = field(default_factory=list)  # nodes left out: they re-measure
 
     @property
     def pytest_args(self) -> List[str]:
@@ -61,8 +63,9 @@ class OpSelection:
 # build
 
 
-def inventory_from_tree(root: Path, repo: str, verify: bool = True, python: str = sys.executable,
-                        ref: Optional[str] = None):
+def inventory_from_tree(
+    root: Path, repo: str, verify: bool = True, python: str = sys.executable, ref: Optional[str] = None
+):
     """Scan a checkout, check the scan with pytest --collect-only, build its inventory.
 
     Returns ``(inventory, comparison)``; comparison is None without ``verify``.
@@ -73,15 +76,15 @@ def inventory_from_tree(root: Path, repo: str, verify: bool = True, python: str 
     comparison = compare(entries, run_collect(root, python=python)) if verify else None
     shapes_file = upstream_shapes_path(root)
     upstream = load_shape_file(shapes_file) if shapes_file.is_file() else None
-    inventory = build_inventory(entries, repo, detect_layout(root), ref or git_ref(root),
-                                comparison, upstream, tree.parse_errors)
+    inventory = build_inventory(
+        entries, repo, detect_layout(root), ref or git_ref(root), comparison, upstream, tree.parse_errors
+    )
     return inventory, comparison
 
 
 def _git(root: Path, *args: str) -> Optional[str]:
     try:
-        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                             timeout=10)
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
@@ -104,15 +107,20 @@ def git_ref(root: Path) -> str:
     if ref is None:
         return "unknown"
     desc = _git(root, "describe", "--tags", "--always")
-    if desc and desc != ref[:len(desc)]:
+    if desc and desc != ref[: len(desc)]:
         ref += f" ({desc})"
     return ref
 
 
-def build_inventory(entries: List[TestEntry], repo: str, layout: str, ref: str,
-                    comparison: Optional[Comparison] = None,
-                    upstream_shapes: Optional[Dict[str, Any]] = None,
-                    parse_errors: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+def build_inventory(
+    entries: List[TestEntry],
+    repo: str,
+    layout: str,
+    ref: str,
+    comparison: Optional[Comparison] = None,
+    upstream_shapes: Optional[Dict[str, Any]] = None,
+    parse_errors: Optional[Dict[str, str]] = None,
+) -> Dict[str, Any]:
     """``parse_errors``: checkout-relative files the scan could not parse -> why."""
     unverified_files = set(comparison.unverified_files) if comparison and comparison.verified else set()
     per_op: Dict[str, List[tuple]] = {}
@@ -127,8 +135,10 @@ def build_inventory(entries: List[TestEntry], repo: str, layout: str, ref: str,
         if not entry.marks and len(entry.op_names) == 1 and entry.op_names[0] not in per_op:
             per_op[entry.op_names[0]] = [(entry, case) for case in entry.cases]
             unmarked.add(entry.op_names[0])
-    ops = {op: _op_record(op, hits, entries, upstream_shapes, unverified_files)
-           for op, hits in sorted(per_op.items())}
+    ops = {
+        op: _op_record(op, hits, entries, upstream_shapes, unverified_files)
+        for op, hits in sorted(per_op.items())
+    }
     for op in unmarked:
         ops[op]["unmarked"] = True
     inventory: Dict[str, Any] = {
@@ -149,8 +159,13 @@ def build_inventory(entries: List[TestEntry], repo: str, layout: str, ref: str,
     return inventory
 
 
-def _op_record(op: str, hits: List[tuple], entries: List[TestEntry],
-               upstream_shapes: Optional[Dict[str, Any]], unverified_files: set) -> Dict[str, Any]:
+def _op_record(
+    op: str,
+    hits: List[tuple],
+    entries: List[TestEntry],
+    upstream_shapes: Optional[Dict[str, Any]],
+    unverified_files: set,
+) -> Dict[str, Any]:
     by_node: Dict[str, List[OpCase]] = {}
     entry_of: Dict[str, TestEntry] = {}
     for entry, case in hits:
@@ -164,8 +179,10 @@ def _op_record(op: str, hits: List[tuple], entries: List[TestEntry],
         "nodes": selected,
         "mark": op if need_mark else None,
         "files": sorted({entry_of[n].file for n in selected}),
-        "tests": [_test_record(n, by_node[n], entry_of[n], upstream_shapes, unverified_files)
-                  for n in sorted(by_node)],
+        "tests": [
+            _test_record(n, by_node[n], entry_of[n], upstream_shapes, unverified_files)
+            for n in sorted(by_node)
+        ],
     }
     shared = {}
     for node in selected:
@@ -179,8 +196,13 @@ def _op_record(op: str, hits: List[tuple], entries: List[TestEntry],
     return record
 
 
-def _test_record(node: str, cases: List[OpCase], entry: TestEntry,
-                 upstream_shapes: Optional[Dict[str, Any]], unverified_files: set) -> Dict[str, Any]:
+def _test_record(
+    node: str,
+    cases: List[OpCase],
+    entry: TestEntry,
+    upstream_shapes: Optional[Dict[str, Any]],
+    unverified_files: set,
+) -> Dict[str, Any]:
     constructions = [c for case in cases for c in case.constructions]
     names = []
     for c in constructions:
@@ -188,8 +210,11 @@ def _test_record(node: str, cases: List[OpCase], entry: TestEntry,
         if name and name not in names:
             names.append(name)
     first = constructions[0] if constructions else None
-    record: Dict[str, Any] = {"node": node, "op_names": names,
-                              "class_chain": first.class_chain if first else []}
+    record: Dict[str, Any] = {
+        "node": node,
+        "op_names": names,
+        "class_chain": first.class_chain if first else [],
+    }
     if first is None:
         record["note"] = "no Benchmark construction found"
     elif first.shapes_from != "shape file":
@@ -230,8 +255,9 @@ def _collect_block(cmp: Optional[Comparison]) -> Dict[str, Any]:
     if cmp.collect_only_functions:
         mismatch["collect_only"] = cmp.collect_only_functions
     if cmp.mark_mismatches:
-        mismatch["marks"] = {n: {"scan_only": a, "collect_only": c}
-                             for n, (a, c) in cmp.mark_mismatches.items()}
+        mismatch["marks"] = {
+            n: {"scan_only": a, "collect_only": c} for n, (a, c) in cmp.mark_mismatches.items()
+        }
     if cmp.case_mismatches:
         mismatch["parametrizations"] = sorted(cmp.case_mismatches)
     if mismatch:
@@ -251,8 +277,11 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _represent_list(dumper, data):
-    flow = all(isinstance(x, (str, int, float, bool)) for x in data) and len(data) <= 8 \
+    flow = (
+        all(isinstance(x, (str, int, float, bool)) for x in data)
+        and len(data) <= 8
         and sum(len(str(x)) for x in data) < 100
+    )
     return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
 
 
@@ -260,8 +289,9 @@ _Dumper.add_representer(list, _represent_list)
 
 
 def dump_inventory(inventory: Dict[str, Any]) -> str:
-    return HEADER + yaml.dump(inventory, Dumper=_Dumper, sort_keys=False,
-                              default_flow_style=False, width=120, allow_unicode=True)
+    return HEADER + yaml.dump(
+        inventory, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True
+    )
 
 
 def write_inventory(inventory: Dict[str, Any], path: Path) -> None:
@@ -274,20 +304,29 @@ def load_inventory(name: Union[str, Path] = "flaggems") -> Dict[str, Any]:
     """An inventory by name (``flaggems`` -> ops/inventory/flaggems.yaml) or by path."""
     text = str(name)
     path = Path(text) if (text.endswith((".yaml", ".yml")) or "/" in text) else inventory_path(text)
-    data = read_yaml(path, OpsDataError,
-                     f"no inventory at {path}; run `zlbench ops scan --repo {Path(text).stem}=DIR` "
-                     "to write it", "inventory ", loader=_Loader)
+    data = read_yaml(
+        path,
+        OpsDataError,
+        f"no inventory at {path}; run `zlbench ops scan --repo {Path(text).stem}=DIR` to write it",
+        "inventory ",
+        loader=_Loader,
+    )
     if not isinstance(data, dict) or data.get("format") != FORMAT or "ops" not in data:
-        raise OpsDataError(f"{path} is not a format-{FORMAT} inventory; regenerate it with "
-                           "`zlbench ops scan`")
+        raise OpsDataError(
+            f"{path} is not a format-{FORMAT} inventory; regenerate it with `zlbench ops scan`"
+        )
     return data
 
 
 def select_op(inventory: Dict[str, Any], op: str) -> OpSelection:
     record = _record(inventory, op)
-    return OpSelection(op=op, nodes=list(record["nodes"]), files=list(record["files"]),
-                       mark=record.get("mark"),
-                       duplicates=[d["node"] for d in record.get("duplicates", [])])
+    return OpSelection(
+        op=op,
+        nodes=list(record["nodes"]),
+        files=list(record["files"]),
+        mark=record.get("mark"),
+        duplicates=[d["node"] for d in record.get("duplicates", [])],
+    )
 
 
 def _record(inventory: Dict[str, Any], op: str) -> Dict[str, Any]:
@@ -295,8 +334,7 @@ def _record(inventory: Dict[str, Any], op: str) -> Dict[str, Any]:
     if op not in ops:
         close = difflib.get_close_matches(op, list(ops), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise UnknownOperator(f"operator {op!r} is not in the {inventory.get('repo', '?')} "
-                              f"inventory{hint}")
+        raise UnknownOperator(f"operator {op!r} is not in the {inventory.get('repo', '?')} inventory{hint}")
     return ops[op]
 
 
@@ -308,7 +346,7 @@ def _record(inventory: Dict[str, Any], op: str) -> Dict[str, Any]:
 class InventoryDiff:
     added: List[str]
     removed: List[str]
-    changed: Dict[str, List[str]]          # op -> what changed
+    changed: Dict[str, List[str]]  # op -> what changed
 
     @property
     def empty(self) -> bool:
@@ -337,15 +375,16 @@ def diff_inventories(old: Dict[str, Any], new: Dict[str, Any]) -> InventoryDiff:
                 what.append(f"shape key of {node}: {keys_a[node]} -> {keys_b[node]}")
         if what:
             changed[op] = what
-    return InventoryDiff(sorted(set(new_ops) - set(old_ops)), sorted(set(old_ops) - set(new_ops)),
-                         changed)
+    return InventoryDiff(sorted(set(new_ops) - set(old_ops)), sorted(set(old_ops) - set(new_ops)), changed)
 
 
 def format_diff(diff: InventoryDiff, old_name: str, new_name: str) -> List[str]:
     if diff.empty:
         return [f"{old_name} and {new_name} list the same operators and nodes"]
-    lines = [f"{old_name} -> {new_name}: {len(diff.added)} added, {len(diff.removed)} removed, "
-             f"{len(diff.changed)} changed"]
+    lines = [
+        f"{old_name} -> {new_name}: {len(diff.added)} added, {len(diff.removed)} removed, "
+        f"{len(diff.changed)} changed"
+    ]
     lines += [f"+ {op}" for op in diff.added]
     lines += [f"- {op}" for op in diff.removed]
     for op, what in diff.changed.items():

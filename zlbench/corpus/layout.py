@@ -17,8 +17,7 @@ BENCH_DIRS = (BENCH_DIR, PACKAGED_BENCH_DIR)
 # The shape file every FlagGems tree carries beside its tests.
 UPSTREAM_SHAPES = "core_shapes.yaml"
 # Modules defining the Benchmark base class, in either layout and the packaged tree.
-BENCHMARK_BASE_MODULES = (f"{BENCH_DIR}.base", f"{BENCH_DIR}.performance_utils",
-                          f"{PACKAGED_BENCH_DIR}.base")
+BENCHMARK_BASE_MODULES = (f"{BENCH_DIR}.base", f"{BENCH_DIR}.performance_utils", f"{PACKAGED_BENCH_DIR}.base")
 
 
 class TreeError(OpsDataError):
@@ -29,8 +28,10 @@ def bench_dir_name(root: Path) -> str:
     for name in BENCH_DIRS:
         if (Path(root) / name).is_dir():
             return name
-    raise TreeError(f"{root} has no {BENCH_DIR}/ (or {PACKAGED_BENCH_DIR}/): pass the "
-                    f"checkout root, the parent of {BENCH_DIR}/")
+    raise TreeError(
+        f"{root} has no {BENCH_DIR}/ (or {PACKAGED_BENCH_DIR}/): pass the "
+        f"checkout root, the parent of {BENCH_DIR}/"
+    )
 
 
 def upstream_shape_file(root: Path) -> Path:
@@ -49,5 +50,7 @@ def detect_layout(root: Path) -> str:
         return "head"
     if (bench / "performance_utils.py").is_file():
         return "v5.0.2"
-    raise TreeError(f"{bench} has neither base.py (HEAD layout) nor performance_utils.py "
-                    "(v5.0.2 layout); is it a FlagGems benchmark tree?")
+    raise TreeError(
+        f"{bench} has neither base.py (HEAD layout) nor performance_utils.py "
+        "(v5.0.2 layout); is it a FlagGems benchmark tree?"
+    )

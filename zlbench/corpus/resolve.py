@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .scan import TestEntry, scan_module, scan_tree
 from .layout import UPSTREAM_SHAPES, TreeError, bench_dir_name, detect_layout
+from .scan import TestEntry, scan_module, scan_tree
 from .tree import BenchTree
 
 
@@ -32,25 +32,26 @@ class ResolveError(Exception):
 class Target:
     """What to hand pytest for one operator."""
 
-    root: Path                       # cwd of the benchmark process (parent of benchmark/)
-    pytest_args: List[str]           # node/file selection, e.g. [file, "-m", op]
-    test_node: str                   # human-readable resolved node, recorded in identity
+    root: Path  # cwd of the benchmark process (parent of benchmark/)
+    pytest_args: List[str]  # node/file selection, e.g. [file, "-m", op]
+    test_node: str  # human-readable resolved node, recorded in identity
     op: Optional[str]
     bench_files: List[Path]
-    layout: str                      # "head" or "v5.0.2"
+    layout: str  # "head" or "v5.0.2"
     upstream_shape_file: Path
     env: Dict[str, str] = field(default_factory=dict)
 
 
-def resolve_node(root: Path, op: Optional[str], op_file: Optional[str],
-                 test_node: Optional[str]) -> Target:
+def resolve_node(root: Path, op: Optional[str], op_file: Optional[str], test_node: Optional[str]) -> Target:
     try:
         # benchmark/ in a checkout, flaggems_benchmark/ in the installed package
         bench = root / bench_dir_name(root)
     except TreeError:
-        raise ResolveError("benchmark_dir", root / "benchmark",
-                           f"no benchmark/ under {root}: point --flaggems-dir at the FlagGems checkout root"
-                           ) from None
+        raise ResolveError(
+            "benchmark_dir",
+            root / "benchmark",
+            f"no benchmark/ under {root}: point --flaggems-dir at the FlagGems checkout root",
+        ) from None
     try:
         layout = detect_layout(root)
     except TreeError as e:
@@ -61,8 +62,9 @@ def resolve_node(root: Path, op: Optional[str], op_file: Optional[str],
         file_part = test_node.split("::", 1)[0]
         path = (root / file_part) if not Path(file_part).is_absolute() else Path(file_part)
         if not path.exists():
-            raise ResolveError("benchmark_file", path,
-                               f"TEST_NODE file {file_part} does not exist under {root}")
+            raise ResolveError(
+                "benchmark_file", path, f"TEST_NODE file {file_part} does not exist under {root}"
+            )
         return Target(root, [test_node], test_node, op, [path], layout, upstream)
 
     if not op:
@@ -83,15 +85,19 @@ def resolve_node(root: Path, op: Optional[str], op_file: Optional[str],
         marked = {e.file for e in _entries_marking(tree, op) if not e.mirror}
         candidates = [root / rel for rel in sorted(marked)]
         if not candidates:
-            raise ResolveError("benchmark_file", bench / f"test_{op}.py",
-                               f"no benchmark file marks operator {op!r} under {bench}; "
-                               "check the name or give --op-file / --test-node")
+            raise ResolveError(
+                "benchmark_file",
+                bench / f"test_{op}.py",
+                f"no benchmark file marks operator {op!r} under {bench}; "
+                "check the name or give --op-file / --test-node",
+            )
 
     rel = [str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in candidates]
     functions = []
     for path, relpath in zip(candidates, rel):
-        functions += [f"{relpath}::{e.function}" for e in _file_entries(tree, path)
-                      if _marked_outside_params(e, op)]
+        functions += [
+            f"{relpath}::{e.function}" for e in _file_entries(tree, path) if _marked_outside_params(e, op)
+        ]
     display = " ".join(functions) if functions else f"{' '.join(rel)} -m {op}"
     return Target(root, [*rel, "-m", op], display, op, candidates, layout, upstream)
 

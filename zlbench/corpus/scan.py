@@ -18,16 +18,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from .static_eval import Evaluator, Opaque, Template, marks_of
 from .layout import bench_dir_name
+from .static_eval import Evaluator, Opaque, Template, marks_of
 from .tree import ROOT_CLASS, BenchTree, ClassRef, FuncRef, Module
 
 # FlagGems' own list of marks that are not operators (conftest BUILTIN_MARKS), plus
 # "performance", which one HEAD test carries as a category next to its operator mark.
-NON_OPERATOR_MARKS = frozenset({
-    "parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings",
-    "timeout", "tryfirst", "trylast", "performance",
-})
+NON_OPERATOR_MARKS = frozenset(
+    {
+        "parametrize",
+        "skip",
+        "skipif",
+        "xfail",
+        "usefixtures",
+        "filterwarnings",
+        "timeout",
+        "tryfirst",
+        "trylast",
+        "performance",
+    }
+)
 
 # Files that re-run benchmarks defined elsewhere (split across GPUs): selecting their
 # marks would measure the same operator twice, so their nodes are only used for an
@@ -44,11 +54,11 @@ class Construction:
     """One Benchmark object a test builds."""
 
     bench_class: Optional[str]
-    class_file: Optional[str]          # where the class is defined (checkout-relative)
+    class_file: Optional[str]  # where the class is defined (checkout-relative)
     class_chain: List[str]
-    op_name: Optional[str]             # printed operator name; None when not static
+    op_name: Optional[str]  # printed operator name; None when not static
     op_name_text: Optional[str] = None  # the template/expression when not static
-    shapes_from: str = "shape file"    # or "<Class>.set_shapes" when a class overrides it
+    shapes_from: str = "shape file"  # or "<Class>.set_shapes" when a class overrides it
 
 
 @dataclass
@@ -57,15 +67,15 @@ class OpCase:
 
     marks: List[str]
     constructions: List[Construction]
-    from_params: bool = False          # some of its marks come from pytest.param(marks=)
+    from_params: bool = False  # some of its marks come from pytest.param(marks=)
 
 
 @dataclass
 class TestEntry:
-    file: str                          # checkout-relative, e.g. benchmark/test_abs.py
+    file: str  # checkout-relative, e.g. benchmark/test_abs.py
     function: str
     line: int
-    marks: List[str]                   # operator marks of any case, in order
+    marks: List[str]  # operator marks of any case, in order
     bench_class: Optional[str]
     class_chain: List[str]
     op_names: List[str]
@@ -110,14 +120,14 @@ def scan_module(tree: BenchTree, module: Module) -> List[TestEntry]:
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test") and _collectable(node):
             class_marks = module_marks + _decorator_marks(ev, node.decorator_list)
             for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                        and item.name.startswith("test"):
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test"):
                     out.append(_scan_function(tree, module, ev, item, class_marks, node.name))
     return out
 
 
-def resolve_shape_key(root: Path, test_file: str, test_func: str, shapes_yaml_dict: Dict[str, Any],
-                      op: Optional[str] = None) -> Tuple[Optional[str], List[str]]:
+def resolve_shape_key(
+    root: Path, test_file: str, test_func: str, shapes_yaml_dict: Dict[str, Any], op: Optional[str] = None
+) -> Tuple[Optional[str], List[str]]:
     """Which key of a shape file FlagGems' ``set_shapes`` would pick for this test.
 
     Static replay of ``Benchmark.set_shapes``: the op name first, then the class names
@@ -134,8 +144,7 @@ def resolve_shape_key(root: Path, test_file: str, test_func: str, shapes_yaml_di
     return shape_key_for(construction, shapes_yaml_dict)
 
 
-def shape_key_for(construction: Construction, shapes: Mapping[str, Any]
-                  ) -> Tuple[Optional[str], List[str]]:
+def shape_key_for(construction: Construction, shapes: Mapping[str, Any]) -> Tuple[Optional[str], List[str]]:
     """``(key, candidates_tried)``: the op name, then each class name along the chain,
     as ``Benchmark.set_shapes`` looks them up; key is None when none is in ``shapes``."""
     candidates = ([construction.op_name] if construction.op_name else []) + construction.class_chain
@@ -147,8 +156,9 @@ def shape_key_for(construction: Construction, shapes: Mapping[str, Any]
     return None, tried
 
 
-def find_construction(root: Path, test_file: str, test_func: str, op: Optional[str] = None
-                      ) -> Optional[Construction]:
+def find_construction(
+    root: Path, test_file: str, test_func: str, op: Optional[str] = None
+) -> Optional[Construction]:
     """The Benchmark a test builds (for ``op`` when the test measures several)."""
     tree = _tree_for(Path(root))
     rel = _normalise_rel(tree, test_file)
@@ -170,9 +180,14 @@ def find_construction(root: Path, test_file: str, test_func: str, op: Optional[s
 # one test function
 
 
-def _scan_function(tree: BenchTree, module: Module, ev: Evaluator,
-                   node: Union[ast.FunctionDef, ast.AsyncFunctionDef],
-                   outer_marks: List[str], test_class: Optional[str]) -> TestEntry:
+def _scan_function(
+    tree: BenchTree,
+    module: Module,
+    ev: Evaluator,
+    node: Union[ast.FunctionDef, ast.AsyncFunctionDef],
+    outer_marks: List[str],
+    test_class: Optional[str],
+) -> TestEntry:
     own_marks = outer_marks + _decorator_marks(ev, node.decorator_list)
     param_cases, notes = ev.parametrize_cases(node.decorator_list)
     cases: List[OpCase] = []
@@ -184,23 +199,31 @@ def _scan_function(tree: BenchTree, module: Module, ev: Evaluator,
         if key in seen:
             continue
         seen.add(key)
-        cases.append(OpCase(marks, constructions, from_params=bool(_operator_marks(
-            [m.name for m in pc.marks]))))
+        cases.append(
+            OpCase(marks, constructions, from_params=bool(_operator_marks([m.name for m in pc.marks])))
+        )
     marks = _unique(m for c in cases for m in c.marks)
     first = next((c for case in cases for c in case.constructions), None)
     op_names = _unique(c.op_name or c.op_name_text or "" for case in cases for c in case.constructions)
     if first is None:
         notes.append("no Benchmark construction found")
     return TestEntry(
-        file=module.rel, function=node.name, line=node.lineno, marks=marks,
+        file=module.rel,
+        function=node.name,
+        line=node.lineno,
+        marks=marks,
         bench_class=first.bench_class if first else None,
         class_chain=first.class_chain if first else [],
-        op_names=[n for n in op_names if n], cases=cases, test_class=test_class, notes=notes,
+        op_names=[n for n in op_names if n],
+        cases=cases,
+        test_class=test_class,
+        notes=notes,
     )
 
 
-def _constructions(tree: BenchTree, module: Module, func: ast.AST, env: Dict[str, Any],
-                   depth: int, visiting: set) -> List[Construction]:
+def _constructions(
+    tree: BenchTree, module: Module, func: ast.AST, env: Dict[str, Any], depth: int, visiting: set
+) -> List[Construction]:
     ev = Evaluator(tree, module)
     found: List[Construction] = []
     locals_ = _local_assigns(func)
@@ -216,8 +239,9 @@ def _constructions(tree: BenchTree, module: Module, func: ast.AST, env: Dict[str
             helper = helper_module.functions.get(callee.name) if helper_module else None
             if helper is not None:
                 helper_env = _bind_call(ev, helper, call, env, skip_self=False)
-                found.extend(_constructions(tree, helper_module, helper, helper_env, depth + 1,
-                                            visiting | {callee}))
+                found.extend(
+                    _constructions(tree, helper_module, helper, helper_env, depth + 1, visiting | {callee})
+                )
     return found
 
 
@@ -226,8 +250,7 @@ def _local_assigns(func: ast.AST) -> Dict[str, ast.expr]:
     counts: Dict[str, int] = {}
     values: Dict[str, ast.expr] = {}
     for node in ast.walk(func):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                and isinstance(node.targets[0], ast.Name):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             counts[name] = counts.get(name, 0) + 1
             values[name] = node.value
@@ -242,8 +265,14 @@ def _calls_in(func: ast.AST) -> Iterable[ast.Call]:
                 yield node
 
 
-def _callee(tree: BenchTree, module: Module, call: ast.Call, env: Dict[str, Any],
-            scope: Optional[str], locals_: Dict[str, ast.expr]):
+def _callee(
+    tree: BenchTree,
+    module: Module,
+    call: ast.Call,
+    env: Dict[str, Any],
+    scope: Optional[str],
+    locals_: Dict[str, ast.expr],
+):
     if isinstance(call.func, ast.Name):
         if call.func.id in env:
             value = env[call.func.id]
@@ -257,8 +286,9 @@ def _callee(tree: BenchTree, module: Module, call: ast.Call, env: Dict[str, Any]
     return tree.resolve_expr(module, call.func)
 
 
-def _construction(tree: BenchTree, ev: Evaluator, cls: Optional[ClassRef], call: ast.Call,
-                  env: Dict[str, Any]) -> Construction:
+def _construction(
+    tree: BenchTree, ev: Evaluator, cls: Optional[ClassRef], call: ast.Call, env: Dict[str, Any]
+) -> Construction:
     value = _op_name_value(tree, ev, cls, call, env)
     backward = _kw_value(ev, call, "is_backward", env) is True
     op_name, text = _as_name(value)
@@ -269,8 +299,12 @@ def _construction(tree: BenchTree, ev: Evaluator, cls: Optional[ClassRef], call:
     if cls is not None and not cls.external:
         class_file = tree.module(cls.module).rel
     return Construction(
-        bench_class=cls.name if cls else None, class_file=class_file, class_chain=chain,
-        op_name=op_name, op_name_text=text, shapes_from=_shapes_from(tree, cls),
+        bench_class=cls.name if cls else None,
+        class_file=class_file,
+        class_chain=chain,
+        op_name=op_name,
+        op_name_text=text,
+        shapes_from=_shapes_from(tree, cls),
     )
 
 
@@ -283,8 +317,9 @@ def _shapes_from(tree: BenchTree, cls: Optional[ClassRef]) -> str:
     return f"{found[0].name}.set_shapes"
 
 
-def _op_name_value(tree: BenchTree, ev: Evaluator, cls: Optional[ClassRef], call: ast.Call,
-                   env: Dict[str, Any]) -> Any:
+def _op_name_value(
+    tree: BenchTree, ev: Evaluator, cls: Optional[ClassRef], call: ast.Call, env: Dict[str, Any]
+) -> Any:
     for kw in call.keywords:
         if kw.arg == "op_name":
             return ev.eval(kw.value, env)
@@ -293,8 +328,9 @@ def _op_name_value(tree: BenchTree, ev: Evaluator, cls: Optional[ClassRef], call
     return _op_name_through_init(tree, cls, call, ev, env, 0)
 
 
-def _op_name_through_init(tree: BenchTree, cls: ClassRef, call: ast.Call, ev: Evaluator,
-                          env: Dict[str, Any], depth: int) -> Any:
+def _op_name_through_init(
+    tree: BenchTree, cls: ClassRef, call: ast.Call, ev: Evaluator, env: Dict[str, Any], depth: int
+) -> Any:
     """op_name passed positionally, or fixed by a subclass __init__ via super().__init__."""
     found = tree.find_method(cls, "__init__")
     if found is None or depth > 4:
@@ -306,7 +342,7 @@ def _op_name_through_init(tree: BenchTree, cls: ClassRef, call: ast.Call, ev: Ev
     init_module = tree.module(owner.module)
     init_ev = Evaluator(tree, init_module)
     mro = tree.mro(cls)
-    parents = mro[mro.index(owner) + 1:] if owner in mro else []
+    parents = mro[mro.index(owner) + 1 :] if owner in mro else []
     for sub in ast.walk(init):
         if isinstance(sub, ast.Call) and _is_super_init(sub) and parents:
             return _op_name_through_init(tree, parents[0], sub, init_ev, init_env, depth + 1)
@@ -315,24 +351,29 @@ def _op_name_through_init(tree: BenchTree, cls: ClassRef, call: ast.Call, ev: Ev
 
 def _is_super_init(call: ast.Call) -> bool:
     func = call.func
-    return (isinstance(func, ast.Attribute) and func.attr == "__init__"
-            and isinstance(func.value, ast.Call) and isinstance(func.value.func, ast.Name)
-            and func.value.func.id == "super")
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "__init__"
+        and isinstance(func.value, ast.Call)
+        and isinstance(func.value.func, ast.Name)
+        and func.value.func.id == "super"
+    )
 
 
 def _param_names(func: ast.FunctionDef) -> List[str]:
     return [a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs]
 
 
-def _bind_call(ev: Evaluator, func: ast.FunctionDef, call: ast.Call, env: Dict[str, Any],
-               skip_self: bool) -> Dict[str, Any]:
+def _bind_call(
+    ev: Evaluator, func: ast.FunctionDef, call: ast.Call, env: Dict[str, Any], skip_self: bool
+) -> Dict[str, Any]:
     """Bind a call's static argument values to the callee's parameter names."""
     positional = [a.arg for a in func.args.posonlyargs + func.args.args]
     if skip_self and positional:
         positional = positional[1:]
     out: Dict[str, Any] = {}
     defaults = func.args.defaults
-    for name, default in zip(positional[len(positional) - len(defaults):], defaults):
+    for name, default in zip(positional[len(positional) - len(defaults) :], defaults):
         out[name] = ev.eval(default, {})
     for name, default in zip([a.arg for a in func.args.kwonlyargs], func.args.kw_defaults):
         if default is not None:
@@ -383,7 +424,8 @@ def _collectable(node: ast.ClassDef) -> bool:
     """pytest skips a Test* class that sets ``__test__ = False`` or defines __init__."""
     for item in node.body:
         if isinstance(item, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "__test__" for t in item.targets):
+            isinstance(t, ast.Name) and t.id == "__test__" for t in item.targets
+        ):
             if isinstance(item.value, ast.Constant) and not item.value.value:
                 return False
         if isinstance(item, ast.FunctionDef) and item.name == "__init__":

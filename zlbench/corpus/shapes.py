@@ -22,6 +22,7 @@ import yaml
 from ..opsdata import OpsDataError, parse_yaml
 from ..safe_read import describe_error, read_bytes_capped
 from .layout import UPSTREAM_SHAPES, bench_dir_name
+
 _CLASS_KEY = re.compile(r"^[A-Z][A-Za-z0-9_]*$")
 
 
@@ -33,7 +34,7 @@ class ShapeFileError(OpsDataError):
 class ShapeCheck:
     path: Path
     missing_class_keys: List[str]
-    unknown_keys: List[str] = field(default_factory=list)   # neither an operator nor a class
+    unknown_keys: List[str] = field(default_factory=list)  # neither an operator nor a class
 
     @property
     def ok(self) -> bool:
@@ -61,8 +62,9 @@ def _read_shape_file(path: Path) -> Tuple[str, Dict[str, Any]]:
     if data is None:
         return text, {}
     if not isinstance(data, dict):
-        raise ShapeFileError(f"shape file {path} must map keys to {{shapes: [...]}}, "
-                             f"found a {type(data).__name__}")
+        raise ShapeFileError(
+            f"shape file {path} must map keys to {{shapes: [...]}}, found a {type(data).__name__}"
+        )
     return text, data
 
 
@@ -109,8 +111,9 @@ def upstream_shapes_path(upstream: Path) -> Path:
     return upstream
 
 
-def check_shape_file(path: Path, upstream_class_keys: List[str],
-                     known_keys: Optional[List[str]] = None) -> ShapeCheck:
+def check_shape_file(
+    path: Path, upstream_class_keys: List[str], known_keys: Optional[List[str]] = None
+) -> ShapeCheck:
     """Missing upstream class keys (an error) and, given ``known_keys``, unknown keys."""
     data = load_shape_file(path)
     missing = sorted(k for k in upstream_class_keys if k not in data)
@@ -132,12 +135,15 @@ def merge_class_keys(path: Path, upstream: Dict[str, Any], out: Optional[Path] =
     missing = [k for k in class_keys(upstream) if k not in data]
     target = Path(out) if out else path
     if missing:
-        block = yaml.safe_dump({k: upstream[k] for k in missing}, sort_keys=False,
-                               default_flow_style=None, width=100)
+        block = yaml.safe_dump(
+            {k: upstream[k] for k in missing}, sort_keys=False, default_flow_style=None, width=100
+        )
         if text and not text.endswith("\n"):
             text += "\n"
-        text += ("\n# Class keys from upstream core_shapes.yaml (zlbench ops shapes merge):\n"
-                 "# FlagGems falls back to them for operators this file does not list.\n" + block)
+        text += (
+            "\n# Class keys from upstream core_shapes.yaml (zlbench ops shapes merge):\n"
+            "# FlagGems falls back to them for operators this file does not list.\n" + block
+        )
     merged = yaml.safe_load(text) or {}
     still = [k for k in class_keys(upstream) if k not in merged]
     if still:

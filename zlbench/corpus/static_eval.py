@@ -61,7 +61,8 @@ class Evaluator:
     # -- pytest.mark recognition -------------------------------------------------
     def _is_pytest(self, expr: ast.expr) -> bool:
         return isinstance(expr, ast.Name) and (
-            expr.id == "pytest" or self.module.imports.get(expr.id) == ("module", "pytest"))
+            expr.id == "pytest" or self.module.imports.get(expr.id) == ("module", "pytest")
+        )
 
     def is_mark_namespace(self, expr: ast.expr) -> bool:
         """``pytest.mark`` or a ``mark`` imported from pytest."""
@@ -214,8 +215,12 @@ class Evaluator:
                 if kw.arg == "marks":
                     marks = marks_of(self._eval(kw.value, env))
             return Param(values, marks)
-        if isinstance(func, ast.Name) and func.id == "getattr" and len(expr.args) >= 2 \
-                and self.is_mark_namespace(expr.args[0]):
+        if (
+            isinstance(func, ast.Name)
+            and func.id == "getattr"
+            and len(expr.args) >= 2
+            and self.is_mark_namespace(expr.args[0])
+        ):
             name = self._eval(expr.args[1], env)
             return Mark(name) if isinstance(name, str) else Opaque(ast.unparse(expr))
         name = self.mark_name(expr)
@@ -224,8 +229,9 @@ class Evaluator:
         return Opaque(ast.unparse(expr))
 
     # -- parametrize -------------------------------------------------------------
-    def parametrize_cases(self, decorators: List[ast.expr], env: Optional[Dict[str, Any]] = None
-                          ) -> Tuple[List[Case], List[str]]:
+    def parametrize_cases(
+        self, decorators: List[ast.expr], env: Optional[Dict[str, Any]] = None
+    ) -> Tuple[List[Case], List[str]]:
         """Cases from stacked ``@pytest.mark.parametrize`` decorators (their product).
 
         Returns the cases and notes about values that could not be read statically.
@@ -266,12 +272,13 @@ class Evaluator:
             total *= len(group)
         if total > _MAX_CASES:
             # Cases past the cap are not scanned: their marks and constructions are unknown.
-            notes.append(f"parametrize product has {total} cases; only the first "
-                         f"{_MAX_CASES} were scanned")
+            notes.append(f"parametrize product has {total} cases; only the first {_MAX_CASES} were scanned")
         cases = [Case()]
         for group in groups:
-            cases = [Case({**a.bindings, **b.bindings}, a.marks + b.marks)
-                     for a, b in itertools.islice(itertools.product(cases, group), _MAX_CASES)]
+            cases = [
+                Case({**a.bindings, **b.bindings}, a.marks + b.marks)
+                for a, b in itertools.islice(itertools.product(cases, group), _MAX_CASES)
+            ]
         return cases, notes
 
 

@@ -35,8 +35,7 @@ STATUS_WIDTH = 10
 SHAPE_GAP = " " * 10
 VALUE = r"N/A|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)"
 VALUE_RE = re.compile(VALUE)
-ROW_RE = re.compile(r"^(?P<status>SUCCESS|FAILED)(?P<cells>(?: +(?:%s)){3,6}) {10}(?P<shape>\S.*)$"
-                    % VALUE)
+ROW_RE = re.compile(r"^(?P<status>SUCCESS|FAILED)(?P<cells>(?: +(?:%s)){3,6}) {10}(?P<shape>\S.*)$" % VALUE)
 _TOKEN_RE = re.compile(r"\s*(\S+)")
 
 
@@ -79,7 +78,7 @@ def _split_tokens(line: str) -> Tuple[List[str], str]:
     while len(cells) < 6:
         token = _TOKEN_RE.match(line, pos)
         # The last token is the shape even when it reads like a value ("N/A").
-        if not token or not VALUE_RE.fullmatch(token[1]) or not line[token.end():].strip():
+        if not token or not VALUE_RE.fullmatch(token[1]) or not line[token.end() :].strip():
             break
         cells.append(token[1])
         pos = token.end()

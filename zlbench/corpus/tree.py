@@ -26,7 +26,7 @@ class ClassRef:
 
     module: Optional[str]
     name: str
-    scope: Optional[str] = None   # the function a local class is defined in
+    scope: Optional[str] = None  # the function a local class is defined in
 
     @property
     def external(self) -> bool:
@@ -41,9 +41,9 @@ class FuncRef:
 
 @dataclass
 class Module:
-    name: str                     # dotted, e.g. benchmark.test_abs
+    name: str  # dotted, e.g. benchmark.test_abs
     path: Path
-    rel: str                      # posix path relative to the checkout root
+    rel: str  # posix path relative to the checkout root
     tree: ast.Module
     classes: Dict[str, ast.ClassDef] = field(default_factory=dict)
     functions: Dict[str, ast.FunctionDef] = field(default_factory=dict)
@@ -135,8 +135,7 @@ class BenchTree:
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
         bench = self.root / bench_dir_name(self.root)
-        self._paths: Dict[str, Path] = {
-            _module_name(self.root, p): p for p in sorted(bench.rglob("*.py"))}
+        self._paths: Dict[str, Path] = {_module_name(self.root, p): p for p in sorted(bench.rglob("*.py"))}
         self._parsed: Dict[str, Optional[Module]] = {}
         # checkout-relative path -> why it did not parse; such a module is left out of
         # every scan, so callers report these rather than lose the file silently.
@@ -291,4 +290,3 @@ def _c3(ref: ClassRef, bases_of, seen: set) -> List[ClassRef]:
         seqs = [[c for c in s if c != head] for s in seqs]
         seqs = [s for s in seqs if s]
     return out
-

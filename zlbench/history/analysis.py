@@ -56,13 +56,15 @@ class OpHistory:
         return max(steps, key=lambda s: abs(math.log(s.after / s.before)), default=None)
 
 
-def analyse(conn: sqlite3.Connection, cal: Caliber, op: Optional[str] = None,
-            threshold: float = THRESHOLD) -> List[OpHistory]:
+def analyse(
+    conn: sqlite3.Connection, cal: Caliber, op: Optional[str] = None, threshold: float = THRESHOLD
+) -> List[OpHistory]:
     """Every operator of ``cal`` (or just ``op``), its rows and their steps, by name."""
     ops: Dict[str, OpHistory] = {}
     for key, values, spread in series(conn, cal, op):
         ops.setdefault(key[0], OpHistory(key[0])).rows.append(
-            RowHistory(key, values, find_steps(values, threshold, spread)))
+            RowHistory(key, values, find_steps(values, threshold, spread))
+        )
     return [ops[name] for name in sorted(ops)]
 
 

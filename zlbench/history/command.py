@@ -55,16 +55,22 @@ def add_command(path: str, db: Optional[str]) -> None:
     if statuses.not_run or (summary.screen is not None and not summary.screen.finished):
         raise click.ClickException(
             f"{path} is not a finished screen ({statuses.not_run} operators not run"
-            + ("; shards unfinished or missing" if summary.screen is not None
-               and not summary.screen.finished else "")
+            + (
+                "; shards unfinished or missing"
+                if summary.screen is not None and not summary.screen.finished
+                else ""
+            )
             + "): finish it first (zlbench batch --resume --out DIR, or the same --shard "
-            "command), then add it")
+            "command), then add it"
+        )
     db_path, conn = _open(db)
     try:
         result = add_screen(conn, summary)
         if not result.added:
-            click.echo(f"already recorded as night '{result.night.label}' ({result.rows} "
-                       f"rows): nothing added to {db_path}")
+            click.echo(
+                f"already recorded as night '{result.night.label}' ({result.rows} "
+                f"rows): nothing added to {db_path}"
+            )
             return
         click.echo(f"recorded night '{result.night.label}': {result.rows} rows in {db_path}")
         for cal in calibers(conn):
@@ -78,27 +84,39 @@ def add_command(path: str, db: Optional[str]) -> None:
 
 @history_group.command("show")
 @click.option("--op", default=None, help="Every row of this operator, night by night.")
-@click.option("--caliber", "caliber_key", default=None, metavar="KEY",
-              help="Only the caliber whose key starts with KEY (keys are listed by add and show).")
+@click.option(
+    "--caliber",
+    "caliber_key",
+    default=None,
+    metavar="KEY",
+    help="Only the caliber whose key starts with KEY (keys are listed by add and show).",
+)
 @click.option("--all", "show_all", is_flag=True, help="List operators without a step too.")
-@click.option("--threshold", type=click.FloatRange(0, None, min_open=True), default=0.05,
-              show_default=True, help="Smallest relative step reported (also beyond the "
-              "scatter of the nights on either side).")
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0, None, min_open=True),
+    default=0.05,
+    show_default=True,
+    help="Smallest relative step reported (also beyond the scatter of the nights on either side).",
+)
 @click.option("--db", default=None, metavar="FILE", help=DB_HELP)
-def show_command(op: Optional[str], caliber_key: Optional[str], show_all: bool,
-                 threshold: float, db: Optional[str]) -> None:
+def show_command(
+    op: Optional[str], caliber_key: Optional[str], show_all: bool, threshold: float, db: Optional[str]
+) -> None:
     """Each operator's latency over nights, per caliber, with its steps beyond the noise."""
     from zlbench.history.store import calibers
 
     db_path, conn = _open(db)
     try:
-        cals = [c for c in calibers(conn) if c.nights
-                and (caliber_key is None or c.key.startswith(caliber_key))]
+        cals = [
+            c for c in calibers(conn) if c.nights and (caliber_key is None or c.key.startswith(caliber_key))
+        ]
         if not cals:
             raise click.ClickException(
                 f"no recorded screens in {db_path}"
                 + (f" with a caliber starting {caliber_key}" if caliber_key else "")
-                + ": record one with zlbench history add DIR")
+                + ": record one with zlbench history add DIR"
+            )
         for cal in cals:
             click.echo("\n".join(_caliber_text(conn, cal, op, show_all, threshold)))
     finally:
@@ -119,12 +137,12 @@ def _caliber_text(conn, cal, op: Optional[str], show_all: bool, threshold: float
             return lines + [f"  no rows of {op} in this caliber"]
         shown = nights[-8:]
         first = len(nights) - len(shown)
-        lines.append(f"  {op}: gems ms per night (nights {first + 1}-{len(nights)}); "
-                     "steps beyond the noise marked")
+        lines.append(
+            f"  {op}: gems ms per night (nights {first + 1}-{len(nights)}); steps beyond the noise marked"
+        )
         for row in ops[0].rows:
             _, dtype, shape = row.key
-            cells = " ".join(f"{v:>10.6f}" if v is not None else f"{'-':>10}"
-                             for v in row.values[first:])
+            cells = " ".join(f"{v:>10.6f}" if v is not None else f"{'-':>10}" for v in row.values[first:])
             steps = "; ".join(f"night {s.index + 1}: {_pct(s.change)}" for s in row.steps)
             lines.append(f"    {dtype:<15} {shape:<40} {cells}" + (f"   STEP {steps}" if steps else ""))
         return lines
@@ -139,12 +157,17 @@ def _caliber_text(conn, cal, op: Optional[str], show_all: bool, threshold: float
         index = o.index(len(nights))
         latest = index[-1]
         by_night = o.step_nights()
-        text = "; ".join(f"night {i + 1}: {len(s)} rows, median {_pct(median_change(s))}"
-                         for i, s in sorted(by_night.items()))
-        lines.append(f"  {o.op:<28} {len(o.rows):>5} {len(o.stepped):>8}  "
-                     f"{_pct(latest - 1) if latest is not None else 'not measured':>21}  {text}")
+        text = "; ".join(
+            f"night {i + 1}: {len(s)} rows, median {_pct(median_change(s))}"
+            for i, s in sorted(by_night.items())
+        )
+        lines.append(
+            f"  {o.op:<28} {len(o.rows):>5} {len(o.stepped):>8}  "
+            f"{_pct(latest - 1) if latest is not None else 'not measured':>21}  {text}"
+        )
     quiet = len(ops) - len(stepped)
-    lines.append(f"  {len(stepped)} operators stepped beyond the noise (threshold "
-                 f"{threshold * 100:g}%); {quiet} did not"
-                 + ("" if show_all or not quiet else " (--all lists them)"))
+    lines.append(
+        f"  {len(stepped)} operators stepped beyond the noise (threshold "
+        f"{threshold * 100:g}%); {quiet} did not" + ("" if show_all or not quiet else " (--all lists them)")
+    )
     return lines

@@ -26,8 +26,11 @@ class HistorySection:
 
 
 STEP_COLUMNS = [
-    Column("op", "operator"), Column("dtype", "dtype"), Column("shape", "shape"),
-    Column("night", "night"), Column("before", "before ms", "num", 6),
+    Column("op", "operator"),
+    Column("dtype", "dtype"),
+    Column("shape", "shape"),
+    Column("night", "night"),
+    Column("before", "before ms", "num", 6),
     Column("after", "after ms", "num", 6),
     Column("change", "change", "pct", 1, "after / before - 1 (positive: slower)", "latency"),
     Column("held", "nights held", "num", 0, "nights at the new level so far"),
@@ -65,27 +68,42 @@ def history_section(summary: Summary, db: Optional[str]) -> Optional[HistorySect
     section = HistorySection(f"{len(labels)} nights of caliber {cal.key}")
     section.notes.append(f"Caliber {cal.key}: {cal.label}. Database: {path}.")
     section.notes.append(
-        f"This screen is night '{night.label}'." if night else
-        f"This screen is not recorded yet: zlbench history add {summary.input}")
+        f"This screen is night '{night.label}'."
+        if night
+        else f"This screen is not recorded yet: zlbench history add {summary.input}"
+    )
     if len(cals) > 1 or len(mine) > 1:
-        section.notes.append("Its runs span several calibers; the one with most nights is "
-                             "drawn (zlbench history show lists all).")
+        section.notes.append(
+            "Its runs span several calibers; the one with most nights is "
+            "drawn (zlbench history show lists all)."
+        )
     stepped = sorted((o for o in ops if o.stepped), key=_size, reverse=True)
     section.notes.append(
         f"{len(stepped)} of {len(ops)} operators have rows that stepped beyond the noise "
         f"(at least {THRESHOLD * 100:g}% and beyond the scatter of the nights on either "
         "side); the pictures show the latency of each operator's rows relative to their "
-        "own median, dashed lines where rows stepped.")
+        "own median, dashed lines where rows stepped."
+    )
     for o in stepped[:MAX_PLOTS]:
-        marks = [(i, f"{len(s)} rows {median_change(s) * 100:+.0f}%")
-                 for i, s in sorted(o.step_nights().items())]
-        section.svgs.append(Markup(history_svg(o.op, labels, [(cal.key, o.index(len(labels)))],
-                                               marks)))
+        marks = [
+            (i, f"{len(s)} rows {median_change(s) * 100:+.0f}%") for i, s in sorted(o.step_nights().items())
+        ]
+        section.svgs.append(Markup(history_svg(o.op, labels, [(cal.key, o.index(len(labels)))], marks)))
     rows = []
     for o in stepped:
         for r in o.stepped:
             for s in r.steps:
-                rows.append([o.op, r.key[1].replace("torch.", ""), r.key[2], labels[s.index],
-                             s.before, s.after, s.change, s.nights_after])
+                rows.append(
+                    [
+                        o.op,
+                        r.key[1].replace("torch.", ""),
+                        r.key[2],
+                        labels[s.index],
+                        s.before,
+                        s.after,
+                        s.change,
+                        s.nights_after,
+                    ]
+                )
     section.steps = Table(STEP_COLUMNS, rows, "change", descending=True)
     return section

@@ -37,9 +37,9 @@ FLOOR_PER_NIGHT = 0.001
 class Step:
     # Position in the series of the first value after the step.
     index: int
-    before: float           # median latency of the piece before
-    after: float            # median latency of the piece after
-    nights_after: int       # how many nights the new level has held so far
+    before: float  # median latency of the piece before
+    after: float  # median latency of the piece after
+    nights_after: int  # how many nights the new level has held so far
 
     @property
     def change(self) -> float:
@@ -50,7 +50,7 @@ class Step:
 def _costs(xs: Sequence[float]) -> List[float]:
     """cost[k] = sum |x - median(xs[:k])| over xs[:k], for k = 0..len(xs), by running
     medians in two heaps (asv's rolling_median_dev does the same)."""
-    lower: List[float] = []   # max-heap of the lower half, negated
+    lower: List[float] = []  # max-heap of the lower half, negated
     upper: List[float] = []
     s_lo = s_up = 0.0
     out = [0.0]
@@ -106,8 +106,7 @@ def _segment(xs: Sequence[float]) -> List[int]:
     total = _costs(xs)[-1]
     while True:
         edges = [0] + bounds + [n]
-        best = max((_best_split(xs, a, b) for a, b in zip(edges, edges[1:]) if b - a >= 2),
-                   default=(0.0, -1))
+        best = max((_best_split(xs, a, b) for a, b in zip(edges, edges[1:]) if b - a >= 2), default=(0.0, -1))
         gain, at = best
         if at < 0:
             break
@@ -139,17 +138,21 @@ def _prune(xs: Sequence[float], bounds: List[int], least: float) -> List[int]:
             if abs(m2 - m1) <= max(least, e1, e2):
                 drop = [a2]
                 break
-            if (b2 - a2 == 1 and i + 2 < len(pieces)
-                    and abs(pieces[i + 2][2] - m1) <= max(least, e1, pieces[i + 2][3])):
-                drop = [a2, b2]   # up (or down) for one night, then back
+            if (
+                b2 - a2 == 1
+                and i + 2 < len(pieces)
+                and abs(pieces[i + 2][2] - m1) <= max(least, e1, pieces[i + 2][3])
+            ):
+                drop = [a2, b2]  # up (or down) for one night, then back
                 break
         if drop is None:
             return bounds
         bounds = [b for b in bounds if b not in drop]
 
 
-def find_steps(values: Sequence[Optional[float]], threshold: float = THRESHOLD,
-               spread: float = 0.0) -> List[Step]:
+def find_steps(
+    values: Sequence[Optional[float]], threshold: float = THRESHOLD, spread: float = 0.0
+) -> List[Step]:
     """Steps of a latency series (one value per night, None where the row was not
     measured). ``spread``: the rows' own relative spread, where measured."""
     index = [i for i, v in enumerate(values) if v is not None and v > 0 and math.isfinite(v)]
@@ -157,10 +160,12 @@ def find_steps(values: Sequence[Optional[float]], threshold: float = THRESHOLD,
         return []
     raw = [float(values[i]) for i in index]
     if max(raw) <= min(raw) * (1 + threshold):
-        return []     # no two nights differ by the threshold: nothing can step
+        return []  # no two nights differ by the threshold: nothing can step
     xs = [math.log(v) for v in raw]
     least = max(math.log1p(threshold), math.log1p(spread))
     bounds = _prune(xs, _segment(xs), least)
     pieces = _pieces(xs, bounds)
-    return [Step(index[a2], math.exp(m1), math.exp(m2), b2 - a2)
-            for (_, _, m1, _), (a2, b2, m2, _) in zip(pieces, pieces[1:])]
+    return [
+        Step(index[a2], math.exp(m1), math.exp(m2), b2 - a2)
+        for (_, _, m1, _), (a2, b2, m2, _) in zip(pieces, pieces[1:])
+    ]

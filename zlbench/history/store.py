@@ -115,20 +115,23 @@ def open_db(path: str) -> sqlite3.Connection:
         conn = sqlite3.connect(path)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise HistoryError(f"{path} was written by a newer zlbench (schema {version}); "
-                               "upgrade zlbench or choose another file with --db / ZL_HISTORY_DB")
+            raise HistoryError(
+                f"{path} was written by a newer zlbench (schema {version}); "
+                "upgrade zlbench or choose another file with --db / ZL_HISTORY_DB"
+            )
         conn.executescript(SCHEMA)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.commit()
     except (OSError, sqlite3.DatabaseError) as e:
-        raise HistoryError(f"cannot use the history database {path}: {e}; choose another "
-                           "file with --db FILE or ZL_HISTORY_DB") from None
+        raise HistoryError(
+            f"cannot use the history database {path}: {e}; choose another "
+            "file with --db FILE or ZL_HISTORY_DB"
+        ) from None
     return conn
 
 
 def _started(runs: Sequence[RunLog], root: Path) -> str:
-    stamps = sorted(str(r.identity["started"]) for r in runs
-                    if r.identity and r.identity.get("started"))
+    stamps = sorted(str(r.identity["started"]) for r in runs if r.identity and r.identity.get("started"))
     if stamps:
         return stamps[0]
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(root.stat().st_mtime))
@@ -158,9 +161,19 @@ def _records(summary: Summary) -> Tuple[str, List[tuple], Dict[str, Dict[str, st
         fields = series_caliber(run.identity if run else None)
         key = caliber_key(fields)
         calibers[key] = fields
-        records.append((key, row.op, row.dtype, row.shape, row.status, row.timer,
-                        _finite(row.gems_ms), _finite(row.torch_ms),
-                        _finite(row.gems_spread)))
+        records.append(
+            (
+                key,
+                row.op,
+                row.dtype,
+                row.shape,
+                row.status,
+                row.timer,
+                _finite(row.gems_ms),
+                _finite(row.torch_ms),
+                _finite(row.gems_spread),
+            )
+        )
     records.sort(key=lambda r: tuple("" if v is None else str(v) for v in r))
     content = hashlib.sha256("\n".join(json.dumps(r) for r in records).encode()).hexdigest()
     return content, records, calibers
@@ -191,24 +204,35 @@ def add_screen(conn: sqlite3.Connection, summary: Summary) -> Added:
         cur = conn.execute(
             "INSERT INTO screens (content_key, path, started, added, label, versions) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            (content, str(summary.root.resolve()), started,
-             time.strftime("%Y-%m-%dT%H:%M:%S%z"), label, json.dumps(_versions(summary.runs))))
+            (
+                content,
+                str(summary.root.resolve()),
+                started,
+                time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                label,
+                json.dumps(_versions(summary.runs)),
+            ),
+        )
         screen = cur.lastrowid
         ids = {}
         for key, fields in calibers.items():
-            conn.execute("INSERT OR IGNORE INTO calibers (key, fields) VALUES (?, ?)",
-                         (key, json.dumps(fields, sort_keys=True)))
+            conn.execute(
+                "INSERT OR IGNORE INTO calibers (key, fields) VALUES (?, ?)",
+                (key, json.dumps(fields, sort_keys=True)),
+            )
             ids[key] = conn.execute("SELECT id FROM calibers WHERE key = ?", (key,)).fetchone()[0]
         conn.executemany(
             "INSERT INTO rows (screen, caliber, op, dtype, shape, status, timer, gems_ms, "
             "torch_ms, spread) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(screen, ids[r[0]]) + r[1:] for r in records])
+            [(screen, ids[r[0]]) + r[1:] for r in records],
+        )
     return Added(True, night(conn, screen), len(records), sorted(calibers))
 
 
 def night(conn: sqlite3.Connection, screen: int) -> Night:
     sid, label, started, path, versions = conn.execute(
-        "SELECT id, label, started, path, versions FROM screens WHERE id = ?", (screen,)).fetchone()
+        "SELECT id, label, started, path, versions FROM screens WHERE id = ?", (screen,)
+    ).fetchone()
     return Night(sid, label, started, path, json.loads(versions))
 
 
@@ -218,8 +242,10 @@ def calibers(conn: sqlite3.Connection) -> List[Caliber]:
     for cid, key, fields in conn.execute("SELECT id, key, fields FROM calibers ORDER BY id"):
         cal = Caliber(cid, key, json.loads(fields))
         for (sid,) in conn.execute(
-                "SELECT DISTINCT s.id FROM screens s JOIN rows r ON r.screen = s.id "
-                "WHERE r.caliber = ? ORDER BY s.started, s.id", (cid,)).fetchall():
+            "SELECT DISTINCT s.id FROM screens s JOIN rows r ON r.screen = s.id "
+            "WHERE r.caliber = ? ORDER BY s.started, s.id",
+            (cid,),
+        ).fetchall():
             cal.nights.append(night(conn, sid))
         out.append(cal)
     return out
@@ -228,13 +254,16 @@ def calibers(conn: sqlite3.Connection) -> List[Caliber]:
 SeriesKey = Tuple[str, str, str]
 
 
-def series(conn: sqlite3.Connection, cal: Caliber, op: Optional[str] = None
-           ) -> Iterator[Tuple[SeriesKey, List[Optional[float]], float]]:
+def series(
+    conn: sqlite3.Connection, cal: Caliber, op: Optional[str] = None
+) -> Iterator[Tuple[SeriesKey, List[Optional[float]], float]]:
     """(op, dtype, shape), gems latency per night of ``cal`` (None where not measured),
     and the largest spread recorded for the row (0 where none)."""
     position = {n.id: i for i, n in enumerate(cal.nights)}
-    query = ("SELECT op, dtype, shape, screen, status, gems_ms, spread FROM rows "
-             "WHERE caliber = ?" + (" AND op = ?" if op else "") + " ORDER BY op, dtype, shape")
+    query = (
+        "SELECT op, dtype, shape, screen, status, gems_ms, spread FROM rows "
+        "WHERE caliber = ?" + (" AND op = ?" if op else "") + " ORDER BY op, dtype, shape"
+    )
     current: Optional[SeriesKey] = None
     values: List[Optional[float]] = []
     spread = 0.0

@@ -9,13 +9,13 @@ from typing import Dict, List, Optional, Tuple
 import click
 
 from .. import knobs
-from . import dismiss as dismiss_mod
 from ..corpus import guards as guards_mod
 from ..corpus import inventory as inv
 from ..corpus import shapes as shapes_mod
 from ..corpus.collect import format_comparison
-from ..opsdata import OpsDataError, inventory_path
 from ..corpus.tree import BenchTree
+from ..opsdata import OpsDataError, inventory_path
+from . import dismiss as dismiss_mod
 
 
 class _OpsError(click.ClickException):
@@ -25,8 +25,7 @@ class _OpsError(click.ClickException):
 def _repo_arg(text: str) -> Tuple[str, Path]:
     name, sep, path = text.partition("=")
     if not sep or not name or not path:
-        raise click.BadParameter(f"{text!r}: give NAME=DIR, e.g. flaggems=~/FlagGems",
-                                 param_hint="--repo")
+        raise click.BadParameter(f"{text!r}: give NAME=DIR, e.g. flaggems=~/FlagGems", param_hint="--repo")
     root = Path(path).expanduser()
     if not root.is_dir():
         raise click.BadParameter(f"{root} is not a directory", param_hint="--repo")
@@ -36,8 +35,7 @@ def _repo_arg(text: str) -> Tuple[str, Path]:
 def _warn_unparsed(root, errors: Dict[str, str], left_out: str) -> None:
     """A file that does not parse drops out of every scan: never silently."""
     for rel, why in sorted(errors.items()):
-        click.echo(f"warning: {root}: {rel} does not parse; its {left_out} are left out: {why}",
-                   err=True)
+        click.echo(f"warning: {root}: {rel} does not parse; its {left_out} are left out: {why}", err=True)
 
 
 def _bench_tree(root: Path) -> BenchTree:
@@ -53,19 +51,41 @@ def ops_group():
 
 
 @ops_group.command("scan")
-@click.option("--repo", "repos", multiple=True, metavar="NAME=DIR",
-              help="Checkout to scan and the inventory name to write (ops/inventory/NAME.yaml); "
-                   "repeatable, e.g. flaggems=~/FlagGems flaggems-vllm=~/FlagGems-vllm. "
-                   "Default: flaggems=$FLAGGEMS_DIR.")
-@click.option("--verify/--no-verify", default=True, show_default=True,
-              help="Check the scan against pytest --collect-only of the same tree.")
-@click.option("--python", default=sys.executable, show_default=True,
-              help="Interpreter for the collect-only run (one that can import flag_gems).")
-@click.option("--ref", "refs", multiple=True, metavar="NAME=REF",
-              help="Where NAME's tree came from, recorded in its inventory; repeatable "
-                   "(default: git rev-parse of the checkout).")
-@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write inventories here instead of ops/inventory/.")
+@click.option(
+    "--repo",
+    "repos",
+    multiple=True,
+    metavar="NAME=DIR",
+    help="Checkout to scan and the inventory name to write (ops/inventory/NAME.yaml); "
+    "repeatable, e.g. flaggems=~/FlagGems flaggems-vllm=~/FlagGems-vllm. "
+    "Default: flaggems=$FLAGGEMS_DIR.",
+)
+@click.option(
+    "--verify/--no-verify",
+    default=True,
+    show_default=True,
+    help="Check the scan against pytest --collect-only of the same tree.",
+)
+@click.option(
+    "--python",
+    default=sys.executable,
+    show_default=True,
+    help="Interpreter for the collect-only run (one that can import flag_gems).",
+)
+@click.option(
+    "--ref",
+    "refs",
+    multiple=True,
+    metavar="NAME=REF",
+    help="Where NAME's tree came from, recorded in its inventory; repeatable "
+    "(default: git rev-parse of the checkout).",
+)
+@click.option(
+    "--out-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write inventories here instead of ops/inventory/.",
+)
 def scan_command(repos, verify, python, refs, out_dir):
     """Scan FlagGems checkouts by AST and write their operator inventories.
 
@@ -90,16 +110,19 @@ def scan_command(repos, verify, python, refs, out_dir):
     failed = False
     for name, root in parsed:
         try:
-            inventory, cmp = inv.inventory_from_tree(root, name, verify=verify, python=python,
-                                                     ref=ref_of.get(name))
+            inventory, cmp = inv.inventory_from_tree(
+                root, name, verify=verify, python=python, ref=ref_of.get(name)
+            )
         except (OpsDataError, OSError) as exc:
             raise _OpsError(str(exc)) from exc
         _warn_unparsed(root, inventory["verified"].get("unparsed_files", {}), "tests")
         path = (out_dir / f"{name}.yaml") if out_dir else inventory_path(name)
         inv.write_inventory(inventory, path)
         counts = inventory["counts"]
-        click.echo(f"{name}: {counts['test_functions']} test functions, {counts['operators']} "
-                   f"operators ({inventory['layout']} layout) -> {path}")
+        click.echo(
+            f"{name}: {counts['test_functions']} test functions, {counts['operators']} "
+            f"operators ({inventory['layout']} layout) -> {path}"
+        )
         if cmp is not None:
             for line in format_comparison(cmp):
                 click.echo(line)
@@ -113,8 +136,11 @@ def scan_command(repos, verify, python, refs, out_dir):
 @ops_group.command("diff")
 @click.argument("old")
 @click.argument("new", required=False)
-@click.option("--tree", type=click.Path(file_okay=False, exists=True, path_type=Path),
-              help="Scan this checkout (no collect) and diff it against OLD instead of NEW.")
+@click.option(
+    "--tree",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Scan this checkout (no collect) and diff it against OLD instead of NEW.",
+)
 def diff_command(old, new, tree):
     """What changed between two inventories (names such as flaggems, or .yaml paths)."""
     if (new is None) == (tree is None):
@@ -147,8 +173,10 @@ def show_command(op, inventory_name):
     click.echo("pytest " + " ".join(selection.pytest_args))
     for test in record["tests"]:
         key = test.get("shape_key") or test.get("shapes_from") or "-"
-        click.echo(f"  {test['node']}: prints {', '.join(test['op_names']) or '?'}; "
-                   f"class chain {' > '.join(test['class_chain']) or '?'}; shapes {key}")
+        click.echo(
+            f"  {test['node']}: prints {', '.join(test['op_names']) or '?'}; "
+            f"class chain {' > '.join(test['class_chain']) or '?'}; shapes {key}"
+        )
     for node, others in record.get("shared", {}).items():
         click.echo(f"  shared: {node} also measures {', '.join(others)}")
     for dup in selection.duplicates:
@@ -156,13 +184,27 @@ def show_command(op, inventory_name):
 
 
 @ops_group.command("check")
-@click.option("--inventory", "inventory_name", default="flaggems", show_default=True,
-              help="Inventory the dismiss list must name operators from.")
-@click.option("--dismiss", "dismiss_file", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Dismiss list (default ops/dismiss.yaml).")
-@click.option("--tree", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="Also check that every torch.cuda guard in this checkout is decided in "
-                   "ops/compat/musa_skip_overrides.yaml, and no entry there is stale.")
+@click.option(
+    "--inventory",
+    "inventory_name",
+    default="flaggems",
+    show_default=True,
+    help="Inventory the dismiss list must name operators from.",
+)
+@click.option(
+    "--dismiss",
+    "dismiss_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Dismiss list (default ops/dismiss.yaml).",
+)
+@click.option(
+    "--tree",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Also check that every torch.cuda guard in this checkout is decided in "
+    "ops/compat/musa_skip_overrides.yaml, and no entry there is stale.",
+)
 def check_command(inventory_name, dismiss_file, tree):
     """Validate ops/ data: the dismiss list and the compat decision tables."""
     problems: List[str] = []
@@ -177,17 +219,24 @@ def check_command(inventory_name, dismiss_file, tree):
         bench = _bench_tree(tree)
         undecided, stale = guards_mod.coverage(table, guards_mod.find_guards(bench), tree)
         _warn_unparsed(tree, bench.parse_errors, "guards")
-        problems += [f"undecided guard {g.file}:{g.line} ({g.kind} "
-                     f"{g.test or g.where}, reason {g.reason!r}): add it to "
-                     "ops/compat/musa_skip_overrides.yaml" for g in undecided]
-        problems += [f"stale entry {e['file']}::{e.get('test') or e.get('where')} "
-                     f"(reason {e.get('reason')!r}): no such guard in {tree}" for e in stale]
+        problems += [
+            f"undecided guard {g.file}:{g.line} ({g.kind} "
+            f"{g.test or g.where}, reason {g.reason!r}): add it to "
+            "ops/compat/musa_skip_overrides.yaml"
+            for g in undecided
+        ]
+        problems += [
+            f"stale entry {e['file']}::{e.get('test') or e.get('where')} "
+            f"(reason {e.get('reason')!r}): no such guard in {tree}"
+            for e in stale
+        ]
     for line in problems:
         click.echo(line, err=True)
     if problems:
         raise _OpsError(f"{len(problems)} problem(s) in ops/ data")
-    click.echo(f"ok: {len(dismissed)} dismissed operator(s), "
-               f"{len(guards_mod.removals(table))} musa skip override(s)")
+    click.echo(
+        f"ok: {len(dismissed)} dismissed operator(s), {len(guards_mod.removals(table))} musa skip override(s)"
+    )
 
 
 @ops_group.command("guards")
@@ -217,9 +266,13 @@ def shapes_group():
 
 @shapes_group.command("check")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@click.option("--upstream", type=click.Path(exists=True, path_type=Path), default=None,
-              help="Upstream core_shapes.yaml, or a checkout holding benchmark/core_shapes.yaml "
-                   "(default: the class keys recorded in the inventory).")
+@click.option(
+    "--upstream",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Upstream core_shapes.yaml, or a checkout holding benchmark/core_shapes.yaml "
+    "(default: the class keys recorded in the inventory).",
+)
 @click.option("--inventory", "inventory_name", default="flaggems", show_default=True)
 def shapes_check_command(file, upstream, inventory_name):
     """Fail when FILE lacks a class key upstream core_shapes.yaml has."""
@@ -231,8 +284,9 @@ def shapes_check_command(file, upstream, inventory_name):
         else:
             keys = inventory.get("shape_class_keys")
             if keys is None:
-                raise _OpsError(f"the {inventory_name} inventory records no shape_class_keys; "
-                                "give --upstream")
+                raise _OpsError(
+                    f"the {inventory_name} inventory records no shape_class_keys; give --upstream"
+                )
         known = _known_keys(inventory) if inventory else None
         result = shapes_mod.check_shape_file(file, keys, known)
     except OpsDataError as exc:
@@ -240,18 +294,29 @@ def shapes_check_command(file, upstream, inventory_name):
     for key in result.unknown_keys:
         click.echo(f"warning: {file}: key {key!r} is neither an operator nor a class key", err=True)
     if not result.ok:
-        raise _OpsError(f"{file} lacks class keys upstream has: {', '.join(result.missing_class_keys)}; "
-                        "FlagGems then falls back to 1-D shapes for that family "
-                        f"(fix: zlbench ops shapes merge {file} --upstream DIR)")
+        raise _OpsError(
+            f"{file} lacks class keys upstream has: {', '.join(result.missing_class_keys)}; "
+            "FlagGems then falls back to 1-D shapes for that family "
+            f"(fix: zlbench ops shapes merge {file} --upstream DIR)"
+        )
     click.echo(f"ok: {file} has all {len(keys)} upstream class keys")
 
 
 @shapes_group.command("merge")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@click.option("--upstream", type=click.Path(exists=True, path_type=Path), required=True,
-              help="Upstream core_shapes.yaml, or a checkout holding benchmark/core_shapes.yaml.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the merged file here (default: FILE, in place).")
+@click.option(
+    "--upstream",
+    type=click.Path(exists=True, path_type=Path),
+    required=True,
+    help="Upstream core_shapes.yaml, or a checkout holding benchmark/core_shapes.yaml.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the merged file here (default: FILE, in place).",
+)
 def shapes_merge_command(file, upstream, output):
     """Add the class keys FILE lacks, with upstream's shapes."""
     try:
@@ -273,8 +338,9 @@ def _optional_inventory(name: str, required: bool) -> Optional[dict]:
         if required:
             raise
         # Not fatal with --upstream, but the check it feeds must not vanish unseen.
-        click.echo(f"warning: unknown-key check skipped, the {name} inventory cannot be read: "
-                   f"{exc}", err=True)
+        click.echo(
+            f"warning: unknown-key check skipped, the {name} inventory cannot be read: {exc}", err=True
+        )
         return None
 
 

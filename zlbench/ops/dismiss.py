@@ -20,7 +20,6 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-
 from ..opsdata import OpsDataError, dismiss_path, read_yaml
 
 REQUIRED_VERIFIED = ("date", "backend", "seen")
@@ -80,9 +79,11 @@ def check_against_inventory(dismissed: Dict[str, Dict[str, Any]], inventory: Dic
     """Entries naming an operator the inventory does not have."""
     ops = inventory["ops"]
     repo = inventory.get("repo", "?")
-    return [f"dismissed operator {op!r} is not in the {repo} inventory; fix the name or drop the entry"
-            for op, entry in sorted(dismissed.items())
-            if entry.get("inventory", repo) == repo and op not in ops]
+    return [
+        f"dismissed operator {op!r} is not in the {repo} inventory; fix the name or drop the entry"
+        for op, entry in sorted(dismissed.items())
+        if entry.get("inventory", repo) == repo and op not in ops
+    ]
 
 
 def _text(value: Any) -> bool:

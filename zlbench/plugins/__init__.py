@@ -15,7 +15,6 @@ from typing import Optional
 from .. import rundir
 
 
-
 def run_dir() -> Optional[Path]:
     value = os.environ.get("ZL_RUN_DIR")
     return Path(value) if value else None

@@ -43,14 +43,14 @@ import pytest
 
 from zlbench import autotune_records as ar
 from zlbench import knobs, rundir
-from zlbench.plugins import print_line, write_plugin_json
-from zlbench.plugins.keys import PARALLEL_WARMUP_REPLAY, ROW_CONTEXT
 from zlbench.markers import (
     AUTOTUNE_REPLAY_FALLBACK,
     AUTOTUNE_REPLAY_MISMATCH,
     AUTOTUNE_REPLAY_NONE,
     format_marker,
 )
+from zlbench.plugins import print_line, write_plugin_json
+from zlbench.plugins.keys import PARALLEL_WARMUP_REPLAY, ROW_CONTEXT
 
 MODES = ("record", "replay", "off")
 TUNER_CLASS_NAMES = ("LibTuner", "Autotuner")
@@ -80,8 +80,9 @@ def settings_from_env(environ: Mapping[str, str]) -> Optional[AutotuneSettings]:
         raise ValueError(f"ZL_AUTOTUNE_MODE={mode!r}: expected one of {', '.join(MODES)}")
     replay_from = knobs.env_value("replay_from", environ)
     use_flagtune = knobs.flag_text(knobs.env_value("use_flagtune", environ))
-    return AutotuneSettings(Path(run_dir), mode, records_dir_of(replay_from) if replay_from else None,
-                            use_flagtune or "0")
+    return AutotuneSettings(
+        Path(run_dir), mode, records_dir_of(replay_from) if replay_from else None, use_flagtune or "0"
+    )
 
 
 def records_dir_of(path: str) -> Path:
@@ -90,6 +91,7 @@ def records_dir_of(path: str) -> Path:
 
 
 # ---- finding tuner classes --------------------------------------------------------
+
 
 def find_tuner_classes(modules: Mapping[str, Any]) -> List[type]:
     """Classes named LibTuner/Autotuner defined or re-exported by these modules, and all
@@ -102,8 +104,11 @@ def find_tuner_classes(modules: Mapping[str, Any]) -> List[type]:
             continue
         for value in list(namespace.values()):
             # type(), not isinstance(): some module globals warn when asked __class__.
-            if (issubclass(type(value), type) and value.__name__ in TUNER_CLASS_NAMES
-                    and callable(getattr(value, "run", None))):
+            if (
+                issubclass(type(value), type)
+                and value.__name__ in TUNER_CLASS_NAMES
+                and callable(getattr(value, "run", None))
+            ):
                 roots.add(value)
     found: Set[type] = set()
     todo = list(roots)
@@ -128,8 +133,9 @@ def kernel_name(tuner: Any) -> str:
     """``<module>.<qualname>`` of the Python function under the tuner: stable across runs."""
     fn = getattr(tuner, "base_fn", None) or getattr(tuner, "fn", None)
     for _ in range(16):
-        if fn is None or (hasattr(fn, "__qualname__") and hasattr(fn, "__module__")
-                          and not hasattr(fn, "fn")):
+        if fn is None or (
+            hasattr(fn, "__qualname__") and hasattr(fn, "__module__") and not hasattr(fn, "fn")
+        ):
             break
         fn = getattr(fn, "fn", None)
     if fn is not None and hasattr(fn, "__qualname__"):
@@ -139,19 +145,20 @@ def kernel_name(tuner: Any) -> str:
 
 # ---- the cache stand-in ---------------------------------------------------------
 
+
 class CacheOverlay:
     """Stands in for ``tuner.cache``: remembers the key the tuner asked for this call,
     and when replaying answers for it from the records."""
 
     def __init__(self, inner: Any, resolve: Optional[Callable[[Any], Any]]):
         self.inner = inner
-        self.resolve = resolve      # key -> config to inject, or None
+        self.resolve = resolve  # key -> config to inject, or None
         self.depth = 0
         self.last_key: Any = None
-        self.stored = False         # the tuner wrote a config this call (it tuned)
-        self.injected: Any = None   # the key answered from the records this call
+        self.stored = False  # the tuner wrote a config this call (it tuned)
+        self.injected: Any = None  # the key answered from the records this call
         self.seen: Dict[Any, Any] = {}  # key -> config object last recorded
-        self.binding: Any = None    # the tuner's _Binding, set by the session
+        self.binding: Any = None  # the tuner's _Binding, set by the session
 
     def begin(self) -> None:
         self.last_key = None
@@ -224,6 +231,7 @@ class _Binding:
 
 # ---- the session ----------------------------------------------------------------
 
+
 class AutotuneSession:
     def __init__(self, settings: AutotuneSettings, emit: Optional[Callable[[str], None]] = None):
         self.settings = settings
@@ -261,12 +269,18 @@ class AutotuneSession:
         self.replay, self.replay_problems = ar.load_records(src)
         if not self.replay:
             self.emit(format_marker(AUTOTUNE_REPLAY_NONE, reason="no_records", path=src))
-        self.replay_flagtune = sorted({r.use_flagtune for r in self.replay.values()
-                                       if r.use_flagtune is not None})
+        self.replay_flagtune = sorted(
+            {r.use_flagtune for r in self.replay.values() if r.use_flagtune is not None}
+        )
         if self.replay_flagtune and self.replay_flagtune != [self.settings.use_flagtune]:
-            self.emit(format_marker(AUTOTUNE_REPLAY_MISMATCH, knob="USE_FLAGTUNE",
-                                    recorded=",".join(self.replay_flagtune),
-                                    current=self.settings.use_flagtune))
+            self.emit(
+                format_marker(
+                    AUTOTUNE_REPLAY_MISMATCH,
+                    knob="USE_FLAGTUNE",
+                    recorded=",".join(self.replay_flagtune),
+                    current=self.settings.use_flagtune,
+                )
+            )
 
     def patch(self, modules: Mapping[str, Any]) -> List[str]:
         """Wrap ``run`` of every tuner class found in modules not scanned before."""
@@ -377,15 +391,30 @@ class AutotuneSession:
             held = False
         if held:
             if self.coverage.note_fallback(binding.kernel, kid, ar.NO_EVICT):
-                self.emit(format_marker(NO_EVICT_MARKER, kernel=binding.kernel, key=kid,
-                                        error=type(exc).__name__, **self._where()))
+                self.emit(
+                    format_marker(
+                        NO_EVICT_MARKER,
+                        kernel=binding.kernel,
+                        key=kid,
+                        error=type(exc).__name__,
+                        **self._where(),
+                    )
+                )
         else:
             self._fallback(binding, kid, ar.COMPILE_FAILED, error=type(exc).__name__)
 
     def _fallback(self, binding: _Binding, kid: str, reason: str, **extra: Any) -> None:
         if self.coverage.note_fallback(binding.kernel, kid, reason):
-            self.emit(format_marker(AUTOTUNE_REPLAY_FALLBACK, reason=reason,
-                                    kernel=binding.kernel, key=kid, **extra, **self._where()))
+            self.emit(
+                format_marker(
+                    AUTOTUNE_REPLAY_FALLBACK,
+                    reason=reason,
+                    kernel=binding.kernel,
+                    key=kid,
+                    **extra,
+                    **self._where(),
+                )
+            )
 
     def _where(self) -> Dict[str, Any]:
         """The table row being timed when the key was first asked for, and the test."""
@@ -415,8 +444,13 @@ class AutotuneSession:
             origin = ar.ORIGIN_CACHED
         rec = self.records.get(binding.kernel)
         if rec is None:
-            rec = ar.KernelRecords(binding.kernel, binding.kind, binding.tuner_class,
-                                   binding.key_names, self.settings.use_flagtune)
+            rec = ar.KernelRecords(
+                binding.kernel,
+                binding.kind,
+                binding.tuner_class,
+                binding.key_names,
+                self.settings.use_flagtune,
+            )
             self.records[binding.kernel] = rec
         kid = ar.key_id(key)
         self.coverage.note_recorded(binding.kernel, kid, origin)
@@ -505,8 +539,9 @@ def pytest_configure(config) -> None:
     merged = config.stash.get(PARALLEL_WARMUP_REPLAY, None)
     if merged is not None:
         # The parallel warmup swept the shapes already: replay what its shards chose.
-        settings = AutotuneSettings(settings.run_dir, "replay", records_dir_of(str(merged)),
-                                    settings.use_flagtune)
+        settings = AutotuneSettings(
+            settings.run_dir, "replay", records_dir_of(str(merged)), settings.use_flagtune
+        )
     session = AutotuneSession(settings)
     session.start()
     # The timer plugin may configure after this one: look its rows up at call time.

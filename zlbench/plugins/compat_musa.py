@@ -77,14 +77,18 @@ def _act(items: List[Any]) -> None:
         raise pytest.UsageError(f"{PLUGIN}: {exc}") from exc
     removed, unmatched = remove_overridden_skips(items, removals(table))
     for r in removed:
-        print_line(format_marker(REMOVED_MARKER, file=r["file"], test=r["test"],
-                                 reason=r["reason"], items=r["items"]))
+        print_line(
+            format_marker(
+                REMOVED_MARKER, file=r["file"], test=r["test"], reason=r["reason"], items=r["items"]
+            )
+        )
     for u in unmatched:
-        print_line(f"{PLUGIN}: no skip with reason {u['reason']!r} on {u['file']}::{u['test']}; "
-                   "upstream changed it: re-read the guard and update "
-                   "ops/compat/musa_skip_overrides.yaml")
-    write_plugin_json(PLUGIN, {"vendor": vendor, "active": True, "removed": removed,
-                               "unmatched": unmatched})
+        print_line(
+            f"{PLUGIN}: no skip with reason {u['reason']!r} on {u['file']}::{u['test']}; "
+            "upstream changed it: re-read the guard and update "
+            "ops/compat/musa_skip_overrides.yaml"
+        )
+    write_plugin_json(PLUGIN, {"vendor": vendor, "active": True, "removed": removed, "unmatched": unmatched})
 
 
 def remove_overridden_skips(items: List[Any], entries: List[Dict[str, Any]]):
@@ -115,11 +119,16 @@ def remove_overridden_skips(items: List[Any], entries: List[Dict[str, Any]]):
                     touched[i] = touched.get(i, 0) + 1
             elif _function_name(item) == entry["test"] and _drop_skipif(item, entry["reason"]):
                 touched[i] = touched.get(i, 0) + 1
-    removed = [dict(file=e["file"], test=e["test"], reason=e["reason"], items=touched[i])
-               for i, e in enumerate(entries) if i in touched]
-    unmatched = [dict(file=e["file"], test=e["test"], reason=e["reason"])
-                 for i, e in enumerate(entries)
-                 if i not in touched and _entry_rel(e["file"]) in files_seen]
+    removed = [
+        dict(file=e["file"], test=e["test"], reason=e["reason"], items=touched[i])
+        for i, e in enumerate(entries)
+        if i in touched
+    ]
+    unmatched = [
+        dict(file=e["file"], test=e["test"], reason=e["reason"])
+        for i, e in enumerate(entries)
+        if i not in touched and _entry_rel(e["file"]) in files_seen
+    ]
     return removed, unmatched
 
 
@@ -128,7 +137,7 @@ def below_bench_dir(path: Path) -> Optional[str]:
     parts = path.parts
     for i in range(len(parts) - 1, -1, -1):
         if parts[i] in BENCH_DIRS:
-            return "/".join(parts[i + 1:])
+            return "/".join(parts[i + 1 :])
     return None
 
 

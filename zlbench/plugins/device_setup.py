@@ -20,9 +20,11 @@ PLUGIN = "device_setup"
 VENDOR_KEYS = ("GEMS_VENDOR", "FLAGGEMS_VENDOR")
 
 
-def plan_vendor_env(env: Mapping[str, str], backend: Optional[str],
-                    lookup: Callable[[Optional[str]], Tuple[Optional[str], str]] = backends.gems_vendor
-                    ) -> dict:
+def plan_vendor_env(
+    env: Mapping[str, str],
+    backend: Optional[str],
+    lookup: Callable[[Optional[str]], Tuple[Optional[str], str]] = backends.gems_vendor,
+) -> dict:
     """What to set, and why: {"vendor", "source", "set": {key: value}}. The backend
     registry names the vendor (``backends.gems_vendor``) unless the caller set one that
     FlagGems accepts."""

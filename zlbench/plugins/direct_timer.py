@@ -29,8 +29,17 @@ from zlbench.plugins import print_line, run_dir, write_plugin_json
 from zlbench.plugins.keys import ROW_CONTEXT, ROW_LISTENERS
 from zlbench.plugins.percall import choose_clock, percall_bench
 from zlbench.plugins.row_context import RowContext
-from zlbench.timing import (Measured, StopRule, TimedRow, cpu_share, footer_line, measured_from,
-                            relative_spread, repeat_median, throttle_reason)
+from zlbench.timing import (
+    Measured,
+    StopRule,
+    TimedRow,
+    cpu_share,
+    footer_line,
+    measured_from,
+    relative_spread,
+    repeat_median,
+    throttle_reason,
+)
 
 PLUGIN = "direct_timer"
 # Where benchmark code looks its timer up at call time: (module, attribute), as each
@@ -42,7 +51,7 @@ IMPORTABLE = ("triton.testing", "zlbench.cpu_timer")
 
 # --- patching do_bench ---------------------------------------------------------------
 
-Patched = List[Tuple[Any, str, Any]]   # (module, attribute, original)
+Patched = List[Tuple[Any, str, Any]]  # (module, attribute, original)
 
 
 def _load(module_name: str) -> Optional[Any]:
@@ -55,8 +64,9 @@ def _load(module_name: str) -> Optional[Any]:
         return None
 
 
-def patch_do_bench(targets: Sequence[Tuple[str, str]], make: Callable[[Callable], Callable],
-                   patched: Patched) -> List[str]:
+def patch_do_bench(
+    targets: Sequence[Tuple[str, str]], make: Callable[[Callable], Callable], patched: Patched
+) -> List[str]:
     """Replace each target with ``make(original)``, noting it in ``patched``; returns
     the patched names."""
     done = []
@@ -91,33 +101,36 @@ def call_options(original: Callable, fn: Callable, args: tuple, kwargs: dict) ->
 
 # --- the timer -------------------------------------------------------------------------
 
+
 class DirectSettings(NamedTuple):
-    mode: str        # percall | do_bench (ZL_DIRECT_TIMER)
-    repeat: int      # do_bench mode: whole upstream calls per timing (ZL_DIRECT_REPEAT)
-    noise: float     # percall mode: target relative CI half-width (ZL_DIRECT_NOISE)
+    mode: str  # percall | do_bench (ZL_DIRECT_TIMER)
+    repeat: int  # do_bench mode: whole upstream calls per timing (ZL_DIRECT_REPEAT)
+    noise: float  # percall mode: target relative CI half-width (ZL_DIRECT_NOISE)
 
     @classmethod
     def from_env(cls, env=None) -> "DirectSettings":
         """Read through the knobs table (``zlbench run`` set them); raises KnobError."""
-        return cls(knobs.env_value("direct_timer", env), knobs.env_value("direct_repeat", env),
-                   knobs.env_value("direct_noise", env) / 100.0)
+        return cls(
+            knobs.env_value("direct_timer", env),
+            knobs.env_value("direct_repeat", env),
+            knobs.env_value("direct_noise", env) / 100.0,
+        )
 
 
 class DirectTimer:
     """Per-call timing with adaptive stopping, or FlagGems' do_bench (median of
     ``repeat`` whole calls); every timing leaves a row record."""
 
-    def __init__(self, settings: DirectSettings, recorder: "RowRecorder",
-                 row_context: RowContext):
+    def __init__(self, settings: DirectSettings, recorder: "RowRecorder", row_context: RowContext):
         self.settings = settings
         self.repeat = settings.repeat
         self.recorder = recorder
         self.row_context = row_context
         self.clock, self.clock_note = (None, None)
-        self.rows: set = set()          # ids of the rows this timer measured
+        self.rows: set = set()  # ids of the rows this timer measured
         self.timings = 0
         self.timings_repeated = 0
-        self.timings_single_by_request = 0   # quantiles or return_mode="all" asked
+        self.timings_single_by_request = 0  # quantiles or return_mode="all" asked
         self.stops: Dict[str, int] = {}
 
     def _clock(self):
@@ -144,8 +157,14 @@ class DirectTimer:
 
     def _percall(self, fn: Callable, opts: dict) -> Measured:
         rule = StopRule.for_call(self.settings.noise, float(opts.get("rep", 100) or 100))
-        times, stop = percall_bench(fn, self._clock(), float(opts.get("warmup", 25) or 25),
-                                    rule, opts.get("grad_to_none"), self.recorder.warm)
+        times, stop = percall_bench(
+            fn,
+            self._clock(),
+            float(opts.get("warmup", 25) or 25),
+            rule,
+            opts.get("grad_to_none"),
+            self.recorder.warm,
+        )
         return measured_from(times, opts.get("quantiles"), opts.get("return_mode", "mean"), stop)
 
     def _do_bench(self, original, fn, args, kwargs, opts) -> Measured:
@@ -158,8 +177,9 @@ class DirectTimer:
                 values.append(float(value))
             return value
 
-        result, calls = repeat_median(call, self.repeat, opts.get("quantiles"),
-                                      opts.get("return_mode", "mean"))
+        result, calls = repeat_median(
+            call, self.repeat, opts.get("quantiles"), opts.get("return_mode", "mean")
+        )
         if calls > 1:
             self.timings_repeated += 1
         elif self.repeat > 1:
@@ -167,8 +187,13 @@ class DirectTimer:
         ordered = sorted(values)
         median = statistics.median(ordered) if ordered else None
         # Spread over whole do_bench calls when there were several; none from one.
-        return Measured(result, median, len(ordered) if calls > 1 else 0,
-                        relative_spread(ordered) if calls > 1 else None, "do_bench")
+        return Measured(
+            result,
+            median,
+            len(ordered) if calls > 1 else 0,
+            relative_spread(ordered) if calls > 1 else None,
+            "do_bench",
+        )
 
     def counts(self) -> dict:
         data = {
@@ -216,8 +241,11 @@ class RowRecorder:
         if self._state is None:
             from zlbench.backends.base import DeviceState, open_device_state
 
-            self._state = (open_device_state(self.backend) if self.backend is not None
-                           else DeviceState(f"unknown backend {self.backend_name!r}"))
+            self._state = (
+                open_device_state(self.backend)
+                if self.backend is not None
+                else DeviceState(f"unknown backend {self.backend_name!r}")
+            )
         return self._state
 
     def close(self) -> None:
@@ -247,18 +275,33 @@ class RowRecorder:
         if why:
             self.rows_throttled += 1
             share = cpu_share(before, after)
-            print_line(format_marker(
-                DEVICE_THROTTLED, op=row.op, dtype=row.dtype, shape=row.shape, side=row.side,
-                why=why,
-                sm_mhz=f"{before.get('sm_mhz')}->{after.get('sm_mhz')}" if clocks else None,
-                ref_mhz=self.reference_mhz, temp_c=after.get("temp_c"),
-                power_w=after.get("power_w"),
-                cpu_share=None if share is None else round(share, 3),
-                load1=after.get("load1")))
+            print_line(
+                format_marker(
+                    DEVICE_THROTTLED,
+                    op=row.op,
+                    dtype=row.dtype,
+                    shape=row.shape,
+                    side=row.side,
+                    why=why,
+                    sm_mhz=f"{before.get('sm_mhz')}->{after.get('sm_mhz')}" if clocks else None,
+                    ref_mhz=self.reference_mhz,
+                    temp_c=after.get("temp_c"),
+                    power_w=after.get("power_w"),
+                    cpu_share=None if share is None else round(share, 3),
+                    load1=after.get("load1"),
+                )
+            )
         record = {
-            "op": row.op, "dtype": row.dtype, "shape": row.shape, "side": row.side,
-            "timer": timer, "median_ms": measured.median_ms, "samples": measured.samples,
-            "spread": measured.spread, "stop": measured.stop, "throttled": why,
+            "op": row.op,
+            "dtype": row.dtype,
+            "shape": row.shape,
+            "side": row.side,
+            "timer": timer,
+            "median_ms": measured.median_ms,
+            "samples": measured.samples,
+            "spread": measured.spread,
+            "stop": measured.stop,
+            "throttled": why,
         }
         if before or after:
             record["device"] = {"before": before, "after": after}
@@ -269,8 +312,13 @@ class RowRecorder:
 
     def report(self) -> dict:
         if self._state is None:
-            return {"source": "not opened", "reason": "no row was timed",
-                    "clocks_locked": "unknown", "rows_throttled": 0, "row_records": 0}
+            return {
+                "source": "not opened",
+                "reason": "no row was timed",
+                "clocks_locked": "unknown",
+                "rows_throttled": 0,
+                "row_records": 0,
+            }
         data = dict(self.state.describe())
         data["rows_throttled"] = self.rows_throttled
         data["row_records"] = self.records
@@ -292,6 +340,7 @@ def pin_host_threads() -> Optional[int]:
 
 def make_replacement(session: "TimerSession") -> Callable[[Callable], Callable]:
     """``make`` for patch_do_bench: rows inside get_latency go to the session's timer."""
+
     def make(original: Callable) -> Callable:
         @functools.wraps(original)
         def do_bench(fn, *args, **kwargs):
@@ -320,9 +369,13 @@ class TimerSession:
     counts after every test (a killed run keeps them), print the footer, undo
     everything at the end."""
 
-    def __init__(self, plugin: str,
-                 make_timer: Callable[[DirectSettings, "RowRecorder", RowContext], Any], targets,
-                 row_listeners: Optional[list] = None):
+    def __init__(
+        self,
+        plugin: str,
+        make_timer: Callable[[DirectSettings, "RowRecorder", RowContext], Any],
+        targets,
+        row_listeners: Optional[list] = None,
+    ):
         self.plugin = plugin
         self.make_timer = make_timer
         self.targets = targets

@@ -28,8 +28,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Dict, List, Optional
 
 from zlbench.plugins import print_line
-from zlbench.plugins.direct_timer import (DirectSettings, DirectTimer, RowRecorder, TimerSession,
-                                          call_options)
+from zlbench.plugins.direct_timer import DirectSettings, DirectTimer, RowRecorder, TimerSession, call_options
 from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
     Measured,
@@ -44,8 +43,8 @@ from zlbench.timing import (
 
 PLUGIN = "graph_timer"
 GRAPH_TARGETS = (("triton.testing", "do_bench"), ("zlbench.cpu_timer", "do_bench"))
-WARMUP_CAP_MS = 500.0         # stop waiting for stable eager times after this
-PROBE_TARGET_MS = 1.0         # the probe graph should last about this long
+WARMUP_CAP_MS = 500.0  # stop waiting for stable eager times after this
+PROBE_TARGET_MS = 1.0  # the probe graph should last about this long
 
 
 class CaptureFailed(Exception):
@@ -62,6 +61,7 @@ class ContextNotClean(RuntimeError):
 
 
 # --- torch glue ------------------------------------------------------------------------
+
 
 @contextmanager
 def throwaway_rng(torch):
@@ -188,9 +188,15 @@ def warmup(torch, fn: Callable, warmup_ms: float, stream, grad_to_none) -> float
                 return statistics.median(batches[-3:])
 
 
-def graph_bench(fn: Callable, warmup_ms: float, rep_ms: float, grad_to_none,
-                quantiles, return_mode: str, on_warm: Optional[Callable[[], None]] = None
-                ) -> Measured:
+def graph_bench(
+    fn: Callable,
+    warmup_ms: float,
+    rep_ms: float,
+    grad_to_none,
+    quantiles,
+    return_mode: str,
+    on_warm: Optional[Callable[[], None]] = None,
+) -> Measured:
     """Time fn by graph replay; raises CaptureFailed(phase, error) on any failure."""
     import torch
 
@@ -239,6 +245,7 @@ def graph_bench(fn: Callable, warmup_ms: float, rep_ms: float, grad_to_none,
 
 # --- the plugin ------------------------------------------------------------------------
 
+
 class GraphTimer:
     def __init__(self, settings: DirectSettings, recorder: RowRecorder, row_context: RowContext):
         self.row_context = row_context
@@ -267,11 +274,20 @@ class GraphTimer:
             decision = fallback_decision(failed.phase, failed.error)
             if not decision.fallback:
                 raise failed.error
-            print_line(fallback_marker(failed.phase, self.direct.repeat, timing.row,
-                                       decision.reason, self.direct.settings.mode))
-            self.fallbacks.append(dict(timing.row._asdict(), phase=failed.phase,
-                                       direct=self.direct.settings.mode,
-                                       repeat=self.direct.repeat, reason=decision.reason))
+            print_line(
+                fallback_marker(
+                    failed.phase, self.direct.repeat, timing.row, decision.reason, self.direct.settings.mode
+                )
+            )
+            self.fallbacks.append(
+                dict(
+                    timing.row._asdict(),
+                    phase=failed.phase,
+                    direct=self.direct.settings.mode,
+                    repeat=self.direct.repeat,
+                    reason=decision.reason,
+                )
+            )
             self.timings_fallback += 1
             self.row_modes.setdefault(timing.row_id, set()).add("direct")
             return self.direct.measure(original, fn, args, kwargs)

@@ -72,8 +72,12 @@ def pytest_configure(config) -> None:
         os.kill(os.getpid(), signal.SIGTERM)  # die as the signal meant, shards reaped
         raise
     except Exception as e:  # a broken parallel warmup must not cost the measurement
-        _refuse(report, autotune_sweep.Refusal(autotune_sweep.WARMUP_ERROR, {"error": type(e).__name__},
-                                       f"{type(e).__name__}: {e}"))
+        _refuse(
+            report,
+            autotune_sweep.Refusal(
+                autotune_sweep.WARMUP_ERROR, {"error": type(e).__name__}, f"{type(e).__name__}: {e}"
+            ),
+        )
     except BaseException:
         _finish(report, "interrupted")
         raise
@@ -87,6 +91,7 @@ def _finish(report: Dict[str, Any], refused: str) -> None:
 
 # ---- the sweep -------------------------------------------------------------------
 
+
 def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
     """Run the sharded sweep and switch this process to replay, or refuse. Fills report."""
     from zlbench import autotune_sweep
@@ -98,15 +103,17 @@ def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
     level = getattr(config.option, "level", None) or autotune_sweep.option_value(raw, "--level")
     shape_file = _shape_file(config, raw, cwd)
     visible_key, pool = autotune_sweep.device_pool(environ)
-    report.update(level=level, shape_file=str(shape_file), visible_key=visible_key,
-                  device_pool=pool)
+    report.update(level=level, shape_file=str(shape_file), visible_key=visible_key, device_pool=pool)
     try:
         shapes = load_shape_file(shape_file)
     except ShapeFileError as e:
-        return _refuse(report, autotune_sweep.Refusal(autotune_sweep.NO_SHAPE_KEY, {"shape_file": shape_file}, str(e)))
+        return _refuse(
+            report, autotune_sweep.Refusal(autotune_sweep.NO_SHAPE_KEY, {"shape_file": shape_file}, str(e))
+        )
 
-    resolutions = autotune_sweep.resolve_keys(cwd, [str(a) for a in config.args],
-                                      config.option.markexpr or "", shapes)
+    resolutions = autotune_sweep.resolve_keys(
+        cwd, [str(a) for a in config.args], config.option.markexpr or "", shapes
+    )
     by_key = autotune_sweep.shapes_by_key(resolutions, shapes)
     report.update(
         resolutions=[r.to_json() for r in resolutions],
@@ -115,37 +122,53 @@ def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
     )
     for res in resolutions:
         print_line(_resolution_line(res))
-    refusal = autotune_sweep.refusal_before_launch(level, environ.get("ZL_AUTOTUNE_MODE", "record"),
-                                           environ.get("REPLAY_FROM"), resolutions, by_key)
+    refusal = autotune_sweep.refusal_before_launch(
+        level, environ.get("ZL_AUTOTUNE_MODE", "record"), environ.get("REPLAY_FROM"), resolutions, by_key
+    )
     if refusal:
         return _refuse(report, refusal)
 
     shards = autotune_sweep.plan_shards(by_key, n)
     devices = autotune_sweep.shard_devices(pool, len(shards))
     if len(shards) < n:
-        print_line(f"WARNING: parallel warmup: only {len(shards)} shapes to split; "
-                   f"{len(shards)} shards instead of {n}")
+        print_line(
+            f"WARNING: parallel warmup: only {len(shards)} shapes to split; "
+            f"{len(shards)} shards instead of {n}"
+        )
     if pool and len(pool) < len(shards):
-        print_line(f"WARNING: parallel warmup: {len(shards)} shards on {len(pool)} devices "
-                   f"({','.join(pool)}): devices run several shards ({','.join(map(str, devices))})")
-    report.update(shards=len(shards), devices=devices,
-                  shapes_per_shard=[{k: len(v) for k, v in s.items()} for s in shards])
+        print_line(
+            f"WARNING: parallel warmup: {len(shards)} shards on {len(pool)} devices "
+            f"({','.join(pool)}): devices run several shards ({','.join(map(str, devices))})"
+        )
+    report.update(
+        shards=len(shards),
+        devices=devices,
+        shapes_per_shard=[{k: len(v) for k, v in s.items()} for s in shards],
+    )
 
     warm_dir = rundir.parallel_warmup_dir(root)
     shutil.rmtree(warm_dir, ignore_errors=True)  # a retry must not merge stale records
     fast = hasattr(config.option, "warmup") and hasattr(config.option, "iter")
-    jobs = [_prepare(i, warm_dir, shapes, subsets, raw, fast, visible_key, devices[i])
-            for i, subsets in enumerate(shards)]
+    jobs = [
+        _prepare(i, warm_dir, shapes, subsets, raw, fast, visible_key, devices[i])
+        for i, subsets in enumerate(shards)
+    ]
     report["shard_logs"] = [str(j["log"]) for j in jobs]
-    print_line(f"parallel warmup: {len(jobs)} shards, devices {_show(devices)}"
-               f"{f' ({visible_key})' if visible_key else ''}, shapes per shard "
-               f"{'; '.join(_counts(s) for s in shards)}")
+    print_line(
+        f"parallel warmup: {len(jobs)} shards, devices {_show(devices)}"
+        f"{f' ({visible_key})' if visible_key else ''}, shapes per shard "
+        f"{'; '.join(_counts(s) for s in shards)}"
+    )
 
     started = time.monotonic()
     procs = launch_shards(jobs, cwd)
-    rcs = wait_shards(procs, on_exit=lambda i, rc: print_line(
-        f"parallel warmup: shard {i} (device {devices[i] or '-'}) exited {rc} "
-        f"after {time.monotonic() - started:.1f} s"))
+    rcs = wait_shards(
+        procs,
+        on_exit=lambda i, rc: print_line(
+            f"parallel warmup: shard {i} (device {devices[i] or '-'}) exited {rc} "
+            f"after {time.monotonic() - started:.1f} s"
+        ),
+    )
     report.update(shard_exit_codes=rcs, sweep_wall_s=round(time.monotonic() - started, 3))
     failure = autotune_sweep.first_failure(rcs, [j["log"] for j in jobs])
     if failure:
@@ -158,22 +181,35 @@ def _adopt_merged(config, jobs: Sequence[Dict[str, Any]], warm_dir: Path, report
     from zlbench import autotune_sweep
 
     merge = autotune_sweep.load_and_merge([rundir.records_dir(j["dir"]) for j in jobs])
-    report.update(merged_keys=merge.keys, merged_kernels=len(merge.records),
-                  conflicts=len(merge.conflicts),
-                  conflicting_keys=[f"{k} {kid}" for k, kid in merge.conflicts[:_CONFLICTS_KEPT]])
+    report.update(
+        merged_keys=merge.keys,
+        merged_kernels=len(merge.records),
+        conflicts=len(merge.conflicts),
+        conflicting_keys=[f"{k} {kid}" for k, kid in merge.conflicts[:_CONFLICTS_KEPT]],
+    )
     refusal = autotune_sweep.refusal_after_merge(merge)
     if refusal:
         return _refuse(report, refusal)
     merged = autotune_sweep.write_merged(merge, rundir.merged_dir(warm_dir))
-    print_line(f"parallel warmup: merged {merge.keys} keys in {len(merge.records)} kernels "
-               f"from {len(jobs)} shards in {report['sweep_wall_s']:.1f} s; replaying {merged}")
+    print_line(
+        f"parallel warmup: merged {merge.keys} keys in {len(merge.records)} kernels "
+        f"from {len(jobs)} shards in {report['sweep_wall_s']:.1f} s; replaying {merged}"
+    )
     print_line(merge.warning())
     config.stash[PARALLEL_WARMUP_REPLAY] = merged
     report["merged_dir"] = str(merged)
 
 
-def _prepare(i: int, warm_dir: Path, shapes: Dict[str, Any], subsets, raw: List[str], fast: bool,
-             visible_key: Optional[str], device: Optional[str]) -> Dict[str, Any]:
+def _prepare(
+    i: int,
+    warm_dir: Path,
+    shapes: Dict[str, Any],
+    subsets,
+    raw: List[str],
+    fast: bool,
+    visible_key: Optional[str],
+    device: Optional[str],
+) -> Dict[str, Any]:
     import yaml
 
     from zlbench import autotune_sweep
@@ -198,8 +234,9 @@ def _refuse(report: Dict[str, Any], refusal: autotune_sweep.Refusal) -> None:
     report["refused"] = refusal.reason
     report["refused_detail"] = refusal.detail
     print_line(refusal.marker())
-    print_line(f"parallel warmup: refused ({refusal.detail}); the autotune sweep runs "
-               "serially on this device")
+    print_line(
+        f"parallel warmup: refused ({refusal.detail}); the autotune sweep runs serially on this device"
+    )
 
 
 def _shape_file(config, raw: Sequence[str], cwd: Path) -> Path:
@@ -240,6 +277,7 @@ def _unique(items) -> List[str]:
 
 # ---- shard processes -------------------------------------------------------------
 
+
 class SweepTerminated(BaseException):
     """SIGTERM arrived while shards were running (``zlbench run`` forwards it)."""
 
@@ -251,16 +289,14 @@ def launch_shards(jobs: Sequence[Dict[str, Any]], cwd: Path) -> List[subprocess.
     try:
         for job in jobs:
             with open(job["log"], "wb") as log:
-                procs.append(proc.start(job["cmd"], job["env"], log, cwd=str(cwd),
-                                        parent_death=True))
+                procs.append(proc.start(job["cmd"], job["env"], log, cwd=str(cwd), parent_death=True))
     except BaseException:
         stop_shards(procs)
         raise
     return procs
 
 
-def wait_shards(procs: Sequence[subprocess.Popen], grace_s: float = GRACE_S,
-                on_exit=None) -> List[int]:
+def wait_shards(procs: Sequence[subprocess.Popen], grace_s: float = GRACE_S, on_exit=None) -> List[int]:
     """Exit codes in shard order. Anything raised meanwhile (KeyboardInterrupt, or
     SweepTerminated for SIGTERM) stops and reaps every shard before it propagates."""
     previous = _raise_on_sigterm()
@@ -296,4 +332,3 @@ def _raise_on_sigterm():
         return signal.signal(signal.SIGTERM, handler)
     except ValueError:  # not the main thread: leave SIGTERM alone
         return None
-

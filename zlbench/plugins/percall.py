@@ -72,9 +72,14 @@ def choose_clock(torch_device: Optional[str]) -> Tuple[Any, Optional[str]]:
     return EventClock(module, f"torch.{torch_device}.Event"), None
 
 
-def percall_bench(fn: Callable[[], Any], clock: Any, warmup_ms: float, rule: StopRule,
-                  grad_to_none=None, on_warm: Optional[Callable[[], None]] = None
-                  ) -> Tuple[List[float], str]:
+def percall_bench(
+    fn: Callable[[], Any],
+    clock: Any,
+    warmup_ms: float,
+    rule: StopRule,
+    grad_to_none=None,
+    on_warm: Optional[Callable[[], None]] = None,
+) -> Tuple[List[float], str]:
     """(per-call times in ms, why it stopped)."""
     clear_grads(grad_to_none)
     fn()  # JIT compilation and autotuning happen here, outside every sample

@@ -49,7 +49,7 @@ class PhaseClock:
         self.rows += 1
         self.last_row_t = time.time()
         side = getattr(getattr(timing, "row", None), "side", None)
-        if side != "torch":   # the library's side is where compile and autotune happen
+        if side != "torch":  # the library's side is where compile and autotune happen
             self.mark("first_row")
         self.write()
 
@@ -73,17 +73,26 @@ class PhaseClock:
         self.active = False
 
     def write(self) -> None:
-        write_plugin_json(PLUGIN, {
-            "times": dict(self.times), "rows_timed": self.rows, "last_row_t": self.last_row_t,
-            "cache_dirs": cache_dirs(os.environ), "pytest_plugins": self.plugins})
+        write_plugin_json(
+            PLUGIN,
+            {
+                "times": dict(self.times),
+                "rows_timed": self.rows,
+                "last_row_t": self.last_row_t,
+                "cache_dirs": cache_dirs(os.environ),
+                "pytest_plugins": self.plugins,
+            },
+        )
 
 
 def cache_dirs(environ) -> List[str]:
     """Where this process puts compiled kernels and tuned configs (the batch watches
     them to tell compiling from hanging)."""
     home = environ.get("HOME") or os.path.expanduser("~")
-    return [environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache"),
-            environ.get("FLAGGEMS_CACHE_DIR") or os.path.join(home, ".flaggems")]
+    return [
+        environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache"),
+        environ.get("FLAGGEMS_CACHE_DIR") or os.path.join(home, ".flaggems"),
+    ]
 
 
 def loaded_plugins(config) -> Dict[str, Any]:
@@ -91,10 +100,20 @@ def loaded_plugins(config) -> Dict[str, Any]:
     pm = config.pluginmanager
     dists = sorted({f"{d.project_name}-{d.version}" for _, d in pm.list_plugin_distinfo()})
     names = (getattr(p, "__name__", None) for _, p in pm.list_name_plugin() if p is not None)
-    modules = sorted({n for n in names if isinstance(n, str) and not n.endswith("conftest")
-                      and not n.startswith(("_pytest.", "pytest_", "pluggy"))})
-    return {"autoload": os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") in (None, ""),
-            "distributions": dists, "modules": modules}
+    modules = sorted(
+        {
+            n
+            for n in names
+            if isinstance(n, str)
+            and not n.endswith("conftest")
+            and not n.startswith(("_pytest.", "pytest_", "pluggy"))
+        }
+    )
+    return {
+        "autoload": os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") in (None, ""),
+        "distributions": dists,
+        "modules": modules,
+    }
 
 
 CLOCK = pytest.StashKey[PhaseClock]()

@@ -20,12 +20,18 @@ from zlbench.markers import parse_marker
 from zlbench.plugins import run_dir
 
 GREEN, RED, YELLOW, CYAN, DIM, RESET = (
-    "\033[32m", "\033[31m", "\033[33m", "\033[36m", "\033[2m", "\033[0m",
+    "\033[32m",
+    "\033[31m",
+    "\033[33m",
+    "\033[36m",
+    "\033[2m",
+    "\033[0m",
 )
 _OPEN, _CLOSE = "([{", ")]}"
 
 
 # --- pure text helpers -----------------------------------------------------------------
+
 
 def split_top_level(text: str) -> Optional[List[str]]:
     """``[a, [b, c], 'x, y']`` -> ``['a', '[b, c]', "'x, y'"]``; None if not a list."""
@@ -94,6 +100,7 @@ def style_line(line: str) -> str:
 
 
 # --- the stream filter -----------------------------------------------------------------
+
 
 class PrettyStream:
     """Wraps stdout; buffers one result table at a time, passes the rest through."""

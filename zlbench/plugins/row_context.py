@@ -41,6 +41,7 @@ class _RowState:
 
 # --- pure helpers ---------------------------------------------------------------------
 
+
 def dtype_text(value: Any) -> Optional[str]:
     """``str(dtype)`` for a torch.dtype (as the table header prints it), else None."""
     kind = type(value)
@@ -77,6 +78,7 @@ def side_for_call(index: int, metrics: Optional[Iterable[str]]) -> str:
 
 
 # --- installing the wrappers ------------------------------------------------------------
+
 
 def is_benchmark_base(obj: Any) -> bool:
     return (
@@ -221,9 +223,11 @@ class RowContext:
     # -- installing the wrappers
 
     def _wrap_class(self, cls: type) -> None:
-        wrappers = {"get_input_iter": self._wrap_get_input_iter,
-                    "record_shapes": self._wrap_record_shapes,
-                    "get_latency": self._wrap_get_latency}
+        wrappers = {
+            "get_input_iter": self._wrap_get_input_iter,
+            "record_shapes": self._wrap_record_shapes,
+            "get_latency": self._wrap_get_latency,
+        }
         for name in WRAPPED_METHODS:
             original = cls.__dict__.get(name)
             if original is None or getattr(original, _MARK, False) or not callable(original):

@@ -14,5 +14,12 @@ def make_provider(settings):
     return SampleProvider()
 
 
-__all__ = ["ResolveError", "Target", "make_provider", "list_ops",
-           "resolve_node", "FlagGemsProvider", "SampleProvider"]
+__all__ = [
+    "ResolveError",
+    "Target",
+    "make_provider",
+    "list_ops",
+    "resolve_node",
+    "FlagGemsProvider",
+    "SampleProvider",
+]

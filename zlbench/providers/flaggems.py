@@ -32,19 +32,25 @@ class FlagGemsProvider:
         if flaggems_dir:
             self.root = Path(flaggems_dir).expanduser().resolve()
             if not self.root.is_dir():
-                raise ResolveError("flaggems_dir", self.root,
-                                   f"FLAGGEMS_DIR {flaggems_dir} is not a directory")
+                raise ResolveError(
+                    "flaggems_dir", self.root, f"FLAGGEMS_DIR {flaggems_dir} is not a directory"
+                )
             try:
                 bench_dir_name(self.root)
             except TreeError:
-                raise ResolveError("flaggems_dir", self.root / "benchmark",
-                                   f"{self.root} has no benchmark/: FLAGGEMS_DIR must be the checkout root"
-                                   ) from None
+                raise ResolveError(
+                    "flaggems_dir",
+                    self.root / "benchmark",
+                    f"{self.root} has no benchmark/: FLAGGEMS_DIR must be the checkout root",
+                ) from None
         else:
             root = installed_benchmark_root()
             if root is None:
-                raise ResolveError("flaggems_dir", Path("."),
-                                   "no FlagGems: give --flaggems-dir (FLAGGEMS_DIR) or install flaggems_benchmark")
+                raise ResolveError(
+                    "flaggems_dir",
+                    Path("."),
+                    "no FlagGems: give --flaggems-dir (FLAGGEMS_DIR) or install flaggems_benchmark",
+                )
             self.root = root
 
     def resolve(self, op, op_file=None, test_node=None) -> Target:

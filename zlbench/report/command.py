@@ -11,8 +11,9 @@ from zlbench.report import ReportUnavailable
 from zlbench.summary.sources import SummaryInputError
 
 
-def build_report(path: str, ab: Optional[str], out: Path, allow_mismatch: bool = False,
-                 history_db: Optional[str] = None) -> str:
+def build_report(
+    path: str, ab: Optional[str], out: Path, allow_mismatch: bool = False, history_db: Optional[str] = None
+) -> str:
     """Write the page; return a one-line description of what was written."""
     from zlbench.report import require
     from zlbench.report.model import ab_page, batch_page
@@ -46,33 +47,50 @@ def _history(summary, history_db: Optional[str]):
     try:
         return history_section(summary, history_db)
     except HistoryError as e:
-        raise click.ClickException(f"{e} (or leave the history section out: "
-                                   "--history-db none)") from None
+        raise click.ClickException(f"{e} (or leave the history section out: --history-db none)") from None
 
 
 @click.command("report")
 @click.argument("path", type=click.Path())
-@click.option("--ab", "ab", type=click.Path(), default=None, metavar="B",
-              help="Compare PATH (A) with B: gains, the noise band, per-row verdicts where "
-                   "the rows carry them, biggest changes first.")
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("report.html"), show_default=True,
-              help="The HTML file to write (self-contained: open it from disk or keep it "
-                   "as a CI artifact).")
-@click.option("--allow-caliber-mismatch", is_flag=True,
-              help="With --ab: compare even when the two runs were measured differently.")
-@click.option("--history-db", default=None, metavar="FILE",
-              help="History database for the page's nights section (default: as "
-                   "`zlbench history`, ZL_HISTORY_DB; the section is left out when it holds "
-                   "fewer than two nights of this screen's caliber; 'none' leaves it out).")
-def report_command(path: str, ab: Optional[str], out: Path, allow_caliber_mismatch: bool,
-                   history_db: Optional[str]) -> None:
+@click.option(
+    "--ab",
+    "ab",
+    type=click.Path(),
+    default=None,
+    metavar="B",
+    help="Compare PATH (A) with B: gains, the noise band, per-row verdicts where "
+    "the rows carry them, biggest changes first.",
+)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("report.html"),
+    show_default=True,
+    help="The HTML file to write (self-contained: open it from disk or keep it as a CI artifact).",
+)
+@click.option(
+    "--allow-caliber-mismatch",
+    is_flag=True,
+    help="With --ab: compare even when the two runs were measured differently.",
+)
+@click.option(
+    "--history-db",
+    default=None,
+    metavar="FILE",
+    help="History database for the page's nights section (default: as "
+    "`zlbench history`, ZL_HISTORY_DB; the section is left out when it holds "
+    "fewer than two nights of this screen's caliber; 'none' leaves it out).",
+)
+def report_command(
+    path: str, ab: Optional[str], out: Path, allow_caliber_mismatch: bool, history_db: Optional[str]
+) -> None:
     """One HTML page for a batch (or run) dir: counts, plots, every row, failures."""
     try:
-        click.echo(build_report(path, ab, out, allow_caliber_mismatch,
-                                history_db), err=True)
+        click.echo(build_report(path, ab, out, allow_caliber_mismatch, history_db), err=True)
     except (SummaryInputError, ReportUnavailable) as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:
-        raise click.ClickException(f"cannot write {out}: {e.strerror}; choose another "
-                                   "file with -o FILE") from None
+        raise click.ClickException(
+            f"cannot write {out}: {e.strerror}; choose another file with -o FILE"
+        ) from None

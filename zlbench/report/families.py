@@ -36,7 +36,7 @@ def family_of_chain(chain: Sequence[str]) -> str:
     if not chain:
         return BASE
     name = chain[-1]
-    return name[:-len(BASE)] if name.endswith(BASE) and name != BASE else name
+    return name[: -len(BASE)] if name.endswith(BASE) and name != BASE else name
 
 
 def _from_scan(root: Path) -> Dict[str, str]:
@@ -61,8 +61,9 @@ def _from_inventory(name: str) -> Dict[str, str]:
     return out
 
 
-def operator_families(ops: Iterable[str], corpus_roots: Iterable[Optional[str]],
-                      layouts: Iterable[Optional[str]]) -> Families:
+def operator_families(
+    ops: Iterable[str], corpus_roots: Iterable[Optional[str]], layouts: Iterable[Optional[str]]
+) -> Families:
     """Families of ``ops``, from the first corpus root that is on this machine, else the
     inventory of the recorded layout."""
     wanted = set(ops)
@@ -86,7 +87,8 @@ def operator_families(ops: Iterable[str], corpus_roots: Iterable[Optional[str]],
             notes.append(f"inventory {name} unreadable ({type(e).__name__}: {e})")
             continue
         if wanted & set(found):
-            return Families(found, f"ops/inventory/{name}.yaml (the corpus is not on this "
-                                   "machine)")
-    return Families(source="; ".join(notes) or "neither the corpus nor an inventory is "
-                    "available: every operator is drawn as 'other'")
+            return Families(found, f"ops/inventory/{name}.yaml (the corpus is not on this machine)")
+    return Families(
+        source="; ".join(notes)
+        or "neither the corpus nor an inventory is available: every operator is drawn as 'other'"
+    )

@@ -27,8 +27,16 @@ from zlbench.summary.tables import marker_text
 
 # Lines of an operator's last attempt log shown under a failure.
 TAIL_LINES = 40
-VERSION_KEYS = ("flag_gems", "triton", "torch", "python", "pytest", "corpus", "flagtree",
-                *backends.union("torch_extensions"))
+VERSION_KEYS = (
+    "flag_gems",
+    "triton",
+    "torch",
+    "python",
+    "pytest",
+    "corpus",
+    "flagtree",
+    *backends.union("torch_extensions"),
+)
 
 
 @dataclass
@@ -53,8 +61,12 @@ class Table:
     descending: bool = False
 
     def blob(self) -> Dict[str, Any]:
-        return {"columns": [vars(c) for c in self.columns], "rows": self.rows,
-                "sort": self.sort, "descending": self.descending}
+        return {
+            "columns": [vars(c) for c in self.columns],
+            "rows": self.rows,
+            "sort": self.sort,
+            "descending": self.descending,
+        }
 
 
 @dataclass
@@ -69,9 +81,9 @@ class Failure:
 
 @dataclass
 class Page:
-    kind: str                       # "batch" or "ab"
+    kind: str  # "batch" or "ab"
     title: str
-    inputs: List[Tuple[str, str]]   # (label, path)
+    inputs: List[Tuple[str, str]]  # (label, path)
     headline: List[Tuple[str, str, str]]  # (label, value, css class)
     caliber: List[Tuple[str, str]]
     versions: List[Tuple[str, str]]
@@ -92,7 +104,7 @@ def _finite(value: Optional[float]) -> Optional[float]:
 
 
 def _dtype(text: str) -> str:
-    return text[len("torch."):] if text.startswith("torch.") else text
+    return text[len("torch.") :] if text.startswith("torch.") else text
 
 
 def _rel(path: str, root: Path) -> str:
@@ -105,8 +117,11 @@ def _rel(path: str, root: Path) -> str:
 def families_for(summaries: Sequence[Summary]) -> Families:
     runs = [r for s in summaries for r in s.runs]
     ops = {row.op for s in summaries for row in s.rows}
-    return operator_families(ops, [(r.identity or {}).get("corpus_root") for r in runs],
-                             [(r.identity or {}).get("layout") for r in runs])
+    return operator_families(
+        ops,
+        [(r.identity or {}).get("corpus_root") for r in runs],
+        [(r.identity or {}).get("layout") for r in runs],
+    )
 
 
 def versions(summary: Summary) -> List[Tuple[str, str]]:
@@ -120,8 +135,7 @@ def versions(summary: Summary) -> List[Tuple[str, str]]:
     return [(k, ", ".join(seen[k])) for k in VERSION_KEYS if k in seen]
 
 
-def _by_family(values: Sequence[Tuple[str, float]], limit: int = 24
-               ) -> List[Tuple[str, List[float]]]:
+def _by_family(values: Sequence[Tuple[str, float]], limit: int = 24) -> List[Tuple[str, List[float]]]:
     """Values grouped by family, biggest families first; past ``limit``, one 'other'."""
     groups: Dict[str, List[float]] = {}
     for family, value in values:
@@ -129,8 +143,8 @@ def _by_family(values: Sequence[Tuple[str, float]], limit: int = 24
     ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     if len(ordered) <= limit:
         return ordered
-    rest = [v for _, vs in ordered[limit - 1:] for v in vs]
-    return ordered[:limit - 1] + [(f"{len(ordered) - limit + 1} more families", rest)]
+    rest = [v for _, vs in ordered[limit - 1 :] for v in vs]
+    return ordered[: limit - 1] + [(f"{len(ordered) - limit + 1} more families", rest)]
 
 
 def _failures(root: Path, status: Dict[str, Dict[str, str]]) -> List[Failure]:
@@ -147,18 +161,23 @@ def _failures(root: Path, status: Dict[str, Dict[str, str]]) -> List[Failure]:
             log = _rel(str(logs[-1]), root)
         else:
             tail, log = f"(no attempt log under {rundir.LOGS_DIR}/)", ""
-        out.append(Failure(op, row.get("status", ""), row.get("attempts", ""),
-                           row.get("reason", ""), log, tail))
+        out.append(
+            Failure(op, row.get("status", ""), row.get("attempts", ""), row.get("reason", ""), log, tail)
+        )
     return out
 
 
 BATCH_COLUMNS = [
-    Column("op", "operator"), Column("family", "family"), Column("dtype", "dtype"),
+    Column("op", "operator"),
+    Column("family", "family"),
+    Column("dtype", "dtype"),
     Column("shape", "shape"),
-    Column("torch_ms", "torch ms", "num", 6), Column("gems_ms", "gems ms", "num", 6),
-    Column("speedup", "speedup", "num", 3, "torch ms / gems ms (> 1: gems faster)",
-           "ratio"),
-    Column("status", "status", tone="status"), Column("timer", "timer"), Column("markers", "markers"),
+    Column("torch_ms", "torch ms", "num", 6),
+    Column("gems_ms", "gems ms", "num", 6),
+    Column("speedup", "speedup", "num", 3, "torch ms / gems ms (> 1: gems faster)", "ratio"),
+    Column("status", "status", tone="status"),
+    Column("timer", "timer"),
+    Column("markers", "markers"),
     Column("run", "run dir"),
 ]
 
@@ -171,9 +190,10 @@ def _spread_columns(rows: Sequence[Row]) -> List[Column]:
     cols = []
     for side in ("gems", "torch"):
         if any(getattr(r, f"{side}_spread") is not None for r in rows):
-            cols += [Column(f"{side}_samples", f"{side} samples", "num", 0),
-                     Column(f"{side}_spread", f"{side} spread", "spread", 2,
-                            SPREAD_NOTE.replace("gems ", ""))]
+            cols += [
+                Column(f"{side}_samples", f"{side} samples", "num", 0),
+                Column(f"{side}_spread", f"{side} spread", "spread", 2, SPREAD_NOTE.replace("gems ", "")),
+            ]
     return cols
 
 
@@ -187,67 +207,104 @@ def batch_page(summary: Summary, families: Optional[Families] = None) -> Page:
     columns = BATCH_COLUMNS + spread
     table_rows = []
     for r in rows:
-        cells = [r.op, families.get(r.op), _dtype(r.dtype), r.shape, _finite(r.torch_ms),
-                 _finite(r.gems_ms), _finite(r.speedup), r.status,
-                 r.timer + (" (fallback)" if r.fallback else ""), marker_text(r.markers),
-                 _rel(r.run_dir, root) if r.run_dir else ""]
+        cells = [
+            r.op,
+            families.get(r.op),
+            _dtype(r.dtype),
+            r.shape,
+            _finite(r.torch_ms),
+            _finite(r.gems_ms),
+            _finite(r.speedup),
+            r.status,
+            r.timer + (" (fallback)" if r.fallback else ""),
+            marker_text(r.markers),
+            _rel(r.run_dir, root) if r.run_dir else "",
+        ]
         cells += [getattr(r, c.key, None) for c in spread]
         table_rows.append(cells)
 
     ok_rows = sum(1 for r in rows if r.status == "SUCCESS")
     fallback_rows = sum(1 for r in rows if r.fallback)
-    dtype_fallback = sorted(op for op, s in status.items()
-                            if s.get("status") == "ok" and s.get("dtype_level") not in ("0", "", None))
+    dtype_fallback = sorted(
+        op
+        for op, s in status.items()
+        if s.get("status") == "ok" and s.get("dtype_level") not in ("0", "", None)
+    )
     headline = []
     if status:
         for name in (*STATUSES, NOT_RUN):
             if counts.get(name):
-                css = "bad" if name in BAD or name == NOT_RUN else (
-                    "ok" if name == "ok" else "muted")
+                css = "bad" if name in BAD or name == NOT_RUN else ("ok" if name == "ok" else "muted")
                 headline.append((f"operators {name}", str(counts[name]), css))
     headline += [
         ("rows measured", f"{ok_rows} of {len(rows)}", "ok" if ok_rows == len(rows) else "warn"),
-        ("rows timed by the direct fallback", str(fallback_rows),
-         "warn" if fallback_rows else "muted"),
-        ("operators on fallback dtypes", str(len(dtype_fallback)),
-         "warn" if dtype_fallback else "muted"),
+        ("rows timed by the direct fallback", str(fallback_rows), "warn" if fallback_rows else "muted"),
+        ("operators on fallback dtypes", str(len(dtype_fallback)), "warn" if dtype_fallback else "muted"),
         ("issues", str(len(summary.issues)), "warn" if summary.issues else "muted"),
     ]
     if dtype_fallback:
-        notes.append("Measured with fallback dtypes: " + ", ".join(
-            f"{op} (level {status[op]['dtype_level']})" for op in dtype_fallback))
-    distribution = _by_family([(families.get(r.op), r.speedup) for r in rows
-                               if r.status == "SUCCESS" and r.speedup and r.speedup > 0
-                               and math.isfinite(r.speedup)])
+        notes.append(
+            "Measured with fallback dtypes: "
+            + ", ".join(f"{op} (level {status[op]['dtype_level']})" for op in dtype_fallback)
+        )
+    distribution = _by_family(
+        [
+            (families.get(r.op), r.speedup)
+            for r in rows
+            if r.status == "SUCCESS" and r.speedup and r.speedup > 0 and math.isfinite(r.speedup)
+        ]
+    )
     return Page(
-        kind="batch", title=f"zlbench batch {root.name}",
-        inputs=[("batch", str(summary.input))], headline=headline,
-        caliber=list(batch_caliber(summary.runs).items()), versions=versions(summary),
-        table=Table(columns, table_rows, "speedup"), families=families, notes=notes,
+        kind="batch",
+        title=f"zlbench batch {root.name}",
+        inputs=[("batch", str(summary.input))],
+        headline=headline,
+        caliber=list(batch_caliber(summary.runs).items()),
+        versions=versions(summary),
+        table=Table(columns, table_rows, "speedup"),
+        families=families,
+        notes=notes,
         failures=_failures(root, status),
         issues=Table(ISSUE_COLUMNS, _issue_rows(summary), "kind"),
-        distribution=distribution)
+        distribution=distribution,
+    )
 
 
-ISSUE_COLUMNS = [Column("kind", "kind"), Column("op", "operator"), Column("what", "what"),
-                 Column("where", "where")]
+ISSUE_COLUMNS = [
+    Column("kind", "kind"),
+    Column("op", "operator"),
+    Column("what", "what"),
+    Column("where", "where"),
+]
 
 
 def _issue_rows(summary: Summary, side: str = "") -> List[List[Any]]:
-    return [[(side + " " if side else "") + i.kind, i.op or "", i.message, i.where()]
-            for i in summary.issues]
+    return [[(side + " " if side else "") + i.kind, i.op or "", i.message, i.where()] for i in summary.issues]
 
 
 AB_COLUMNS = [
-    Column("op", "operator"), Column("family", "family"), Column("dtype", "dtype"),
-    Column("shape", "shape"), Column("a_ms", "A gems ms", "num", 6),
+    Column("op", "operator"),
+    Column("family", "family"),
+    Column("dtype", "dtype"),
+    Column("shape", "shape"),
+    Column("a_ms", "A gems ms", "num", 6),
     Column("b_ms", "B gems ms", "num", 6),
     Column("gain", "gain", "pct", 1, GAIN_NOTE, "sign"),
-    Column("change", "|change|", "num", 3, "|log2(A ms / B ms)|: the size of the change "
-           "either way (1 = twice as fast or slow)"),
-    Column("band", "vs noise band", "text", 0, "inside the band, or B faster / slower "
-           "beyond it (latency ratio outside 1/(1+p95) .. 1+p95)",
-           "status"),
+    Column(
+        "change",
+        "|change|",
+        "num",
+        3,
+        "|log2(A ms / B ms)|: the size of the change either way (1 = twice as fast or slow)",
+    ),
+    Column(
+        "band",
+        "vs noise band",
+        "text",
+        0,
+        "inside the band, or B faster / slower beyond it (latency ratio outside 1/(1+p95) .. 1+p95)",
+        "status",
+    ),
     Column("timer", "timers A/B"),
 ]
 
@@ -259,8 +316,14 @@ def _verdict(pair) -> str:
 
 def _verdict_column(result: ABResult) -> Optional[Column]:
     if any(_verdict(p) != "UNKNOWN" for p in result.pairs):
-        return Column("verdict", "verdict", "text", 0, "SAME / FASTER / SLOWER from the "
-                      "two rows' spreads and the A/A floor", "status")
+        return Column(
+            "verdict",
+            "verdict",
+            "text",
+            0,
+            "SAME / FASTER / SLOWER from the two rows' spreads and the A/A floor",
+            "status",
+        )
     return None
 
 
@@ -275,23 +338,35 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
         if band_range is None:
             return ""
         ratio = gain + 1.0
-        return ("faster" if ratio > band_range[1] else "slower" if ratio < band_range[0]
-                else "inside")
+        return "faster" if ratio > band_range[1] else "slower" if ratio < band_range[0] else "inside"
+
     verdict = _verdict_column(result)
-    spreads = [Column("a_spread", "A spread", "spread", 2, SPREAD_NOTE),
-               Column("b_spread", "B spread", "spread", 2, SPREAD_NOTE)] if verdict else []
+    spreads = (
+        [
+            Column("a_spread", "A spread", "spread", 2, SPREAD_NOTE),
+            Column("b_spread", "B spread", "spread", 2, SPREAD_NOTE),
+        ]
+        if verdict
+        else []
+    )
     columns = AB_COLUMNS[:7] + ([verdict] if verdict else []) + spreads + AB_COLUMNS[7:]
     rows = []
     for p in result.pairs:
         ratio = p.gain + 1.0
         change = abs(math.log2(ratio)) if ratio > 0 else None
         band = side(p.gain)
-        cells = [p.a.op, families.get(p.a.op), _dtype(p.a.dtype), p.a.shape,
-                 _finite(p.a.gems_ms), _finite(p.b.gems_ms), p.gain]
+        cells = [
+            p.a.op,
+            families.get(p.a.op),
+            _dtype(p.a.dtype),
+            p.a.shape,
+            _finite(p.a.gems_ms),
+            _finite(p.b.gems_ms),
+            p.gain,
+        ]
         if verdict:
             cells += [_verdict(p), _finite(p.a.gems_spread), _finite(p.b.gems_spread)]
-        cells += [change, band, f"{p.a.timer}/{p.b.timer}"
-                  + (" (fallback)" if p.fallback else "")]
+        cells += [change, band, f"{p.a.timer}/{p.b.timer}" + (" (fallback)" if p.fallback else "")]
         rows.append(cells)
     c = len(result.pairs)
     faster = sum(1 for p in result.pairs if side(p.gain) == "faster")
@@ -308,46 +383,66 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
         ("noise band (p95 |gain|)", pct(p95, sign=False), "muted"),
         ("beyond the band, B faster", str(faster), "ok" if faster else "muted"),
         ("beyond the band, B slower", str(slower), "bad" if slower else "muted"),
-        ("only in A / only in B", f"{len(result.only_a)} / {len(result.only_b)}",
-         "warn" if result.only_a or result.only_b else "muted"),
-        ("not comparable", str(len(result.not_comparable)),
-         "warn" if result.not_comparable else "muted"),
+        (
+            "only in A / only in B",
+            f"{len(result.only_a)} / {len(result.only_b)}",
+            "warn" if result.only_a or result.only_b else "muted",
+        ),
+        ("not comparable", str(len(result.not_comparable)), "warn" if result.not_comparable else "muted"),
     ]
     if verdict:
         for name in ("FASTER", "SLOWER", "SAME", "UNKNOWN"):
             n = sum(1 for p in result.pairs if _verdict(p) == name)
-            headline.append((f"verdict {name}", str(n),
-                             {"FASTER": "ok", "SLOWER": "bad"}.get(name, "muted")))
-    notes = [GAIN_NOTE + ".",
-             "The noise band is the p95 |gain| of this pair, either way on the log axis "
-             "(latency ratio 1/(1+p95) .. 1+p95); it is the noise floor only "
-             "when A and B are the same build (an A/A pair)."]
+            headline.append((f"verdict {name}", str(n), {"FASTER": "ok", "SLOWER": "bad"}.get(name, "muted")))
+    notes = [
+        GAIN_NOTE + ".",
+        "The noise band is the p95 |gain| of this pair, either way on the log axis "
+        "(latency ratio 1/(1+p95) .. 1+p95); it is the noise floor only "
+        "when A and B are the same build (an A/A pair).",
+    ]
     if not verdict:
         notes.append("No per-row verdicts: these runs carry no per-row spread.")
-    unpaired = ([("only in A", r.op, r.dtype, r.shape) for r in result.only_a]
-                + [("only in B", r.op, r.dtype, r.shape) for r in result.only_b]
-                + [(f"not comparable: {n.reason}", n.a.op, n.a.dtype, n.a.shape)
-                   for n in result.not_comparable])
+    unpaired = (
+        [("only in A", r.op, r.dtype, r.shape) for r in result.only_a]
+        + [("only in B", r.op, r.dtype, r.shape) for r in result.only_b]
+        + [(f"not comparable: {n.reason}", n.a.op, n.a.dtype, n.a.shape) for n in result.not_comparable]
+    )
     issues = _issue_rows(result.a, "A") + _issue_rows(result.b, "B")
     issues += [[why, op, f"{_dtype(dtype)} {shape}", ""] for why, op, dtype, shape in unpaired]
-    ranges = Table([Column("op", "operator"), Column("family", "family"),
-                    Column("count", "rows", "num", 0), Column("min", "min", "pct", 1, tone="sign"),
-                    Column("median", "median", "pct", 1, tone="sign"),
-                    Column("max", "max", "pct", 1, tone="sign"),
-                    Column("geomean", "geomean", "pct", 1, tone="sign"),
-                    Column("fallback", "fallback rows", "num", 0,
-                           "rows timed by the direct fallback on either side")],
-                   [[r.name, families.get(r.name), r.count, r.min, r.median, r.max, r.geomean,
-                     r.fallback_rows] for r in result.by_op], "geomean", descending=True)
+    ranges = Table(
+        [
+            Column("op", "operator"),
+            Column("family", "family"),
+            Column("count", "rows", "num", 0),
+            Column("min", "min", "pct", 1, tone="sign"),
+            Column("median", "median", "pct", 1, tone="sign"),
+            Column("max", "max", "pct", 1, tone="sign"),
+            Column("geomean", "geomean", "pct", 1, tone="sign"),
+            Column("fallback", "fallback rows", "num", 0, "rows timed by the direct fallback on either side"),
+        ],
+        [
+            [r.name, families.get(r.name), r.count, r.min, r.median, r.max, r.geomean, r.fallback_rows]
+            for r in result.by_op
+        ],
+        "geomean",
+        descending=True,
+    )
     return Page(
-        kind="ab", title=f"zlbench A/B {Path(result.a.input).name} vs {Path(result.b.input).name}",
+        kind="ab",
+        title=f"zlbench A/B {Path(result.a.input).name} vs {Path(result.b.input).name}",
         inputs=[("A", str(result.a.input)), ("B", str(result.b.input))],
-        headline=headline, caliber=list(batch_caliber(result.a.runs).items()),
+        headline=headline,
+        caliber=list(batch_caliber(result.a.runs).items()),
         versions=[(f"A {k}", v) for k, v in versions(result.a)]
         + [(f"B {k}", v) for k, v in versions(result.b)],
-        table=Table(columns, rows, "change", descending=True), families=families,
-        notes=notes, warnings=caliber_lines(result.caliber),
+        table=Table(columns, rows, "change", descending=True),
+        families=families,
+        notes=notes,
+        warnings=caliber_lines(result.caliber),
         issues=Table(ISSUE_COLUMNS, issues, "kind"),
-        distribution=_by_family([(families.get(p.a.op), p.gain + 1.0) for p in result.pairs
-                                 if p.gain > -1.0]),
-        band=band_range, ranges=ranges)
+        distribution=_by_family(
+            [(families.get(p.a.op), p.gain + 1.0) for p in result.pairs if p.gain > -1.0]
+        ),
+        band=band_range,
+        ranges=ranges,
+    )

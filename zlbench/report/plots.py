@@ -30,7 +30,7 @@ def _svg(fig) -> str:
     fig.savefig(buf, format="svg", dpi=96)
     text = buf.getvalue()
     # The page embeds the <svg> element itself: drop the XML prolog and doctype.
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def _plain_log_ticks(ax) -> None:
@@ -45,9 +45,13 @@ def _plain_log_ticks(ax) -> None:
     ax.tick_params(axis="x", which="minor", labelsize=7)
 
 
-def distribution_svg(groups: Sequence[Tuple[str, List[float]]], xlabel: str,
-                     parity_label: str, band: Optional[Tuple[float, float]] = None,
-                     band_label: str = "") -> str:
+def distribution_svg(
+    groups: Sequence[Tuple[str, List[float]]],
+    xlabel: str,
+    parity_label: str,
+    band: Optional[Tuple[float, float]] = None,
+    band_label: str = "",
+) -> str:
     """One horizontal box per group on a log axis, every value drawn as a point."""
     plt = pyplot()
     groups = [(name, vals) for name, vals in groups if vals]
@@ -61,26 +65,35 @@ def distribution_svg(groups: Sequence[Tuple[str, List[float]]], xlabel: str,
         ordered = list(reversed(groups))
         data = [vals for _, vals in ordered]
         try:
-            ax.boxplot(data, orientation="horizontal", showfliers=False, widths=0.6,
-                       medianprops={"color": "tab:orange", "linewidth": 1.6})
+            ax.boxplot(
+                data,
+                orientation="horizontal",
+                showfliers=False,
+                widths=0.6,
+                medianprops={"color": "tab:orange", "linewidth": 1.6},
+            )
         except TypeError:  # matplotlib < 3.10 knows only vert=
-            ax.boxplot(data, vert=False, showfliers=False, widths=0.6,
-                       medianprops={"color": "tab:orange", "linewidth": 1.6})
+            ax.boxplot(
+                data,
+                vert=False,
+                showfliers=False,
+                widths=0.6,
+                medianprops={"color": "tab:orange", "linewidth": 1.6},
+            )
         rng = random.Random(0)  # the same jitter every time: pages diff cleanly
         xs: List[float] = []
         ys: List[float] = []
         for y, vals in enumerate(data, 1):
             xs += vals
             ys += [y + rng.uniform(-0.22, 0.22) for _ in vals]
-        ax.scatter(xs, ys, s=6, alpha=0.45, color="tab:blue", linewidths=0, zorder=3,
-                   rasterized=True)
+        ax.scatter(xs, ys, s=6, alpha=0.45, color="tab:blue", linewidths=0, zorder=3, rasterized=True)
         ax.set_yticks(range(1, len(ordered) + 1))
         ax.set_yticklabels([f"{name} ({len(vals)})" for name, vals in ordered])
         lo, hi = min(xs), max(xs)
         if band:
             lo, hi = min(lo, band[0]), max(hi, band[1])
         pad = max(math.log10(hi / lo) * 0.05, 0.05) if lo > 0 else 0.05
-        ax.set_xlim(lo / 10 ** pad, hi * 10 ** pad)
+        ax.set_xlim(lo / 10**pad, hi * 10**pad)
     else:
         ax.text(0.5, 0.5, "no measured rows", transform=ax.transAxes, ha="center")
     ax.set_xlabel(xlabel)
@@ -93,8 +106,12 @@ def distribution_svg(groups: Sequence[Tuple[str, List[float]]], xlabel: str,
     return text
 
 
-def history_svg(title: str, nights: Sequence[str], series: Sequence[Tuple[str, List[Optional[float]]]],
-                steps: Sequence[Tuple[int, str]]) -> str:
+def history_svg(
+    title: str,
+    nights: Sequence[str],
+    series: Sequence[Tuple[str, List[Optional[float]]]],
+    steps: Sequence[Tuple[int, str]],
+) -> str:
     """Latency index of one operator over nights, one line per caliber; steps marked."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.4, 2.3))
@@ -102,12 +119,21 @@ def history_svg(title: str, nights: Sequence[str], series: Sequence[Tuple[str, L
     for label, values in series:
         pts = [(i, v) for i, v in zip(x, values) if v is not None]
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
-                    linewidth=1.2, label=label)
+            ax.plot(
+                [p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, linewidth=1.2, label=label
+            )
     for i, text in steps:
         ax.axvline(i - 0.5, color="tab:red", linewidth=1, linestyle="--")
-        ax.annotate(text, (i - 0.5, 1), xycoords=("data", "axes fraction"), fontsize=7,
-                    color="tab:red", ha="left", va="top", rotation=90)
+        ax.annotate(
+            text,
+            (i - 0.5, 1),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            color="tab:red",
+            ha="left",
+            va="top",
+            rotation=90,
+        )
     ax.set_title(title, fontsize=9)
     ax.set_xticks(x)
     ax.set_xticklabels(nights, rotation=30, ha="right", fontsize=6)

@@ -16,14 +16,20 @@ from pathlib import Path
 from typing import Dict, List, Optional, TextIO
 
 from .. import backends, knobs, proc, providers, rundir, tuner_cache
-from ..markers import NO_MEASUREMENT, format_marker
-from ..safe_read import read_text_capped
 from ..backends import Backend, Device, DeviceError
+from ..markers import NO_MEASUREMENT, format_marker
 from ..providers import ResolveError, Target
+from ..safe_read import read_text_capped
 from . import identity as ident
 from .outdir import claim_run_dir, use_run_dir
-from .preflight import (EXIT_PREFLIGHT, PreflightFailed, check_replay_from, check_plugins_importable,
-                        check_shape_file, check_torch_importable)
+from .preflight import (
+    EXIT_PREFLIGHT,
+    PreflightFailed,
+    check_plugins_importable,
+    check_replay_from,
+    check_shape_file,
+    check_torch_importable,
+)
 from .tee import pump
 
 EXIT_OK = 0
@@ -66,8 +72,10 @@ def plan_run(settings: knobs.Settings, environ=os.environ) -> RunPlan:
         raise PreflightFailed("device", str(e)) from None
     if not found:
         raise PreflightFailed(
-            "device", f"no {backend.name} device found ({backend.visible_key or 'none'} unset and "
-                      f"{' '.join(backend.list_tool or ()) or 'no tool'} lists none); pass --device or --backend")
+            "device",
+            f"no {backend.name} device found ({backend.visible_key or 'none'} unset and "
+            f"{' '.join(backend.list_tool or ()) or 'no tool'} lists none); pass --device or --backend",
+        )
     try:
         provider = providers.make_provider(settings)
         target = provider.resolve(settings.op, settings.op_file, settings.test_node)
@@ -79,10 +87,23 @@ def plan_run(settings: knobs.Settings, environ=os.environ) -> RunPlan:
     timer = backends.choose_timer(backend, settings.enable_cudagraph)
     plugins = backends.plugin_plan(backend, settings.enable_cudagraph)
     check_plugins_importable(plugins)
-    pool = (parallel_warmup_pool(found[0], backend.devices(environ, probed=probed))
-            if settings.parallel_warmup_gpus else [])
-    return RunPlan(settings, backend, found[0], target, timer, plugins, shape_file, replay_from,
-                   provider.versions(), pool)
+    pool = (
+        parallel_warmup_pool(found[0], backend.devices(environ, probed=probed))
+        if settings.parallel_warmup_gpus
+        else []
+    )
+    return RunPlan(
+        settings,
+        backend,
+        found[0],
+        target,
+        timer,
+        plugins,
+        shape_file,
+        replay_from,
+        provider.versions(),
+        pool,
+    )
 
 
 def pytest_command(plan: RunPlan, color: bool) -> List[str]:
@@ -125,19 +146,21 @@ def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, 
     env.update(plan.target.env)
     env.update(backends.visibility_env(plan.backend, plan.device))
     env.update(extra)
-    env.update({
-        "PYTHONUNBUFFERED": "1",
-        "ZL_RUN_DIR": str(run_dir),
-        "ZL_BACKEND": plan.backend.name,
-        "ZL_TIMER": plan.timer,
-        "ZL_DIRECT_REPEAT": str(s.direct_repeat),
-        "ZL_DIRECT_TIMER": s.direct_timer,
-        "ZL_DIRECT_NOISE": str(s.direct_noise),
-        "ZL_AUTOTUNE_MODE": plan.autotune_mode,
-        "USE_FLAGTUNE": "1" if s.use_flagtune else "0",
-        "ZL_ISOLATE_TUNER_CACHE": "1" if s.isolate_tuner_cache else "0",
-        "PARALLEL_WARMUP_GPUS": str(s.parallel_warmup_gpus),
-    })
+    env.update(
+        {
+            "PYTHONUNBUFFERED": "1",
+            "ZL_RUN_DIR": str(run_dir),
+            "ZL_BACKEND": plan.backend.name,
+            "ZL_TIMER": plan.timer,
+            "ZL_DIRECT_REPEAT": str(s.direct_repeat),
+            "ZL_DIRECT_TIMER": s.direct_timer,
+            "ZL_DIRECT_NOISE": str(s.direct_noise),
+            "ZL_AUTOTUNE_MODE": plan.autotune_mode,
+            "USE_FLAGTUNE": "1" if s.use_flagtune else "0",
+            "ZL_ISOLATE_TUNER_CACHE": "1" if s.isolate_tuner_cache else "0",
+            "PARALLEL_WARMUP_GPUS": str(s.parallel_warmup_gpus),
+        }
+    )
     if plugin_autoload(s):
         env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
     else:
@@ -163,8 +186,10 @@ def parallel_warmup_pool(own_device: Device, every: List[Device]) -> List[str]:
 
 def archive_shapes(plan: RunPlan, run_dir: Path) -> None:
     """shapes.yaml: the shape file actually used, with the level it was used at."""
-    header = (f"# zlbench: level={plan.settings.level} shape_mode={plan.settings.shape_mode} "
-              f"source={plan.shape_file}\n")
+    header = (
+        f"# zlbench: level={plan.settings.level} shape_mode={plan.settings.shape_mode} "
+        f"source={plan.shape_file}\n"
+    )
     body = plan.shape_file.read_text() if plan.shape_file.is_file() else "# (no shape file found)\n"
     rundir.shapes_path(run_dir).write_text(header + body)
 
@@ -183,8 +208,7 @@ def build_identity(plan: RunPlan, run_dir: Path, cache_description: str) -> dict
         "layout": plan.target.layout,
         "test_node": plan.target.test_node,
         "backend": plan.backend.name,
-        "device": {"index": plan.device.index, "visible": plan.device.visible,
-                   "model": plan.device.model},
+        "device": {"index": plan.device.index, "visible": plan.device.visible, "model": plan.device.model},
         "timer": plan.timer,
         "autotune_mode": plan.autotune_mode,
         "replay_from": str(plan.replay_from) if plan.replay_from else None,
@@ -211,11 +235,13 @@ def direct_timer_identity(plan: RunPlan) -> dict:
     s = plan.settings
     if s.direct_timer == "do_bench":
         # triton's do_bench zeroes a 256 MB buffer before each call; the host one cannot.
-        return {"mode": "do_bench", "repeat": s.direct_repeat,
-                "l2_flush": plan.backend.torch_device is not None}
+        return {
+            "mode": "do_bench",
+            "repeat": s.direct_repeat,
+            "l2_flush": plan.backend.torch_device is not None,
+        }
     clock = f"torch.{plan.backend.torch_device}.Event" if plan.backend.torch_device else "host"
-    return {"mode": "percall", "noise_target_pct": s.direct_noise, "l2_flush": False,
-            "clock": clock}
+    return {"mode": "percall", "noise_target_pct": s.direct_noise, "l2_flush": False, "clock": clock}
 
 
 def device_state_identity(reports: Dict[str, dict]) -> dict:
@@ -224,10 +250,14 @@ def device_state_identity(reports: Dict[str, dict]) -> dict:
     for plugin in ("graph_timer", "direct_timer"):
         state = (reports.get(plugin) or {}).get("device_state")
         if isinstance(state, dict):
-            return {"clocks_locked": state.get("clocks_locked", "unknown"),
-                    "device_state": {k: v for k, v in state.items() if k != "clocks_locked"}}
-    return {"clocks_locked": "unknown", "device_state": {"source": "unavailable",
-                                                         "reason": "no timer plugin report"}}
+            return {
+                "clocks_locked": state.get("clocks_locked", "unknown"),
+                "device_state": {k: v for k, v in state.items() if k != "clocks_locked"},
+            }
+    return {
+        "clocks_locked": "unknown",
+        "device_state": {"source": "unavailable", "reason": "no timer plugin report"},
+    }
 
 
 def _own_version() -> str:
@@ -245,8 +275,9 @@ def _print(line: str, out: TextIO, log) -> None:
 
 def header_lines(plan: RunPlan, run_dir: Path, ident_data: dict, cmd: List[str]) -> List[str]:
     s = plan.settings
-    caliber = " ".join(f"{k}={'-' if v is None else knobs.flag_text(v)}"
-                       for k, v in ident_data["knobs"].items())
+    caliber = " ".join(
+        f"{k}={'-' if v is None else knobs.flag_text(v)}" for k, v in ident_data["knobs"].items()
+    )
     return [
         f"=== zlbench run: {s.op or plan.target.test_node} ({s.provider}) started {ident_data['started']} ===",
         f"run dir      {run_dir}",
@@ -267,8 +298,7 @@ def spawn_pytest(cmd: List[str], cwd: str, env: Dict[str, str], output_fd: int):
     return proc.start(cmd, env, output_fd, cwd=cwd, new_group=False)
 
 
-def _launch(cmd, cwd, env, log, out: Optional[TextIO], cap_bytes: int,
-            start=spawn_pytest) -> int:
+def _launch(cmd, cwd, env, log, out: Optional[TextIO], cap_bytes: int, start=spawn_pytest) -> int:
     """Run the benchmark process, teeing its output (to ``out`` too unless None, and at
     most ``cap_bytes`` of it to run.log); never leave it running.
     ``start(cmd, cwd, env, output_fd)`` returns a Popen-like child: a fresh interpreter
@@ -302,8 +332,9 @@ def _launch(cmd, cwd, env, log, out: Optional[TextIO], cap_bytes: int,
     return rc
 
 
-def run_from_flags(flags: Dict[str, object], run_dir: Optional[Path] = None,
-                   start=spawn_pytest, echo: bool = True) -> int:
+def run_from_flags(
+    flags: Dict[str, object], run_dir: Optional[Path] = None, start=spawn_pytest, echo: bool = True
+) -> int:
     """``zlbench run``'s body: resolve the knobs (a bad value is a preflight failure,
     exit 3), then measure. The batch's warm workers call it in a forked child."""
     from .preflight import PreflightFailed
@@ -321,9 +352,14 @@ def run_from_flags(flags: Dict[str, object], run_dir: Optional[Path] = None,
     return execute_run(settings, run_dir=run_dir, start=start, echo=echo)
 
 
-def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
-                out: Optional[TextIO] = None, extra_env: Optional[Dict[str, str]] = None,
-                start=spawn_pytest, echo: bool = True) -> int:
+def execute_run(
+    settings: knobs.Settings,
+    run_dir: Optional[Path] = None,
+    out: Optional[TextIO] = None,
+    extra_env: Optional[Dict[str, str]] = None,
+    start=spawn_pytest,
+    echo: bool = True,
+) -> int:
     """Measure one operator. Returns the exit code of ``zlbench run``."""
     out = sys.stdout if out is None else out
     started = time.monotonic()
@@ -332,13 +368,19 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
         # Absolute before anything uses it: the benchmark process runs in the corpus
         # root, and a relative dir would put the plugins' files below the corpus.
         try:
-            run_dir = (use_run_dir(Path(run_dir).expanduser().resolve()) if run_dir else
-                       claim_run_dir(Path(settings.out).expanduser().resolve(), settings.op))
+            run_dir = (
+                use_run_dir(Path(run_dir).expanduser().resolve())
+                if run_dir
+                else claim_run_dir(Path(settings.out).expanduser().resolve(), settings.op)
+            )
         except OSError as e:
             where = "--run-dir" if run_dir else "--out"
-            raise PreflightFailed("run_dir", f"{where} {run_dir or settings.out}: cannot create "
-                                  f"the run dir ({e.strerror or e}); give a writable directory",
-                                  Path(str(run_dir or settings.out))) from None
+            raise PreflightFailed(
+                "run_dir",
+                f"{where} {run_dir or settings.out}: cannot create "
+                f"the run dir ({e.strerror or e}); give a writable directory",
+                Path(str(run_dir or settings.out)),
+            ) from None
     except PreflightFailed as e:
         out.write(e.marker() + "\n")
         out.write(f"zlbench run: preflight failed ({e.check}): {e}\n")
@@ -346,8 +388,9 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
 
     # zlbench ab keeps each side's isolated Triton cache to check that its switch is live.
     keep_triton = os.environ.get("ZL_KEEP_TRITON_CACHE") == "1"
-    cache = tuner_cache.plan_tuner_cache(run_dir, settings.isolate_tuner_cache, os.environ,
-                                         keep_triton_cache=keep_triton)
+    cache = tuner_cache.plan_tuner_cache(
+        run_dir, settings.isolate_tuner_cache, os.environ, keep_triton_cache=keep_triton
+    )
     archive_shapes(plan, run_dir)
     ident_data = build_identity(plan, run_dir, cache.description)
     if keep_triton and cache.triton_cache_dir is not None:
@@ -362,8 +405,15 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
         for line in header_lines(plan, run_dir, ident_data, cmd):
             _print(line, out, log)
         try:
-            rc = _launch(cmd, str(plan.target.root), env, log, out if echo else None,
-                         settings.output_cap_mb * 1024 * 1024, start)
+            rc = _launch(
+                cmd,
+                str(plan.target.root),
+                env,
+                log,
+                out if echo else None,
+                settings.output_cap_mb * 1024 * 1024,
+                start,
+            )
         except KeyboardInterrupt:
             pass  # rc stays None: recorded as interrupted, and the exit code is 130
         finally:
@@ -373,13 +423,15 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
             if code == EXIT_OK:
                 code = _verify_measured(run_dir, settings.op, out, log)
             reports = rundir.read_plugin_reports(run_dir)
-            ident_data.update({
-                "status": "ok" if code == EXIT_OK else ("interrupted" if rc is None else "failed"),
-                "finished": ident.now_iso(),
-                "duration_s": round(elapsed, 3),
-                "exit_code": code,
-                "plugins": reports,
-            })
+            ident_data.update(
+                {
+                    "status": "ok" if code == EXIT_OK else ("interrupted" if rc is None else "failed"),
+                    "finished": ident.now_iso(),
+                    "duration_s": round(elapsed, 3),
+                    "exit_code": code,
+                    "plugins": reports,
+                }
+            )
             loaded = (reports.get("phases") or {}).get("pytest_plugins")
             if loaded:
                 ident_data["pytest_plugins"].update(loaded)
@@ -390,8 +442,12 @@ def execute_run(settings: knobs.Settings, run_dir: Optional[Path] = None,
                 ident_data["autotune_mode"] = "replay(parallel_warmup)"
                 ident_data["replay_from"] = merged
             rundir.write_identity(run_dir, ident_data)
-            _print(f"=== zlbench run: {settings.op or plan.target.test_node} finished: exit {code} "
-                   f"({ident_data['status']}) in {elapsed:.1f} s ===", out, log)
+            _print(
+                f"=== zlbench run: {settings.op or plan.target.test_node} finished: exit {code} "
+                f"({ident_data['status']}) in {elapsed:.1f} s ===",
+                out,
+                log,
+            )
     if code == EXIT_OK:
         _mark_complete(run_dir)
     out.write(f"{run_dir}\n")

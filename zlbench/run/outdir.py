@@ -17,8 +17,7 @@ def run_dir_name(op: Optional[str], when: Optional[float] = None) -> str:
     return f"{stamp}_{_UNSAFE.sub('-', op or 'node')}"
 
 
-def claim_run_dir(root: Path, op: Optional[str], when: Optional[float] = None,
-                  max_tries: int = 1000) -> Path:
+def claim_run_dir(root: Path, op: Optional[str], when: Optional[float] = None, max_tries: int = 1000) -> Path:
     """``<root>/<YYYYmmdd-HHMMSS>_<op>``, then ``-2``, ``-3``... on collision.
 
     A bare mkdir is atomic: of two runs started in the same second, exactly one gets
@@ -42,7 +41,10 @@ def use_run_dir(path: Path) -> Path:
     from .preflight import PreflightFailed
 
     if is_complete(path):
-        raise PreflightFailed("run_dir", f"{path} already holds a complete run ({COMPLETE}); "
-                              "choose another --run-dir or remove it", path)
+        raise PreflightFailed(
+            "run_dir",
+            f"{path} already holds a complete run ({COMPLETE}); choose another --run-dir or remove it",
+            path,
+        )
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -23,8 +23,9 @@ class PreflightFailed(Exception):
         self.path = path
 
     def marker(self) -> str:
-        return format_marker(PREFLIGHT_FAILED, check=self.check,
-                             path=str(self.path) if self.path else None, reason=str(self))
+        return format_marker(
+            PREFLIGHT_FAILED, check=self.check, path=str(self.path) if self.path else None, reason=str(self)
+        )
 
 
 def check_shape_file(shape_mode: str, shape_file: Optional[str]) -> Optional[Path]:
@@ -64,8 +65,10 @@ def check_torch_importable() -> None:
 
     if importlib.util.find_spec("torch") is None:
         raise PreflightFailed(
-            "torch", f"torch is not importable by {sys.executable}: install your backend's torch "
-                     "build (on a CPU machine: pip install torch==2.13.0)")
+            "torch",
+            f"torch is not importable by {sys.executable}: install your backend's torch "
+            "build (on a CPU machine: pip install torch==2.13.0)",
+        )
 
 
 def check_plugins_importable(plugins) -> None:
@@ -74,5 +77,7 @@ def check_plugins_importable(plugins) -> None:
 
     missing = [name for name in plugins if importlib.util.find_spec(name) is None]
     if missing:
-        raise PreflightFailed("plugins", f"plugin module(s) not importable: {', '.join(missing)}; "
-                                         "reinstall zlbench (pip install -e .)")
+        raise PreflightFailed(
+            "plugins",
+            f"plugin module(s) not importable: {', '.join(missing)}; reinstall zlbench (pip install -e .)",
+        )

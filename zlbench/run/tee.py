@@ -76,16 +76,19 @@ class CappedLog:
     def close(self) -> None:
         """Write the held tail (after the marker, when anything was cut)."""
         if self.dropped:
-            self.log.write(b"\n" + format_marker(
-                OUTPUT_TRUNCATED, bytes=self.dropped, kept_head=self.head_size,
-                kept_tail=self.tail_size).encode() + b"\n")
+            self.log.write(
+                b"\n"
+                + format_marker(
+                    OUTPUT_TRUNCATED, bytes=self.dropped, kept_head=self.head_size, kept_tail=self.tail_size
+                ).encode()
+                + b"\n"
+            )
         self.log.write(b"".join(self.tail))
         self.tail.clear()
         self.log.flush()
 
 
-def pump(source_fd: int, log: BinaryIO, terminal: Optional[TextIO],
-         cap_bytes: Optional[int] = None) -> None:
+def pump(source_fd: int, log: BinaryIO, terminal: Optional[TextIO], cap_bytes: Optional[int] = None) -> None:
     """Copy ``source_fd`` until EOF: raw to the terminal (when given), stripped to
     ``log``, at most ``cap_bytes`` of it (see CappedLog)."""
     stripper = AnsiStripper()

@@ -40,13 +40,30 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 # Imported by every benchmark process and safe before any device is touched.
-PREIMPORT = ("numpy", "yaml", "sqlalchemy", "torch", "triton", "pytest", "_pytest.python",
-             "_pytest.terminal", "_pytest.fixtures", "_pytest.main", "_pytest.runner",
-             "zlbench.plugins.phases", "zlbench.plugins.device_setup",
-             "zlbench.plugins.direct_timer", "zlbench.plugins.graph_timer",
-             "zlbench.plugins.autotune", "zlbench.plugins.parallel_warmup",
-             "zlbench.plugins.report", "zlbench.cli", "zlbench.run", "zlbench.providers",
-             "zlbench.tuner_cache")
+PREIMPORT = (
+    "numpy",
+    "yaml",
+    "sqlalchemy",
+    "torch",
+    "triton",
+    "pytest",
+    "_pytest.python",
+    "_pytest.terminal",
+    "_pytest.fixtures",
+    "_pytest.main",
+    "_pytest.runner",
+    "zlbench.plugins.phases",
+    "zlbench.plugins.device_setup",
+    "zlbench.plugins.direct_timer",
+    "zlbench.plugins.graph_timer",
+    "zlbench.plugins.autotune",
+    "zlbench.plugins.parallel_warmup",
+    "zlbench.plugins.report",
+    "zlbench.cli",
+    "zlbench.run",
+    "zlbench.providers",
+    "zlbench.tuner_cache",
+)
 # Vendor triton builds (flagtree and friends) install as "triton"; a vendor's torch
 # extension is imported by the backend's probe only. Never imported by a worker:
 # importing the library under test initialises the device (flag_gems does at import).
@@ -116,8 +133,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         names += [n for n in conftest_imports(Path(args.corpus_root)) if n not in names]
     imported, failed = preimport(names)
     import_s = time.monotonic() - started
-    print(f"zlbench worker {os.getpid()}: imported {len(imported)} modules in {import_s:.1f} s"
-          + (f"; failed: {failed}" if failed else ""), file=sys.stderr, flush=True)
+    print(
+        f"zlbench worker {os.getpid()}: imported {len(imported)} modules in {import_s:.1f} s"
+        + (f"; failed: {failed}" if failed else ""),
+        file=sys.stderr,
+        flush=True,
+    )
     touched = backends.initialised_runtimes()
     if touched:
         channel.send(event="refused", reason="device_initialised", detail=",".join(touched))
@@ -128,8 +149,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     # and the children's pages stay shared with the worker.
     gc.collect()
     gc.freeze()
-    channel.send(event="ready", pid=os.getpid(), imported=imported, failed=failed,
-                 import_s=round(import_s, 3))
+    channel.send(
+        event="ready", pid=os.getpid(), imported=imported, failed=failed, import_s=round(import_s, 3)
+    )
     while True:
         msg = channel.receive()
         if msg is None or msg.get("cmd") == "exit":
@@ -145,7 +167,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _attempt_child(msg, channel)   # never returns
+            _attempt_child(msg, channel)  # never returns
         channel.send(event="started", pid=pid)
         # Reap only when told: until then the exited child is a zombie whose pid (its
         # group id) cannot be reused, so the batch can clean up its group safely.

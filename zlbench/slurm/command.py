@@ -16,26 +16,39 @@ import click
 from zlbench import knobs
 from zlbench.atomic import write_atomic
 from zlbench.batch.state import BatchError
-from zlbench.rundir import (SLURM_DIR, SLURM_SCREEN, SLURM_SCRIPT, SLURM_SUBMISSIONS, SLURM_TASK_LOG,
-                            plan_path)
+from zlbench.rundir import SLURM_DIR, SLURM_SCREEN, SLURM_SCRIPT, SLURM_SUBMISSIONS, SLURM_TASK_LOG, plan_path
 from zlbench.slurm import scheduler
 from zlbench.slurm.script import array_spec, render_script
-from zlbench.slurm.status import (EXIT_FINISHED, EXIT_RUNNING, RESUBMIT, exit_code,
-                                  latest_tasks, read_submissions, render, shard_lines)
+from zlbench.slurm.status import (
+    EXIT_FINISHED,
+    EXIT_RUNNING,
+    RESUBMIT,
+    exit_code,
+    latest_tasks,
+    read_submissions,
+    render,
+    shard_lines,
+)
 from zlbench.summary.screen import read_screen, shard_dirs
 
 # Batch options that `slurm submit` sets itself.
-_OWN = {"--shard": "each array task takes its shard from SLURM_ARRAY_TASK_ID",
-        "--shards": "give it to `slurm submit` itself",
-        "--resume": "submitting again to the same --out resumes",
-        "--out": "give it to `slurm submit` itself"}
+_OWN = {
+    "--shard": "each array task takes its shard from SLURM_ARRAY_TASK_ID",
+    "--shards": "give it to `slurm submit` itself",
+    "--resume": "submitting again to the same --out resumes",
+    "--out": "give it to `slurm submit` itself",
+}
 # sbatch options the script sets; the user's would break the screen's layout.
-_SBATCH_OWN = {"--array": "it comes from --shards (finished shards left out); cap running "
-                          "tasks with --max-parallel",
-               "-a": "it comes from --shards; cap running tasks with --max-parallel",
-               "--output": "task logs go to DIR/slurm/", "-o": "task logs go to DIR/slurm/",
-               "--error": "task logs go to DIR/slurm/", "-e": "task logs go to DIR/slurm/",
-               "--parsable": "zlbench passes it", "--wrap": "the script is zlbench's"}
+_SBATCH_OWN = {
+    "--array": "it comes from --shards (finished shards left out); cap running tasks with --max-parallel",
+    "-a": "it comes from --shards; cap running tasks with --max-parallel",
+    "--output": "task logs go to DIR/slurm/",
+    "-o": "task logs go to DIR/slurm/",
+    "--error": "task logs go to DIR/slurm/",
+    "-e": "task logs go to DIR/slurm/",
+    "--parsable": "zlbench passes it",
+    "--wrap": "the script is zlbench's",
+}
 
 
 class SubmitError(click.ClickException):
@@ -108,12 +121,14 @@ def _check_args(batch_args: Sequence[str], sbatch_args: Sequence[str]) -> None:
             raise click.UsageError(f"{name} is set by zlbench slurm submit: {_OWN[name]}")
     for arg in sbatch_args:
         if not arg.startswith("-"):
-            raise click.UsageError(f"--sbatch-arg {arg!r}: give an sbatch option, e.g. "
-                                   "--sbatch-arg=--partition=gpu")
+            raise click.UsageError(
+                f"--sbatch-arg {arg!r}: give an sbatch option, e.g. --sbatch-arg=--partition=gpu"
+            )
         name = arg.split("=", 1)[0]
         if name in _SBATCH_OWN or (name.startswith("-a") and len(name) > 2 and name[1] != "-"):
-            raise click.UsageError(f"--sbatch-arg {arg}: zlbench sets {name}: "
-                                   f"{_SBATCH_OWN.get(name, _SBATCH_OWN['-a'])}")
+            raise click.UsageError(
+                f"--sbatch-arg {arg}: zlbench sets {name}: {_SBATCH_OWN.get(name, _SBATCH_OWN['-a'])}"
+            )
 
 
 def _batch_settings(batch_args: Sequence[str], screen: Path):
@@ -129,9 +144,15 @@ def _batch_settings(batch_args: Sequence[str], screen: Path):
     except BatchError as e:
         raise click.UsageError(str(e)) from None
     settings = config.settings
-    from_env = [(knobs.BY_NAME[name].env, knobs.BY_NAME[name].flag,
-                 knobs.flag_text(settings_document(settings)[name]))
-                for name in knobs.MEASURE_KNOBS if settings.sources.get(name) == "env"]
+    from_env = [
+        (
+            knobs.BY_NAME[name].env,
+            knobs.BY_NAME[name].flag,
+            knobs.flag_text(settings_document(settings)[name]),
+        )
+        for name in knobs.MEASURE_KNOBS
+        if settings.sources.get(name) == "env"
+    ]
     return settings_document(settings), from_env
 
 
@@ -151,15 +172,20 @@ def _check_screen(screen: Path, shards: int, settings: dict) -> None:
     found = shard_dirs(screen)
     others = sorted({n for _, n in found if n != shards})
     if others:
-        raise SubmitError(f"--out {screen} holds a screen in {others[0]} shards; submit with "
-                          f"--shards {others[0]} to continue it, or choose a new --out")
+        raise SubmitError(
+            f"--out {screen} holds a screen in {others[0]} shards; submit with "
+            f"--shards {others[0]} to continue it, or choose a new --out"
+        )
     recorded = _read_json(screen / SLURM_DIR / SLURM_SCREEN)
     if recorded and recorded.get("shards") != shards:
-        raise SubmitError(f"--out {screen} was submitted with --shards {recorded.get('shards')}; "
-                          "submit with that to continue it, or choose a new --out")
+        raise SubmitError(
+            f"--out {screen} was submitted with --shards {recorded.get('shards')}; "
+            "submit with that to continue it, or choose a new --out"
+        )
     if screen.is_dir() and not found and not recorded and any(screen.iterdir()):
-        raise SubmitError(f"--out {screen} already holds files that are not a sharded screen; "
-                          "choose a new --out")
+        raise SubmitError(
+            f"--out {screen} already holds files that are not a sharded screen; choose a new --out"
+        )
     sources: List[Tuple[str, dict]] = []
     if recorded:
         sources.append((f"{SLURM_DIR}/{SLURM_SCREEN}", recorded.get("settings") or {}))
@@ -170,9 +196,11 @@ def _check_screen(screen: Path, shards: int, settings: dict) -> None:
     for name, saved in sources:
         diffs = caliber_diffs({"settings": saved}, {"settings": settings})
         if diffs:
-            raise SubmitError(f"--out {screen}: {name} was measured with other settings "
-                              f"({'; '.join(diffs)}); submit with the same flags and "
-                              "environment, or choose a new --out")
+            raise SubmitError(
+                f"--out {screen}: {name} was measured with other settings "
+                f"({'; '.join(diffs)}); submit with the same flags and "
+                "environment, or choose a new --out"
+            )
 
 
 def _last_line(path: Path) -> str:
@@ -194,24 +222,53 @@ def _states(tasks: Dict[int, str], strict: bool):
         return {}, [str(e)]
 
 
-@slurm_group.command("submit", help=SUBMIT_HELP,
-                     short_help="Submit a screen as a Slurm job array, one task per host shard.",
-                     options_metavar="[OPTIONS] [BATCH OPTIONS]",
-                     context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.option("--shards", "shards", type=click.IntRange(min=1), required=True, metavar="N",
-              help="Host shards: array tasks 0..N-1, each running the operators whose stable "
-                   "hash is K mod N.")
-@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), required=True,
-              metavar="DIR", help="The screen dir, on a shared file system: DIR/shard-K-of-N/ "
-                                  "per shard, DIR/slurm/ for the script, logs and job ids.")
-@click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="ARG",
-              help="An sbatch option, written as an #SBATCH line (repeatable): "
-                   "--sbatch-arg=--partition=gpu --sbatch-arg=--gres=gpu:8 "
-                   "--sbatch-arg=--time=08:00:00 --sbatch-arg=--account=perf.")
-@click.option("--max-parallel", "max_parallel", type=click.IntRange(min=1), default=None,
-              metavar="M", help="At most M array tasks running at once (--array=...%M).")
-@click.option("--dry-run", "dry_run", is_flag=True,
-              help="Print the job script and the sbatch command; write and submit nothing.")
+@slurm_group.command(
+    "submit",
+    help=SUBMIT_HELP,
+    short_help="Submit a screen as a Slurm job array, one task per host shard.",
+    options_metavar="[OPTIONS] [BATCH OPTIONS]",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
+@click.option(
+    "--shards",
+    "shards",
+    type=click.IntRange(min=1),
+    required=True,
+    metavar="N",
+    help="Host shards: array tasks 0..N-1, each running the operators whose stable hash is K mod N.",
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    metavar="DIR",
+    help="The screen dir, on a shared file system: DIR/shard-K-of-N/ "
+    "per shard, DIR/slurm/ for the script, logs and job ids.",
+)
+@click.option(
+    "--sbatch-arg",
+    "sbatch_args",
+    multiple=True,
+    metavar="ARG",
+    help="An sbatch option, written as an #SBATCH line (repeatable): "
+    "--sbatch-arg=--partition=gpu --sbatch-arg=--gres=gpu:8 "
+    "--sbatch-arg=--time=08:00:00 --sbatch-arg=--account=perf.",
+)
+@click.option(
+    "--max-parallel",
+    "max_parallel",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="M",
+    help="At most M array tasks running at once (--array=...%M).",
+)
+@click.option(
+    "--dry-run",
+    "dry_run",
+    is_flag=True,
+    help="Print the job script and the sbatch command; write and submit nothing.",
+)
 @click.pass_context
 def submit_command(ctx, shards, out, sbatch_args, max_parallel, dry_run):
     batch_args = list(ctx.args)
@@ -227,27 +284,51 @@ def submit_command(ctx, shards, out, sbatch_args, max_parallel, dry_run):
         states, notes = _states(tasks, strict=not dry_run)
     except scheduler.SchedulerError as e:
         raise SubmitError(str(e)) from None
-    active = sorted(k for k, t in tasks.items() if k not in finished and t in states
-                    and states[t].state in scheduler.ACTIVE)
+    active = sorted(
+        k
+        for k, t in tasks.items()
+        if k not in finished and t in states and states[t].state in scheduler.ACTIVE
+    )
     todo = [k for k in range(shards) if k not in finished and k not in active]
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if finished:
-        click.echo(f"finished, not submitted again: shard(s) {','.join(map(str, finished))}",
-                   err=True)
+        click.echo(f"finished, not submitted again: shard(s) {','.join(map(str, finished))}", err=True)
     for k in active:
-        click.echo(f"shard {k}: still {states[tasks[k]].state} as array task {tasks[k]}; "
-                   "not submitted again", err=True)
+        click.echo(
+            f"shard {k}: still {states[tasks[k]].state} as array task {tasks[k]}; not submitted again",
+            err=True,
+        )
     if not todo:
-        click.echo(f"Nothing to submit. Next: zlbench slurm status {screen}"
-                   + (f"   (then: zlbench summary {screen})" if not active else ""))
+        click.echo(
+            f"Nothing to submit. Next: zlbench slurm status {screen}"
+            + (f"   (then: zlbench summary {screen})" if not active else "")
+        )
         return
 
-    command = ["zlbench", "slurm", "submit", "--shards", str(shards), "--out", str(screen),
-               *[f"--sbatch-arg={a}" for a in sbatch_args],
-               *(["--max-parallel", str(max_parallel)] if max_parallel else []), *batch_args]
-    text = render_script(screen, shards, batch_args, from_env, sbatch_args, sys.executable,
-                         Path.cwd(), time.strftime("%Y-%m-%d %H:%M:%S %Z"), max_parallel or 0)
+    command = [
+        "zlbench",
+        "slurm",
+        "submit",
+        "--shards",
+        str(shards),
+        "--out",
+        str(screen),
+        *[f"--sbatch-arg={a}" for a in sbatch_args],
+        *(["--max-parallel", str(max_parallel)] if max_parallel else []),
+        *batch_args,
+    ]
+    text = render_script(
+        screen,
+        shards,
+        batch_args,
+        from_env,
+        sbatch_args,
+        sys.executable,
+        Path.cwd(),
+        time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        max_parallel or 0,
+    )
     script = screen / SLURM_DIR / SLURM_SCRIPT
     sbatch_cli = [] if len(todo) == shards else [f"--array={array_spec(todo, max_parallel or 0)}"]
     sbatch_line = " ".join(shlex.quote(a) for a in ["sbatch", "--parsable", *sbatch_cli, str(script)])
@@ -259,20 +340,29 @@ def submit_command(ctx, shards, out, sbatch_args, max_parallel, dry_run):
     (screen / SLURM_DIR).mkdir(parents=True, exist_ok=True)
     write_atomic(script, text)
     if not (screen / SLURM_DIR / SLURM_SCREEN).exists():
-        write_atomic(screen / SLURM_DIR / SLURM_SCREEN, json.dumps(
-            {"shards": shards, "settings": settings}, indent=2) + "\n")
+        write_atomic(
+            screen / SLURM_DIR / SLURM_SCREEN,
+            json.dumps({"shards": shards, "settings": settings}, indent=2) + "\n",
+        )
     try:
         job = scheduler.sbatch(str(script), sbatch_cli)
     except scheduler.SchedulerError as e:
         raise SubmitError(f"{e} (script: {script})") from None
-    record = {"job": job, "indices": todo, "shards": shards,
-              "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "sbatch": sbatch_line,
-              "command": command}
+    record = {
+        "job": job,
+        "indices": todo,
+        "shards": shards,
+        "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "sbatch": sbatch_line,
+        "command": command,
+    }
     with open(screen / SLURM_DIR / SLURM_SUBMISSIONS, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
     log = screen / SLURM_DIR / SLURM_TASK_LOG.replace("%A", job).replace("%a", "K")
-    click.echo(f"Submitted job {job}: array tasks {', '.join(f'{job}_{k}' for k in todo)} "
-               f"(shards {array_spec(todo)} of {shards}) from {script}")
+    click.echo(
+        f"Submitted job {job}: array tasks {', '.join(f'{job}_{k}' for k in todo)} "
+        f"(shards {array_spec(todo)} of {shards}) from {script}"
+    )
     click.echo(f"Logs: {log}")
     click.echo(f"Next: zlbench slurm status {screen}")
     click.echo(job)
@@ -300,8 +390,9 @@ Exit codes (for scripts and cron):
 """
 
 
-@slurm_group.command("status", help=STATUS_HELP,
-                     short_help="Per shard: Slurm's state beside the batch's progress.")
+@slurm_group.command(
+    "status", help=STATUS_HELP, short_help="Per shard: Slurm's state beside the batch's progress."
+)
 @click.argument("screen_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
 def status_command(screen_dir):
     screen = Path(screen_dir).expanduser().resolve()
@@ -310,9 +401,11 @@ def status_command(screen_dir):
     count = recorded.get("shards") or (submissions[-1].get("shards") if submissions else None)
     current = read_screen(screen, count)
     if current is None:
-        raise SubmitError(f"{screen} holds no sharded screen (no shard-K-of-N dirs, no "
-                          f"{SLURM_DIR}/{SLURM_SUBMISSIONS}); give the --out of "
-                          "`zlbench slurm submit` or of `zlbench batch --shard`")
+        raise SubmitError(
+            f"{screen} holds no sharded screen (no shard-K-of-N dirs, no "
+            f"{SLURM_DIR}/{SLURM_SUBMISSIONS}); give the --out of "
+            "`zlbench slurm submit` or of `zlbench batch --shard`"
+        )
     tasks = latest_tasks(submissions)
     try:
         states, notes = scheduler.task_states(tasks.values()) if tasks else ({}, [])
@@ -333,19 +426,21 @@ def status_command(screen_dir):
     if code == EXIT_FINISHED:
         click.echo(f"Finished: {done} operators. Next: zlbench summary {screen}")
     elif code == EXIT_RUNNING:
-        click.echo(f"Running: {done} of {planned or '?'} operators have a status. "
-                   f"Next: zlbench slurm status {screen}")
+        click.echo(
+            f"Running: {done} of {planned or '?'} operators have a status. "
+            f"Next: zlbench slurm status {screen}"
+        )
     else:
         for line in lines:
             if line.verdict == RESUBMIT and line.task:
                 job, k = line.task.split("_")
                 log = screen / SLURM_DIR / SLURM_TASK_LOG.replace("%A", job).replace("%a", k)
-                click.echo(f"shard {line.index}: {line.scheduler}; its log {log} says: "
-                           f"{_last_line(log)}")
+                click.echo(f"shard {line.index}: {line.scheduler}; its log {log} says: {_last_line(log)}")
         stuck = ",".join(str(line.index) for line in lines if line.verdict == RESUBMIT)
-        again = (" ".join(shlex.quote(a) for a in submissions[-1]["command"])
-                 if submissions and submissions[-1].get("command") else
-                 f"zlbench batch --shard K/{current.count} --out {screen}   (for each K)")
+        again = (
+            " ".join(shlex.quote(a) for a in submissions[-1]["command"])
+            if submissions and submissions[-1].get("command")
+            else f"zlbench batch --shard K/{current.count} --out {screen}   (for each K)"
+        )
         click.echo(f"Needs resubmit: shard(s) {stuck} unfinished and not running. Next: {again}")
     sys.exit(code)
-

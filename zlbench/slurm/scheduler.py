@@ -15,9 +15,22 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 # States in which an array task still holds (or waits for) its shard: submitting the
 # shard again would start a second driver on the same dir.
-ACTIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED",
-                    "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED", "SIGNALING",
-                    "STAGE_OUT", "STOPPED"})
+ACTIVE = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "CONFIGURING",
+        "COMPLETING",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SUSPENDED",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+    }
+)
 
 
 class SchedulerError(Exception):
@@ -26,28 +39,37 @@ class SchedulerError(Exception):
 
 @dataclass(frozen=True)
 class TaskState:
-    task: str              # "<array job id>_<index>"
-    state: str             # Slurm's state name (RUNNING, COMPLETED, CANCELLED, ...)
-    detail: str = ""       # squeue's reason or sacct's exit code
+    task: str  # "<array job id>_<index>"
+    state: str  # Slurm's state name (RUNNING, COMPLETED, CANCELLED, ...)
+    detail: str = ""  # squeue's reason or sacct's exit code
     source: str = "squeue"
 
 
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        raise SchedulerError(f"{name} not found on PATH: run this on a host with Slurm's "
-                             "client commands (a login node), or load its module")
+        raise SchedulerError(
+            f"{name} not found on PATH: run this on a host with Slurm's "
+            "client commands (a login node), or load its module"
+        )
     return path
 
 
-def _run(argv: Sequence[str], environ: Optional[Mapping[str, str]], timeout: float = 60
-         ) -> subprocess.CompletedProcess:
+def _run(
+    argv: Sequence[str], environ: Optional[Mapping[str, str]], timeout: float = 60
+) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              env=None if environ is None else dict(environ))
+        return subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=None if environ is None else dict(environ),
+        )
     except subprocess.TimeoutExpired:
-        raise SchedulerError(f"{argv[0]} did not answer in {timeout:g} s: is slurmctld "
-                             "reachable (scontrol ping)?") from None
+        raise SchedulerError(
+            f"{argv[0]} did not answer in {timeout:g} s: is slurmctld reachable (scontrol ping)?"
+        ) from None
 
 
 def _last_line(text: str) -> str:
@@ -55,13 +77,13 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def sbatch(script: str, args: Sequence[str] = (), environ: Optional[Mapping[str, str]] = None
-           ) -> str:
+def sbatch(script: str, args: Sequence[str] = (), environ: Optional[Mapping[str, str]] = None) -> str:
     """Submit; return the job id (``sbatch --parsable`` prints ``id[;cluster]``)."""
     proc = _run([_tool("sbatch"), "--parsable", *args, script], environ)
     if proc.returncode != 0:
-        raise SchedulerError(f"sbatch refused the job (exit {proc.returncode}): "
-                             f"{_last_line(proc.stderr or proc.stdout)}")
+        raise SchedulerError(
+            f"sbatch refused the job (exit {proc.returncode}): {_last_line(proc.stderr or proc.stdout)}"
+        )
     job = proc.stdout.strip().split(";")[0]
     if not job.isdigit():
         raise SchedulerError(f"sbatch --parsable printed {proc.stdout.strip()!r}, not a job id")
@@ -83,8 +105,7 @@ def _squeue(jobs: Sequence[str], environ) -> Tuple[Dict[str, TaskState], List[st
             elif "Invalid job id" not in one.stderr:
                 # Not a forgotten job: the scheduler did not answer; guessing would
                 # call running shards stopped.
-                raise SchedulerError(f"squeue failed (exit {one.returncode}): "
-                                     f"{_last_line(one.stderr)}")
+                raise SchedulerError(f"squeue failed (exit {one.returncode}): {_last_line(one.stderr)}")
         text = "\n".join(outputs)
     else:
         text = proc.stdout
@@ -100,23 +121,27 @@ def _squeue(jobs: Sequence[str], environ) -> Tuple[Dict[str, TaskState], List[st
 def _sacct(jobs: Sequence[str], environ) -> Tuple[Dict[str, TaskState], List[str]]:
     if shutil.which("sacct") is None:
         return {}, ["sacct not found: tasks that left the queue show as unknown"]
-    proc = _run([_tool("sacct"), "-n", "-P", "-X", "-j", ",".join(jobs),
-                 "-o", "JobID,State,ExitCode"], environ)
+    proc = _run(
+        [_tool("sacct"), "-n", "-P", "-X", "-j", ",".join(jobs), "-o", "JobID,State,ExitCode"], environ
+    )
     if proc.returncode != 0:
-        return {}, [f"sacct: {_last_line(proc.stderr or proc.stdout)}; tasks that left the "
-                    "queue show as unknown"]
+        return {}, [
+            f"sacct: {_last_line(proc.stderr or proc.stdout)}; tasks that left the queue show as unknown"
+        ]
     states = {}
     for line in proc.stdout.splitlines():
         parts = line.strip().split("|")
         if len(parts) >= 3 and "_" in parts[0] and "[" not in parts[0]:
             # "CANCELLED by 0" -> CANCELLED
-            states[parts[0]] = TaskState(parts[0], parts[1].split()[0] if parts[1] else "",
-                                         f"exit {parts[2]}", "sacct")
+            states[parts[0]] = TaskState(
+                parts[0], parts[1].split()[0] if parts[1] else "", f"exit {parts[2]}", "sacct"
+            )
     return states, []
 
 
-def task_states(tasks: Iterable[str], environ: Optional[Mapping[str, str]] = None
-                ) -> Tuple[Dict[str, TaskState], List[str]]:
+def task_states(
+    tasks: Iterable[str], environ: Optional[Mapping[str, str]] = None
+) -> Tuple[Dict[str, TaskState], List[str]]:
     """State of each ``<job>_<index>`` from squeue, then sacct for those the queue has
     forgotten. Returns (states, notes); a task found nowhere is absent."""
     tasks = sorted(set(tasks))

@@ -40,9 +40,17 @@ def array_spec(indices: Sequence[int], max_parallel: int = 0) -> str:
     return f"{spec}%{max_parallel}" if max_parallel else spec
 
 
-def render_script(screen: Path, shards: int, batch_args: Sequence[str],
-                  from_env: Sequence[Tuple[str, str, str]], sbatch_args: Sequence[str],
-                  python: str, cwd: Path, written: str, max_parallel: int = 0) -> str:
+def render_script(
+    screen: Path,
+    shards: int,
+    batch_args: Sequence[str],
+    from_env: Sequence[Tuple[str, str, str]],
+    sbatch_args: Sequence[str],
+    python: str,
+    cwd: Path,
+    written: str,
+    max_parallel: int = 0,
+) -> str:
     """The text of array.sbatch.
 
     batch_args   the batch options as given to ``zlbench slurm submit``
@@ -68,10 +76,11 @@ def render_script(screen: Path, shards: int, batch_args: Sequence[str],
     lines += [f"#SBATCH {arg}" for arg in sbatch_args]
     lines += ["", "set -euo pipefail", f"cd {shlex.quote(str(cwd))}"]
     if from_env:
-        lines.append("# From the submitting environment: "
-                     + ", ".join(f"{var}={shlex.quote(value)}" for var, _, value in from_env))
-    options: List[Tuple[str, ...]] = [("--shard", "auto"), ("--shards", str(shards)),
-                                      ("--out", str(screen))]
+        lines.append(
+            "# From the submitting environment: "
+            + ", ".join(f"{var}={shlex.quote(value)}" for var, _, value in from_env)
+        )
+    options: List[Tuple[str, ...]] = [("--shard", "auto"), ("--shards", str(shards)), ("--out", str(screen))]
     options += pair_options(batch_args)
     options += [(flag, value) for _, flag, value in from_env]
     if not any(o[0] == "--progress" or o[0].startswith("--progress=") for o in options):

@@ -51,9 +51,9 @@ def latest_tasks(submissions: Sequence[dict]) -> Dict[int, str]:
 class ShardLine:
     index: int
     count: int
-    task: str                    # "" when Slurm never ran it
-    scheduler: str               # the task's state, "-" or "unknown"
-    planned: Optional[int]       # None before the shard wrote its plan
+    task: str  # "" when Slurm never ran it
+    scheduler: str  # the task's state, "-" or "unknown"
+    planned: Optional[int]  # None before the shard wrote its plan
     done: int
     failed: int
     running: List[str]
@@ -71,8 +71,7 @@ def _eta(shard, remaining: int) -> Optional[float]:
     return sum(durations) / len(durations) * remaining / devices
 
 
-def shard_lines(screen: Screen, tasks: Mapping[int, str],
-                states: Mapping[str, TaskState]) -> List[ShardLine]:
+def shard_lines(screen: Screen, tasks: Mapping[int, str], states: Mapping[str, TaskState]) -> List[ShardLine]:
     lines = []
     for k in range(screen.count):
         shard = screen.shards.get(k)
@@ -88,12 +87,20 @@ def shard_lines(screen: Screen, tasks: Mapping[int, str],
         else:
             verdict = RESUBMIT
         active = verdict in (RUNNING, QUEUED)
-        lines.append(ShardLine(
-            k, screen.count, task, scheduler, planned, done,
-            len(shard.failed) if shard else 0,
-            shard.running() if shard and verdict == RUNNING else [],
-            _eta(shard, (planned or 0) - done) if shard and active and planned else None,
-            verdict))
+        lines.append(
+            ShardLine(
+                k,
+                screen.count,
+                task,
+                scheduler,
+                planned,
+                done,
+                len(shard.failed) if shard else 0,
+                shard.running() if shard and verdict == RUNNING else [],
+                _eta(shard, (planned or 0) - done) if shard and active and planned else None,
+                verdict,
+            )
+        )
     return lines
 
 
@@ -106,16 +113,21 @@ def exit_code(lines: Sequence[ShardLine]) -> int:
 
 
 def render(lines: Sequence[ShardLine]) -> str:
-    head = ("shard", "array task", "scheduler", "operators", "done", "failed", "running", "ETA",
-            "verdict")
+    head = ("shard", "array task", "scheduler", "operators", "done", "failed", "running", "ETA", "verdict")
     rows = [head]
     for line in lines:
-        rows.append((
-            f"{line.index}/{line.count}", line.task or "-", line.scheduler,
-            "-" if line.planned is None else str(line.planned), str(line.done),
-            str(line.failed), ",".join(line.running) or "-",
-            "-" if line.verdict not in (RUNNING, QUEUED) else fmt_duration(line.eta_s),
-            line.verdict))
+        rows.append(
+            (
+                f"{line.index}/{line.count}",
+                line.task or "-",
+                line.scheduler,
+                "-" if line.planned is None else str(line.planned),
+                str(line.done),
+                str(line.failed),
+                ",".join(line.running) or "-",
+                "-" if line.verdict not in (RUNNING, QUEUED) else fmt_duration(line.eta_s),
+                line.verdict,
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
-                     for row in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -17,6 +17,13 @@ from zlbench.summary.rows import Summary, summarize
 from zlbench.summary.sources import SummaryInputError
 
 __all__ = [
-    "ABResult", "CaliberDiff", "Summary", "SummaryInputError", "compare_calibers",
-    "pair_runs", "pair_summaries", "render_csv", "summarize",
+    "ABResult",
+    "CaliberDiff",
+    "Summary",
+    "SummaryInputError",
+    "compare_calibers",
+    "pair_runs",
+    "pair_summaries",
+    "render_csv",
+    "summarize",
 ]

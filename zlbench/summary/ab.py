@@ -11,13 +11,21 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from zlbench.stats import geomean, quantile
 from zlbench.summary.caliber import CaliberReport, compare_run_pairs
 from zlbench.summary.parse import Row
 from zlbench.summary.rows import Summary, summarize
 from zlbench.summary.sources import RunLog
-from zlbench.stats import geomean, quantile
-from zlbench.summary.verdict import (DEFAULT_NOISE_FLOOR, FASTER, SAME, SLOWER, UNKNOWN,
-                                     VERDICTS, Verdict, verdict)
+from zlbench.summary.verdict import (
+    DEFAULT_NOISE_FLOOR,
+    FASTER,
+    SAME,
+    SLOWER,
+    UNKNOWN,
+    VERDICTS,
+    Verdict,
+    verdict,
+)
 
 Key = Tuple[str, str, str]
 
@@ -132,12 +140,12 @@ def _run_pairs(result: ABResult) -> List[Tuple[RunLog, RunLog]]:
 
 def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
     """The verdict of one pair from its gems latencies and spreads."""
-    return verdict(pair.a.gems_ms, pair.a.gems_spread, pair.b.gems_ms, pair.b.gems_spread,
-                   floor, same_run)
+    return verdict(pair.a.gems_ms, pair.a.gems_spread, pair.b.gems_ms, pair.b.gems_spread, floor, same_run)
 
 
 def verdict_order(pairs: Sequence[PairedRow]) -> List[PairedRow]:
     """Real changes first (largest first), then the undecided, then the unchanged."""
+
     def key(p: PairedRow):
         change = abs(p.verdict.change) if p.verdict.change is not None else 0.0
         real = p.verdict.real
@@ -146,9 +154,11 @@ def verdict_order(pairs: Sequence[PairedRow]) -> List[PairedRow]:
     return sorted(pairs, key=key)
 
 
-SAME_RUN_WARNING = ("WARNING: A and B are the same run ({path}): every gain is 0 by "
-                    "construction. This is not a noise floor; for one, compare two runs "
-                    "of the same build.")
+SAME_RUN_WARNING = (
+    "WARNING: A and B are the same run ({path}): every gain is 0 by "
+    "construction. This is not a noise floor; for one, compare two runs "
+    "of the same build."
+)
 
 
 def _same_run(a: Summary, b: Summary) -> bool:
@@ -173,9 +183,9 @@ def pair_summaries(a: Summary, b: Summary, noise_floor: float = DEFAULT_NOISE_FL
         if reason:
             result.not_comparable.append(NotComparable(row_a, row_b, reason))
             continue
-        result.pairs.append(PairedRow(
-            row_a, row_b, row_a.gems_ms / row_b.gems_ms - 1.0,
-            row_a.fallback or row_b.fallback))
+        result.pairs.append(
+            PairedRow(row_a, row_b, row_a.gems_ms / row_b.gems_ms - 1.0, row_a.fallback or row_b.fallback)
+        )
     for pair in result.pairs:
         pair.verdict = judge(pair, noise_floor, result.same_run)
     result.pairs = verdict_order(result.pairs)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from zlbench.summary.parse import Row
 from zlbench.stats import geomean
+from zlbench.summary.parse import Row
 
 
 @dataclass
@@ -31,15 +31,20 @@ def aggregate(rows: Sequence[Row], by: str) -> List[Aggregate]:
     out = []
     for name in sorted(groups):
         members = groups[name]
-        speedups = [r.speedup for r in members
-                    if r.status == "SUCCESS" and not r.problem and r.speedup is not None and r.speedup > 0]
-        out.append(Aggregate(
-            group=name,
-            count=len(speedups),
-            excluded=len(members) - len(speedups),
-            geomean=geomean(speedups),
-            min=min(speedups) if speedups else None,
-            max=max(speedups) if speedups else None,
-            direct_fallback=sum(1 for r in members if r.fallback),
-        ))
+        speedups = [
+            r.speedup
+            for r in members
+            if r.status == "SUCCESS" and not r.problem and r.speedup is not None and r.speedup > 0
+        ]
+        out.append(
+            Aggregate(
+                group=name,
+                count=len(speedups),
+                excluded=len(members) - len(speedups),
+                geomean=geomean(speedups),
+                min=min(speedups) if speedups else None,
+                max=max(speedups) if speedups else None,
+                direct_fallback=sum(1 for r in members if r.fallback),
+            )
+        )
     return out

@@ -77,7 +77,8 @@ def batch_caliber(runs: Sequence[RunLog]) -> Dict[str, str]:
             out[name] = next(iter(counts))
         else:
             out[name] = "mixed: " + ", ".join(
-                f"{v} ({n} runs)" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+                f"{v} ({n} runs)" for v, n in sorted(counts.items(), key=lambda kv: -kv[1])
+            )
     return out
 
 
@@ -120,8 +121,9 @@ def _label(a: RunLog, b: RunLog) -> str:
     return a.rel if a.rel == b.rel else f"{a.rel} vs {b.rel}"
 
 
-def compare_run_pairs(pairs: Sequence[Tuple[RunLog, RunLog]], a_rows: Sequence[Row],
-                      b_rows: Sequence[Row]) -> CaliberReport:
+def compare_run_pairs(
+    pairs: Sequence[Tuple[RunLog, RunLog]], a_rows: Sequence[Row], b_rows: Sequence[Row]
+) -> CaliberReport:
     """Caliber differences of the runs whose rows are compared: per pair and, once, the
     differences every pair shares. ``a_rows``/``b_rows`` give the printed mode and level."""
     report = CaliberReport()
@@ -130,10 +132,10 @@ def compare_run_pairs(pairs: Sequence[Tuple[RunLog, RunLog]], a_rows: Sequence[R
     elif not any(ra.identity or rb.identity for ra, rb in pairs):
         report.notes.append(
             "no run_identity.json on either side: level, timer, tuner cache, autotune "
-            "mode, repeat, backend and device were not checked")
+            "mode, repeat, backend and device were not checked"
+        )
     else:
-        per_pair = {_label(ra, rb): compare_calibers(ra.identity, rb.identity)
-                    for ra, rb in pairs}
+        per_pair = {_label(ra, rb): compare_calibers(ra.identity, rb.identity) for ra, rb in pairs}
         shared = set.intersection(*(set(d) for d in per_pair.values()))
         report.common = [d for d in next(iter(per_pair.values())) if d in shared]
         for label, diffs in per_pair.items():

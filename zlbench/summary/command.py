@@ -17,7 +17,6 @@ from zlbench.summary.sources import OPS_STATUS, SummaryInputError
 from zlbench.summary.verdict import DEFAULT_NOISE_FLOOR
 
 
-
 def _write(path: Path, text: str, flag_hint: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
@@ -40,11 +39,12 @@ def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
     if summary.screen is not None:
         merged = summary.root / OPS_STATUS
         _write(merged, summary.screen.status_csv(), f"check the permissions of {summary.root}")
-        click.echo(f"wrote {merged} ({len(summary.screen.rows)} operators of "
-                   f"{summary.screen.count} shards merged)", err=True)
+        click.echo(
+            f"wrote {merged} ({len(summary.screen.rows)} operators of {summary.screen.count} shards merged)",
+            err=True,
+        )
     click.echo(csv_text if fmt_name == "csv" else render_summary(summary, fmt_name), nl=False)
-    click.echo(f"wrote {target} ({len(summary.rows)} rows, {len(summary.issues)} issues)",
-               err=True)
+    click.echo(f"wrote {target} ({len(summary.rows)} rows, {len(summary.issues)} issues)", err=True)
 
 
 def check_caliber(result: ABResult, allow_mismatch: bool) -> List[str]:
@@ -55,12 +55,20 @@ def check_caliber(result: ABResult, allow_mismatch: bool) -> List[str]:
         raise click.ClickException(
             "\n".join(warning) + "\nRefusing to compare: the gains would mix the build "
             "with the measurement. Re-run one side with the other's settings, or pass "
-            "--allow-caliber-mismatch to compare anyway.")
+            "--allow-caliber-mismatch to compare anyway."
+        )
     return warning
 
 
-def print_ab(a: str, b: str, fmt_name: str, out: Optional[str], plot: Optional[str],
-           allow_mismatch: bool, noise_floor_pct: float = DEFAULT_NOISE_FLOOR * 100) -> None:
+def print_ab(
+    a: str,
+    b: str,
+    fmt_name: str,
+    out: Optional[str],
+    plot: Optional[str],
+    allow_mismatch: bool,
+    noise_floor_pct: float = DEFAULT_NOISE_FLOOR * 100,
+) -> None:
     if plot:
         # Fail before the work when the picture cannot be drawn.
         try:
@@ -86,26 +94,58 @@ def print_ab(a: str, b: str, fmt_name: str, out: Optional[str], plot: Optional[s
 
 @click.command("summary")
 @click.argument("path", required=False, type=click.Path())
-@click.option("--ab", nargs=2, type=click.Path(), default=None, metavar="A B",
-              help="Compare two runs (log, run dir or batch dir): B's gain over A.")
-@click.option("--format", "fmt_name", type=click.Choice(FORMATS), default="table",
-              show_default=True, help="What to print on stdout.")
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="Where to write the CSV (default: summary.csv in the input dir; "
-                   "with --ab: no file unless given).")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None,
-              help="With --ab: draw each operator's gain distribution to this PNG "
-                   "(needs matplotlib: pip install 'zlbench[plot]').")
-@click.option("--allow-caliber-mismatch", is_flag=True,
-              help="With --ab: compare even when the two runs were measured differently.")
-@click.option("--noise-floor", type=click.FloatRange(min=0, max=100), default=None,
-              metavar="PCT",
-              help="With --ab: the A/A noise floor in percent that a change must exceed, on "
-                   "top of the two rows' spreads, to be called FASTER or SLOWER "
-                   f"[default: {DEFAULT_NOISE_FLOOR * 100:g}].")
-def summary_command(path: Optional[str], ab: Optional[Tuple[str, str]], fmt_name: str,
-                    out: Optional[str], plot: Optional[str],
-                    allow_caliber_mismatch: bool, noise_floor: Optional[float]) -> None:
+@click.option(
+    "--ab",
+    nargs=2,
+    type=click.Path(),
+    default=None,
+    metavar="A B",
+    help="Compare two runs (log, run dir or batch dir): B's gain over A.",
+)
+@click.option(
+    "--format",
+    "fmt_name",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
+    help="What to print on stdout.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Where to write the CSV (default: summary.csv in the input dir; with --ab: no file unless given).",
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="With --ab: draw each operator's gain distribution to this PNG "
+    "(needs matplotlib: pip install 'zlbench[plot]').",
+)
+@click.option(
+    "--allow-caliber-mismatch",
+    is_flag=True,
+    help="With --ab: compare even when the two runs were measured differently.",
+)
+@click.option(
+    "--noise-floor",
+    type=click.FloatRange(min=0, max=100),
+    default=None,
+    metavar="PCT",
+    help="With --ab: the A/A noise floor in percent that a change must exceed, on "
+    "top of the two rows' spreads, to be called FASTER or SLOWER "
+    f"[default: {DEFAULT_NOISE_FLOOR * 100:g}].",
+)
+def summary_command(
+    path: Optional[str],
+    ab: Optional[Tuple[str, str]],
+    fmt_name: str,
+    out: Optional[str],
+    plot: Optional[str],
+    allow_caliber_mismatch: bool,
+    noise_floor: Optional[float],
+) -> None:
     """Tables from run logs: PATH is a run.log, a run dir or a batch dir.
 
     A sharded screen (the DIR of `zlbench batch --shard K/N --out DIR` or of `zlbench
@@ -119,9 +159,15 @@ def summary_command(path: Optional[str], ab: Optional[Tuple[str, str]], fmt_name
         if path is None:
             raise click.UsageError("give a PATH (run.log, run dir or batch dir) or --ab A B")
         if plot or allow_caliber_mismatch or noise_floor is not None:
-            raise click.UsageError("--plot, --allow-caliber-mismatch and --noise-floor need "
-                                   "--ab A B")
+            raise click.UsageError("--plot, --allow-caliber-mismatch and --noise-floor need --ab A B")
         run_summary(path, fmt_name, out)
         return
-    print_ab(ab[0], ab[1], fmt_name, out, plot, allow_caliber_mismatch,
-           DEFAULT_NOISE_FLOOR * 100 if noise_floor is None else noise_floor)
+    print_ab(
+        ab[0],
+        ab[1],
+        fmt_name,
+        out,
+        plot,
+        allow_caliber_mismatch,
+        DEFAULT_NOISE_FLOOR * 100 if noise_floor is None else noise_floor,
+    )

@@ -46,14 +46,35 @@ class Row:
     """
 
     __slots__ = (
-        "op", "dtype", "mode", "level", "shape", "torch_ms", "gems_ms", "speedup",
-        "tflops", "torch_gbps", "gems_gbps", "status", "line", "text", "key", "timer",
-        "markers", "fallback", "run_dir", "torch_samples", "torch_spread", "gems_samples",
-        "gems_spread", "problem",
+        "op",
+        "dtype",
+        "mode",
+        "level",
+        "shape",
+        "torch_ms",
+        "gems_ms",
+        "speedup",
+        "tflops",
+        "torch_gbps",
+        "gems_gbps",
+        "status",
+        "line",
+        "text",
+        "key",
+        "timer",
+        "markers",
+        "fallback",
+        "run_dir",
+        "torch_samples",
+        "torch_spread",
+        "gems_samples",
+        "gems_spread",
+        "problem",
     )
 
-    def __init__(self, op: str, dtype: str, mode: str, level: str, shape: str,
-                 status: str, line: int, text: str = "") -> None:
+    def __init__(
+        self, op: str, dtype: str, mode: str, level: str, shape: str, status: str, line: int, text: str = ""
+    ) -> None:
         self.op, self.dtype, self.mode, self.level = op, dtype, mode, level
         self.shape, self.status, self.line, self.text = shape, status, line, text
         self.problem = ""
@@ -104,8 +125,7 @@ class ParsedLog:
     session_end: Optional[str] = None
 
 
-def parse_row(line: str, op: str, dtype: str, mode: str, level: str,
-              lineno: int) -> Optional[Row]:
+def parse_row(line: str, op: str, dtype: str, mode: str, level: str, lineno: int) -> Optional[Row]:
     """The row on this line, or None when it is not a complete FlagGems row."""
     text = fg_table.split_row(line)
     if text is None:
@@ -136,8 +156,9 @@ def value_problem(row: Row) -> str:
         return ""
     lo = (t - _MS_HALF_ULP) / (g + _MS_HALF_ULP)
     hi = (t + _MS_HALF_ULP) / max(g - _MS_HALF_ULP, _MS_HALF_ULP)
-    if (s + _SPEEDUP_HALF_ULP) * (1 + _SPEEDUP_SLACK) < lo or \
-            (s - _SPEEDUP_HALF_ULP) * (1 - _SPEEDUP_SLACK) > hi:
+    if (s + _SPEEDUP_HALF_ULP) * (1 + _SPEEDUP_SLACK) < lo or (s - _SPEEDUP_HALF_ULP) * (
+        1 - _SPEEDUP_SLACK
+    ) > hi:
         return f"speedup {s:g} contradicts the latencies (torch {t:g} / gems {g:g} = {t / g:.3f})"
     return ""
 
@@ -147,7 +168,7 @@ def _find_marker(line: str) -> Optional[Marker]:
     if not m:
         return None
     try:
-        return marker_lines.parse_marker(line[m.start():])
+        return marker_lines.parse_marker(line[m.start() :])
     except ValueError:  # a JSON-quoted value that is not valid JSON
         return None
 
@@ -169,20 +190,29 @@ def parse_log(text: str, source: str = "") -> ParsedLog:
         lines.pop()
     out = ParsedLog()
 
-    def issue(kind: str, message: str, lineno: int, table: Optional[_Table] = None,
-              op: Optional[str] = None, dtype: Optional[str] = None) -> None:
+    def issue(
+        kind: str,
+        message: str,
+        lineno: int,
+        table: Optional[_Table] = None,
+        op: Optional[str] = None,
+        dtype: Optional[str] = None,
+    ) -> None:
         if table is not None:
             op, dtype = table.op, table.dtype
         out.issues.append(Issue(kind, message, op, dtype, lineno, source))
 
     def close(table: _Table, lineno: int, why: str) -> None:
         if table.rows == 0:
-            issue("empty_table", f"table for {table.op} {table.dtype} has no rows ({why})",
-                  table.line, table)
+            issue("empty_table", f"table for {table.op} {table.dtype} has no rows ({why})", table.line, table)
         elif why != "blank line":
-            issue("truncated_table",
-                  f"table for {table.op} {table.dtype} ends without its blank line ({why}); "
-                  f"{table.rows} rows kept", lineno, table)
+            issue(
+                "truncated_table",
+                f"table for {table.op} {table.dtype} ends without its blank line ({why}); "
+                f"{table.rows} rows kept",
+                lineno,
+                table,
+            )
 
     table: Optional[_Table] = None
     last = len(lines)
@@ -198,16 +228,15 @@ def parse_log(text: str, source: str = "") -> ParsedLog:
             if fg_table.ROW_START_RE.match(line):
                 row = parse_row(line, table.op, table.dtype, table.mode, table.level, lineno)
                 if lineno == last and not ends_cleanly:
-                    issue("partial_row", f"log ends inside a row, row dropped: {line!r}",
-                          lineno, table)
+                    issue("partial_row", f"log ends inside a row, row dropped: {line!r}", lineno, table)
                 elif row is None:
-                    issue("unreadable_row", f"row not in FlagGems' format: {line!r}",
-                          lineno, table)
+                    issue("unreadable_row", f"row not in FlagGems' format: {line!r}", lineno, table)
                 else:
                     row.problem = value_problem(row)
                     if row.problem:
-                        issue("bad_values", f"{row.problem}; row not counted: {line.strip()!r}",
-                              lineno, table)
+                        issue(
+                            "bad_values", f"{row.problem}; row not counted: {line.strip()!r}", lineno, table
+                        )
                     out.rows.append(row)
                     table.rows += 1
                 continue
@@ -218,39 +247,42 @@ def parse_log(text: str, source: str = "") -> ParsedLog:
         if header:
             if table is not None:
                 close(table, lineno, "next table began")
-            table = _Table(header["op"], header["dtype"], header["mode"], header["level"],
-                           lineno)
+            table = _Table(header["op"], header["dtype"], header["mode"], header["level"], lineno)
             continue
         marker = _find_marker(line)
         if marker is not None:
             out.markers.append((lineno, marker))
             continue
         if table is not None:
-            issue("stray_line", f"line inside the table is not a row: {line.strip()!r}",
-                  lineno, table)
+            issue("stray_line", f"line inside the table is not a row: {line.strip()!r}", lineno, table)
             continue
         _scan_outside_table(line, lineno, out, issue)
     if table is not None:
         close(table, last, "log ends")
     if out.session_end is None:
-        issue("no_session_end",
-              "log stops before pytest's closing summary line (process killed or still "
-              "running?)", last)
+        issue(
+            "no_session_end",
+            "log stops before pytest's closing summary line (process killed or still running?)",
+            last,
+        )
     return out
 
 
-def _scan_outside_table(line: str, lineno: int, out: ParsedLog,
-                        issue: Callable[..., None]) -> None:
+def _scan_outside_table(line: str, lineno: int, out: ParsedLog, issue: Callable[..., None]) -> None:
     bad_input = fg_table.INPUT_ERROR_RE.search(line)
     close = line.find(">>>", bad_input.end()) if bad_input else -1
     if bad_input and close >= 0:
-        err = line[bad_input.end():close]
+        err = line[bad_input.end() : close]
         if err == "{e}":
             # FlagGems prints this line without its f-string: the error is in pytest's
             # failure report further down.
             err = "(FlagGems printed no error text; see the pytest failure for this test)"
-        issue("input_error", f"FlagGems could not build inputs for {bad_input['op']}: "
-              f"{err}", lineno, op=bad_input["op"])
+        issue(
+            "input_error",
+            f"FlagGems could not build inputs for {bad_input['op']}: {err}",
+            lineno,
+            op=bad_input["op"],
+        )
         return
     failed = pytestlog.FAILED_RE.match(line)
     if failed and ("::" in failed["node"] or failed["node"].endswith(".py")):

@@ -21,7 +21,8 @@ def pyplot():
     except ImportError:
         raise PlotUnavailable(
             "--plot needs matplotlib, which is not installed: pip install 'zlbench[plot]' "
-            "(or pip install matplotlib), or leave out --plot") from None
+            "(or pip install matplotlib), or leave out --plot"
+        ) from None
     matplotlib.use("Agg")  # files only; never open a window
     import matplotlib.pyplot as plt
 
@@ -34,7 +35,7 @@ def _ops_to_draw(ranges: List[GainRange], limit: int) -> List[str]:
     ordered = [r.name for r in sorted(ranges, key=lambda r: r.median)]
     if len(ordered) <= limit:
         return ordered
-    return ordered[:limit // 2] + ordered[-(limit - limit // 2):]
+    return ordered[: limit // 2] + ordered[-(limit - limit // 2) :]
 
 
 def plot_gains(result: ABResult, path: Path, max_ops: int = MAX_OPS) -> None:
@@ -58,15 +59,23 @@ def plot_gains(result: ABResult, path: Path, max_ops: int = MAX_OPS) -> None:
             for fallback in (False, True):
                 xs = [p.gain * 100 for p in by_op[op] if p.fallback == fallback]
                 if xs:
-                    ax.scatter(xs, [y] * len(xs), s=10, zorder=3,
-                               color="tab:red" if fallback else "tab:blue",
-                               marker="x" if fallback else "o")
+                    ax.scatter(
+                        xs,
+                        [y] * len(xs),
+                        s=10,
+                        zorder=3,
+                        color="tab:red" if fallback else "tab:blue",
+                        marker="x" if fallback else "o",
+                    )
         ax.set_yticks(range(1, len(ops) + 1))
         ax.set_yticklabels(ops)
         if any(p.fallback for p in result.pairs):
             ax.scatter([], [], color="tab:red", marker="x", label="direct-timer fallback row")
-    shown = (f"{len(ops)} of {len(by_op)} operators (lowest and highest median gain)"
-             if len(ops) < len(by_op) else f"{len(ops)} operators")
+    shown = (
+        f"{len(ops)} of {len(by_op)} operators (lowest and highest median gain)"
+        if len(ops) < len(by_op)
+        else f"{len(ops)} operators"
+    )
     ax.set_title(f"B's gain over A per row, {shown}; {len(result.pairs)} paired rows")
     ax.set_xlabel("gain % (A ms / B ms - 1; positive: B faster)")
     ax.legend(loc="lower right", fontsize="small")

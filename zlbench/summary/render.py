@@ -13,21 +13,39 @@ from zlbench.summary.rows import Summary
 from zlbench.summary.tables import fmt, heading, marker_text, table
 
 CSV_COLUMNS = (
-    "op", "dtype", "mode", "level", "shape", "torch_ms", "gems_ms", "speedup", "tflops",
-    "torch_gbps", "gems_gbps", "status", "timer", "markers", "run_dir",
+    "op",
+    "dtype",
+    "mode",
+    "level",
+    "shape",
+    "torch_ms",
+    "gems_ms",
+    "speedup",
+    "tflops",
+    "torch_gbps",
+    "gems_gbps",
+    "status",
+    "timer",
+    "markers",
+    "run_dir",
     # Samples behind each latency and its spread (relative half-width of the median's
     # 95% CI, a fraction); empty where the timer recorded none (see zlbench.rowstats).
-    "torch_samples", "torch_spread", "gems_samples", "gems_spread",
+    "torch_samples",
+    "torch_spread",
+    "gems_samples",
+    "gems_spread",
     # Where the row was printed (line of its log), and why it is not counted ("" when
     # it is): impossible numbers, another operator's table.
-    "line", "problem",
+    "line",
+    "problem",
 )
 FORMATS = ("table", "csv", "json", "markdown")
 
 
 def row_record(row: Row) -> Dict[str, object]:
-    return {name: marker_text(row.markers) if name == "markers" else getattr(row, name)
-            for name in CSV_COLUMNS}
+    return {
+        name: marker_text(row.markers) if name == "markers" else getattr(row, name) for name in CSV_COLUMNS
+    }
 
 
 def render_csv(summary: Summary) -> str:
@@ -46,8 +64,10 @@ def issue_record(issue: Issue) -> Dict[str, object]:
 def render_json(summary: Summary) -> str:
     doc = {
         "input": str(summary.input),
-        "runs": [{"run_dir": str(r.run_dir), "has_identity": r.identity is not None,
-                  "complete": r.complete} for r in summary.runs],
+        "runs": [
+            {"run_dir": str(r.run_dir), "has_identity": r.identity is not None, "complete": r.complete}
+            for r in summary.runs
+        ],
         "rows": [row_record(r) for r in summary.rows],
         "by_dtype": [vars(a) for a in aggregate(summary.rows, "dtype")],
         "by_op": [vars(a) for a in aggregate(summary.rows, "op")],
@@ -58,8 +78,18 @@ def render_json(summary: Summary) -> str:
 
 def _aggregate_table(style: str, title: str, aggs: List[Aggregate]) -> str:
     headers = (title, "rows", "excluded", "geomean speedup", "min", "max", "direct fallback")
-    rows = [(a.group, str(a.count), str(a.excluded), fmt(a.geomean, 3), fmt(a.min, 3),
-             fmt(a.max, 3), str(a.direct_fallback or "")) for a in aggs]
+    rows = [
+        (
+            a.group,
+            str(a.count),
+            str(a.excluded),
+            fmt(a.geomean, 3),
+            fmt(a.min, 3),
+            fmt(a.max, 3),
+            str(a.direct_fallback or ""),
+        )
+        for a in aggs
+    ]
     return table(style, headers, rows, (False,) + (True,) * 6)
 
 
@@ -67,20 +97,38 @@ def render_issues(style: str, issues: List[Issue], title: str = "Issues") -> str
     if not issues:
         return ""
     rows = [(i.kind, i.op or "", i.dtype or "", i.message, i.where()) for i in issues]
-    return "\n\n" + heading(style, f"{title} ({len(issues)})") + "\n" + table(
-        style, ("kind", "op", "dtype", "what", "where"), rows, (False,) * 5)
+    return (
+        "\n\n"
+        + heading(style, f"{title} ({len(issues)})")
+        + "\n"
+        + table(style, ("kind", "op", "dtype", "what", "where"), rows, (False,) * 5)
+    )
 
 
 def render_text(summary: Summary, style: str) -> str:
     """``style``: "table" or "markdown"."""
-    headers = ("op", "dtype", "shape", "torch ms", "gems ms", "speedup", "timer", "status",
-               "markers")
-    rows = [(r.op, r.dtype, r.shape, fmt(r.torch_ms), fmt(r.gems_ms), fmt(r.speedup, 3),
-             r.timer, r.status, marker_text(r.markers)) for r in summary.rows]
+    headers = ("op", "dtype", "shape", "torch ms", "gems ms", "speedup", "timer", "status", "markers")
+    rows = [
+        (
+            r.op,
+            r.dtype,
+            r.shape,
+            fmt(r.torch_ms),
+            fmt(r.gems_ms),
+            fmt(r.speedup, 3),
+            r.timer,
+            r.status,
+            marker_text(r.markers),
+        )
+        for r in summary.rows
+    ]
     right = (False, False, False, True, True, True, False, False, False)
     if not rows:
-        return (f"No table rows in {summary.input} ({len(summary.runs)} logs)."
-                + render_issues(style, summary.issues) + "\n")
+        return (
+            f"No table rows in {summary.input} ({len(summary.runs)} logs)."
+            + render_issues(style, summary.issues)
+            + "\n"
+        )
     parts = [
         heading(style, f"Rows ({len(summary.rows)} from {len(summary.runs)} logs)"),
         table(style, headers, rows, right),

@@ -9,14 +9,16 @@ from typing import List
 
 from zlbench.markers import DEVICE_THROTTLED
 from zlbench.summary.ab import SAME_RUN_WARNING, ABResult, GainRange, PairedRow
-from zlbench.summary.verdict import UNKNOWN
 from zlbench.summary.caliber import CaliberReport
 from zlbench.summary.render import issue_record, render_issues
 from zlbench.summary.tables import fmt, fmt_pct, heading, table
+from zlbench.summary.verdict import UNKNOWN
 
 GAIN_NOTE = "gain = A gems ms / B gems ms - 1 (positive: B faster)"
-VERDICT_NOTE = ("verdict: SLOWER/FASTER when |B/A - 1| > floor + sqrt(spread_A^2 + "
-                "spread_B^2), else SAME; UNKNOWN without spreads (zlbench.summary.verdict)")
+VERDICT_NOTE = (
+    "verdict: SLOWER/FASTER when |B/A - 1| > floor + sqrt(spread_A^2 + "
+    "spread_B^2), else SAME; UNKNOWN without spreads (zlbench.summary.verdict)"
+)
 
 
 def caliber_lines(report: CaliberReport) -> List[str]:
@@ -36,17 +38,24 @@ def _noise_line(result: ABResult) -> str:
         return same_run_warning(result)
     median = fmt_pct(result.noise_median, sign=False) or "n/a"
     p95 = fmt_pct(result.noise_p95, sign=False) or "n/a"
-    return (f"Noise: median |gain| {median}, p95 |gain| {p95} over {len(result.pairs)} "
-            "rows. When A and B are the same build, these ranges are the noise floor.")
+    return (
+        f"Noise: median |gain| {median}, p95 |gain| {p95} over {len(result.pairs)} "
+        "rows. When A and B are the same build, these ranges are the noise floor."
+    )
 
 
 def _counts_line(result: ABResult) -> str:
-    return (f"Paired {len(result.pairs)} rows (A has {len(result.a.rows)}, B has "
-            f"{len(result.b.rows)}); only in A: {len(result.only_a)}; only in B: "
-            f"{len(result.only_b)}; not comparable (failed or no latency): "
-            f"{len(result.not_comparable)}"
-            + (f"; keys printed more than once (A and B): {result.duplicate_keys}"
-               if result.duplicate_keys else ""))
+    return (
+        f"Paired {len(result.pairs)} rows (A has {len(result.a.rows)}, B has "
+        f"{len(result.b.rows)}); only in A: {len(result.only_a)}; only in B: "
+        f"{len(result.only_b)}; not comparable (failed or no latency): "
+        f"{len(result.not_comparable)}"
+        + (
+            f"; keys printed more than once (A and B): {result.duplicate_keys}"
+            if result.duplicate_keys
+            else ""
+        )
+    )
 
 
 def verdict_lines(result: ABResult) -> List[str]:
@@ -58,23 +67,35 @@ def verdict_lines(result: ABResult) -> List[str]:
         return lines
     unknown = [p for p in result.pairs if p.verdict.status == UNKNOWN]
     if unknown:
-        lines.append(f"{len(unknown)} of {len(result.pairs)} rows have no verdict (UNKNOWN): "
-                     f"{unknown[0].verdict.why} and the like; runs measured before spreads "
-                     "were recorded, or with ZL_DIRECT_TIMER=do_bench and one repeat, carry none.")
+        lines.append(
+            f"{len(unknown)} of {len(result.pairs)} rows have no verdict (UNKNOWN): "
+            f"{unknown[0].verdict.why} and the like; runs measured before spreads "
+            "were recorded, or with ZL_DIRECT_TIMER=do_bench and one repeat, carry none."
+        )
     return lines
 
 
 def _verdict_counts(r: GainRange) -> str:
-    parts = [f"{n} {name}" for n, name in ((r.slower, "slower"), (r.faster, "faster"),
-                                            (r.same, "same"), (r.unknown, "unknown")) if n]
+    parts = [
+        f"{n} {name}"
+        for n, name in ((r.slower, "slower"), (r.faster, "faster"), (r.same, "same"), (r.unknown, "unknown"))
+        if n
+    ]
     return ", ".join(parts)
 
 
 def _range_row(r: GainRange) -> tuple:
-    note = (f"{r.fallback_rows} rows direct-timer fallback (different regime)"
-            if r.fallback_rows else "")
-    return (r.name, str(r.count), fmt_pct(r.min), fmt_pct(r.median), fmt_pct(r.max),
-            fmt_pct(r.geomean), _verdict_counts(r), note)
+    note = f"{r.fallback_rows} rows direct-timer fallback (different regime)" if r.fallback_rows else ""
+    return (
+        r.name,
+        str(r.count),
+        fmt_pct(r.min),
+        fmt_pct(r.median),
+        fmt_pct(r.max),
+        fmt_pct(r.geomean),
+        _verdict_counts(r),
+        note,
+    )
 
 
 def _spread(value) -> str:
@@ -82,19 +103,29 @@ def _spread(value) -> str:
 
 
 def throttled_sides(p: PairedRow) -> str:
-    """"A", "B", "A+B" or "": the sides measured while the device (or the host's CPU)
+    """ "A", "B", "A+B" or "": the sides measured while the device (or the host's CPU)
     was slowed down (DEVICE_THROTTLED): their verdict may be the machine's, not the build's."""
-    sides = [s for s, row in (("A", p.a), ("B", p.b))
-             if any(m.name == DEVICE_THROTTLED for m in row.markers)]
+    sides = [s for s, row in (("A", p.a), ("B", p.b)) if any(m.name == DEVICE_THROTTLED for m in row.markers)]
     return "+".join(sides)
 
 
 def _pair_row(p: PairedRow) -> tuple:
-    notes = ["direct fallback" if p.fallback else "",
-             f"throttled in {throttled_sides(p)}" if throttled_sides(p) else ""]
-    return (p.verdict.status, p.a.op, p.a.dtype, p.a.shape, fmt(p.a.gems_ms),
-            _spread(p.a.gems_spread), fmt(p.b.gems_ms), _spread(p.b.gems_spread),
-            fmt_pct(p.gain), "; ".join(n for n in notes if n))
+    notes = [
+        "direct fallback" if p.fallback else "",
+        f"throttled in {throttled_sides(p)}" if throttled_sides(p) else "",
+    ]
+    return (
+        p.verdict.status,
+        p.a.op,
+        p.a.dtype,
+        p.a.shape,
+        fmt(p.a.gems_ms),
+        _spread(p.a.gems_spread),
+        fmt(p.b.gems_ms),
+        _spread(p.b.gems_spread),
+        fmt_pct(p.gain),
+        "; ".join(n for n in notes if n),
+    )
 
 
 def same_run_warning(result: ABResult) -> str:
@@ -108,26 +139,45 @@ def render_ab_text(result: ABResult, style: str) -> str:
         out.append(same_run_warning(result))
     if out:
         out.append("")
-    out += [heading(style, "A/B: " + GAIN_NOTE),
-            f"A: {result.a.input}", f"B: {result.b.input}", _counts_line(result),
-            *verdict_lines(result), ""]
+    out += [
+        heading(style, "A/B: " + GAIN_NOTE),
+        f"A: {result.a.input}",
+        f"B: {result.b.input}",
+        _counts_line(result),
+        *verdict_lines(result),
+        "",
+    ]
     ranges = result.by_op + ([result.overall] if result.overall else [])
-    out += [heading(style, "Ranges per operator"),
-            table(style, ("operator", "rows", "min", "median", "max", "geomean", "verdicts",
-                          "note"),
-                  [_range_row(r) for r in ranges], (False,) + (True,) * 5 + (False, False)), ""]
-    out += [heading(style, "Rows (real changes first)"),
-            table(style, ("verdict", "operator", "dtype", "shape", "A ms", "A ±", "B ms",
-                          "B ±", "gain", "note"),
-                  [_pair_row(p) for p in result.pairs],
-                  (False, False, False, False, True, True, True, True, True, False))]
-    unpaired = ([("only in A", r.op, r.dtype, r.shape) for r in result.only_a]
-                + [("only in B", r.op, r.dtype, r.shape) for r in result.only_b]
-                + [(f"not comparable: {n.reason}", n.a.op, n.a.dtype, n.a.shape)
-                   for n in result.not_comparable])
+    out += [
+        heading(style, "Ranges per operator"),
+        table(
+            style,
+            ("operator", "rows", "min", "median", "max", "geomean", "verdicts", "note"),
+            [_range_row(r) for r in ranges],
+            (False,) + (True,) * 5 + (False, False),
+        ),
+        "",
+    ]
+    out += [
+        heading(style, "Rows (real changes first)"),
+        table(
+            style,
+            ("verdict", "operator", "dtype", "shape", "A ms", "A ±", "B ms", "B ±", "gain", "note"),
+            [_pair_row(p) for p in result.pairs],
+            (False, False, False, False, True, True, True, True, True, False),
+        ),
+    ]
+    unpaired = (
+        [("only in A", r.op, r.dtype, r.shape) for r in result.only_a]
+        + [("only in B", r.op, r.dtype, r.shape) for r in result.only_b]
+        + [(f"not comparable: {n.reason}", n.a.op, n.a.dtype, n.a.shape) for n in result.not_comparable]
+    )
     if unpaired:
-        out += ["", heading(style, f"Not in the ranges ({len(unpaired)} rows)"),
-                table(style, ("why", "operator", "dtype", "shape"), unpaired, (False,) * 4)]
+        out += [
+            "",
+            heading(style, f"Not in the ranges ({len(unpaired)} rows)"),
+            table(style, ("why", "operator", "dtype", "shape"), unpaired, (False,) * 4),
+        ]
     text = "\n".join(out)
     text += render_issues(style, result.a.issues, "Issues in A")
     text += render_issues(style, result.b.issues, "Issues in B")
@@ -137,18 +187,69 @@ def render_ab_text(result: ABResult, style: str) -> str:
 def render_ab_csv(result: ABResult) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(("pairing", "op", "dtype", "shape", "a_gems_ms", "b_gems_ms", "gain",
-                     "a_timer", "b_timer", "fallback", "reason", "verdict", "change",
-                     "threshold", "a_spread", "b_spread", "a_samples", "b_samples"))
+    writer.writerow(
+        (
+            "pairing",
+            "op",
+            "dtype",
+            "shape",
+            "a_gems_ms",
+            "b_gems_ms",
+            "gain",
+            "a_timer",
+            "b_timer",
+            "fallback",
+            "reason",
+            "verdict",
+            "change",
+            "threshold",
+            "a_spread",
+            "b_spread",
+            "a_samples",
+            "b_samples",
+        )
+    )
     for p in result.pairs:
         v = p.verdict
-        writer.writerow(("paired", p.a.op, p.a.dtype, p.a.shape, p.a.gems_ms, p.b.gems_ms,
-                         f"{p.gain:.6f}", p.a.timer, p.b.timer, int(p.fallback), v.why,
-                         v.status, _num(v.change), _num(v.threshold), _num(p.a.gems_spread),
-                         _num(p.b.gems_spread), p.a.gems_samples, p.b.gems_samples))
+        writer.writerow(
+            (
+                "paired",
+                p.a.op,
+                p.a.dtype,
+                p.a.shape,
+                p.a.gems_ms,
+                p.b.gems_ms,
+                f"{p.gain:.6f}",
+                p.a.timer,
+                p.b.timer,
+                int(p.fallback),
+                v.why,
+                v.status,
+                _num(v.change),
+                _num(v.threshold),
+                _num(p.a.gems_spread),
+                _num(p.b.gems_spread),
+                p.a.gems_samples,
+                p.b.gems_samples,
+            )
+        )
     for n in result.not_comparable:
-        writer.writerow(("not_comparable", n.a.op, n.a.dtype, n.a.shape, n.a.gems_ms,
-                         n.b.gems_ms, "", n.a.timer, n.b.timer, "", n.reason) + ("",) * 7)
+        writer.writerow(
+            (
+                "not_comparable",
+                n.a.op,
+                n.a.dtype,
+                n.a.shape,
+                n.a.gems_ms,
+                n.b.gems_ms,
+                "",
+                n.a.timer,
+                n.b.timer,
+                "",
+                n.reason,
+            )
+            + ("",) * 7
+        )
     for side, rows in (("only_a", result.only_a), ("only_b", result.only_b)):
         for r in rows:
             a_ms, b_ms = (r.gems_ms, "") if side == "only_a" else ("", r.gems_ms)
@@ -163,26 +264,43 @@ def _num(value) -> str:
 def render_ab_json(result: ABResult) -> str:
     c = result.caliber
     doc = {
-        "a": str(result.a.input), "b": str(result.b.input), "gain": GAIN_NOTE,
-        "caliber": {"mismatch": c.mismatch, "common": [vars(d) for d in c.common],
-                    "per_run": {k: [vars(d) for d in v] for k, v in c.per_run.items()},
-                    "notes": c.notes},
+        "a": str(result.a.input),
+        "b": str(result.b.input),
+        "gain": GAIN_NOTE,
+        "caliber": {
+            "mismatch": c.mismatch,
+            "common": [vars(d) for d in c.common],
+            "per_run": {k: [vars(d) for d in v] for k, v in c.per_run.items()},
+            "notes": c.notes,
+        },
         "overall": vars(result.overall) if result.overall else None,
         "by_op": [vars(r) for r in result.by_op],
         "noise_floor": result.noise_floor,
         "same_run": result.same_run,
-        "pairs": [{"op": p.a.op, "dtype": p.a.dtype, "shape": p.a.shape,
-                   "a_ms": p.a.gems_ms, "b_ms": p.b.gems_ms, "gain": p.gain,
-                   "fallback": p.fallback, "verdict": p.verdict.status,
-                   "change": p.verdict.change, "threshold": p.verdict.threshold,
-                   "why": p.verdict.why, "a_spread": p.a.gems_spread,
-                   "b_spread": p.b.gems_spread, "a_samples": p.a.gems_samples,
-                   "b_samples": p.b.gems_samples, "throttled": throttled_sides(p)}
-                  for p in result.pairs],
+        "pairs": [
+            {
+                "op": p.a.op,
+                "dtype": p.a.dtype,
+                "shape": p.a.shape,
+                "a_ms": p.a.gems_ms,
+                "b_ms": p.b.gems_ms,
+                "gain": p.gain,
+                "fallback": p.fallback,
+                "verdict": p.verdict.status,
+                "change": p.verdict.change,
+                "threshold": p.verdict.threshold,
+                "why": p.verdict.why,
+                "a_spread": p.a.gems_spread,
+                "b_spread": p.b.gems_spread,
+                "a_samples": p.a.gems_samples,
+                "b_samples": p.b.gems_samples,
+                "throttled": throttled_sides(p),
+            }
+            for p in result.pairs
+        ],
         "only_a": [list(r.key) for r in result.only_a],
         "only_b": [list(r.key) for r in result.only_b],
-        "not_comparable": [{"key": list(n.a.key), "reason": n.reason}
-                           for n in result.not_comparable],
+        "not_comparable": [{"key": list(n.a.key), "reason": n.reason} for n in result.not_comparable],
         "duplicate_keys": result.duplicate_keys,
         "noise": {"median_abs_gain": result.noise_median, "p95_abs_gain": result.noise_p95},
         "issues_a": [issue_record(i) for i in result.a.issues],

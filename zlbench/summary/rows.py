@@ -29,8 +29,7 @@ class Summary:
     screen: Optional[Screen] = None
 
 
-def _rows_for(marker: Marker, rows: Sequence[Row], index: Dict[Tuple, List[Row]]
-              ) -> List[Row]:
+def _rows_for(marker: Marker, rows: Sequence[Row], index: Dict[Tuple, List[Row]]) -> List[Row]:
     """The rows a marker names: by op/dtype/shape, by op/dtype, by op, or all rows."""
     named = tuple(marker.get(f) for f in ROW_FIELDS)
     if all(v is None for v in named):
@@ -39,8 +38,7 @@ def _rows_for(marker: Marker, rows: Sequence[Row], index: Dict[Tuple, List[Row]]
     if op is not None and (dtype is not None or shape is None):
         return index.get(named, [])
     # Unusual: a dtype or shape without its op. Match on what the marker gives.
-    return [r for r in rows
-            if all(v is None or getattr(r, f) == v for f, v in zip(ROW_FIELDS, named))]
+    return [r for r in rows if all(v is None or getattr(r, f) == v for f, v in zip(ROW_FIELDS, named))]
 
 
 def _index(rows: Sequence[Row]) -> Dict[Tuple, List[Row]]:
@@ -62,18 +60,28 @@ def attach_markers(parsed: ParsedLog, source: str) -> None:
             row.markers.append(marker)
         if not hit:
             fields = " ".join(f"{k}={v}" for k, v in marker.fields.items())
-            what = ("names no printed row" if any(marker.get(f) for f in ROW_FIELDS)
-                    else "is about the whole run, which printed no rows")
-            parsed.issues.append(Issue("unattached_marker", f"{marker.name} {what}: {fields}",
-                                       marker.get("op"), marker.get("dtype"), lineno, source))
+            what = (
+                "names no printed row"
+                if any(marker.get(f) for f in ROW_FIELDS)
+                else "is about the whole run, which printed no rows"
+            )
+            parsed.issues.append(
+                Issue(
+                    "unattached_marker",
+                    f"{marker.name} {what}: {fields}",
+                    marker.get("op"),
+                    marker.get("dtype"),
+                    lineno,
+                    source,
+                )
+            )
 
 
 def attach_row_stats(rows: Sequence[Row], run_dir: Path, issues: List[Issue]) -> None:
     """Samples and spread per side from row_stats.jsonl; the n-th record of a key goes
     with the n-th printed row of that key (a row printed twice was timed twice)."""
     records, problems = rowstats.read(run_dir)
-    issues.extend(Issue("bad_row_stats", p, source=str(rundir.row_stats_path(run_dir)))
-                  for p in problems)
+    issues.extend(Issue("bad_row_stats", p, source=str(rundir.row_stats_path(run_dir))) for p in problems)
     if not records:
         return
     pending = rowstats.by_key(records)
@@ -104,17 +112,18 @@ def measurement_problem(text: str, run_op: Optional[str]) -> Optional[Tuple[str,
     """
     parsed = parse_log(text)
     if parsed.session_end is None:
-        return ("no_session_end", "the benchmark process exited 0 before pytest's closing "
-                                  "summary line")
+        return ("no_session_end", "the benchmark process exited 0 before pytest's closing summary line")
     if "passed" not in parsed.session_end:
         return None
     if not parsed.rows:
         return ("no_rows", f"pytest says {parsed.session_end!r} but no table row was printed")
-    valid = [r for r in parsed.rows if not r.problem
-             and (not run_op or _reads_as(r.op, run_op))]
+    valid = [r for r in parsed.rows if not r.problem and (not run_op or _reads_as(r.op, run_op))]
     if not valid:
-        return ("no_valid_rows", f"none of its {len(parsed.rows)} rows can be counted (another "
-                                 "operator's name, or impossible numbers)")
+        return (
+            "no_valid_rows",
+            f"none of its {len(parsed.rows)} rows can be counted (another "
+            "operator's name, or impossible numbers)",
+        )
     return None
 
 
@@ -122,24 +131,33 @@ def rows_of_run(run: RunLog) -> Tuple[List[Row], List[Issue]]:
     try:
         text, cut = read_text_capped(run.log)
     except OSError as e:
-        return [], [Issue("unreadable_log", f"{run.log}: {describe_error(e)}",
-                          source=str(run.log))]
+        return [], [Issue("unreadable_log", f"{run.log}: {describe_error(e)}", source=str(run.log))]
     parsed = parse_log(text, str(run.log))
     if cut:
-        parsed.issues.append(Issue("log_too_large", f"only the first {DEFAULT_LIMIT} bytes read",
-                                   source=str(run.log)))
+        parsed.issues.append(
+            Issue("log_too_large", f"only the first {DEFAULT_LIMIT} bytes read", source=str(run.log))
+        )
     attach_markers(parsed, str(run.log))
     attach_row_stats(parsed.rows, Path(run.run_dir), parsed.issues)
     if run.complete and not parsed.rows:
-        parsed.issues.append(Issue("no_rows", f"{run.run_dir} is complete but its log has no "
-                                   "table row", source=str(run.log)))
+        parsed.issues.append(
+            Issue("no_rows", f"{run.run_dir} is complete but its log has no table row", source=str(run.log))
+        )
     run_op = (run.identity or {}).get("op")
     if isinstance(run_op, str) and run_op:
         for row in parsed.rows:
             if not row.problem and not _reads_as(row.op, run_op):
                 row.problem = f"table names operator {row.op}, but the run measured {run_op}"
-                parsed.issues.append(Issue("foreign_operator", f"{row.problem}; row not counted",
-                                           row.op, row.dtype, row.line, str(run.log)))
+                parsed.issues.append(
+                    Issue(
+                        "foreign_operator",
+                        f"{row.problem}; row not counted",
+                        row.op,
+                        row.dtype,
+                        row.line,
+                        str(run.log),
+                    )
+                )
     timer = str((run.identity or {}).get("timer") or "unknown")
     run_dir = str(run.run_dir)
     for row in parsed.rows:
@@ -172,12 +190,19 @@ def duplicate_keys(rows: Sequence[Row]) -> List[Issue]:
     first: Dict[Tuple, Row] = {}
     issues = []
     for row in rows:
-        if row.problem:     # not counted anyway (another operator's table, say)
+        if row.problem:  # not counted anyway (another operator's table, say)
             continue
         seen = first.setdefault(row.key, row)
         if seen is not row:
             where = "" if seen.run_dir == row.run_dir else f" (first in {seen.run_dir})"
-            issues.append(Issue("duplicate_key", f"{row.op} {row.dtype} {row.shape} printed "
-                                f"again; first at line {seen.line}{where}", row.op, row.dtype,
-                                row.line, row.run_dir))
+            issues.append(
+                Issue(
+                    "duplicate_key",
+                    f"{row.op} {row.dtype} {row.shape} printed again; first at line {seen.line}{where}",
+                    row.op,
+                    row.dtype,
+                    row.line,
+                    row.run_dir,
+                )
+            )
     return issues

@@ -15,8 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from zlbench.rundir import (PLAN_FILE, StatusFile, format_status, parse_shard_dir_name, plan_path,
-                            read_journal, read_plan, shard_dir_name)
+from zlbench.rundir import (
+    PLAN_FILE,
+    StatusFile,
+    format_status,
+    parse_shard_dir_name,
+    plan_path,
+    read_journal,
+    read_plan,
+    shard_dir_name,
+)
 from zlbench.summary.parse import Issue
 
 # Statuses that count as an operator measured badly (batch/classify.py's BAD).
@@ -89,9 +97,9 @@ class Screen:
     """A sharded screen: its shard dirs, the merged status rows, what is wrong."""
 
     root: Path
-    count: int                                   # N
-    shards: Dict[int, ShardDir]                  # present shard dirs by K
-    rows: Dict[str, Dict[str, str]] = field(default_factory=dict)   # merged, by operator
+    count: int  # N
+    shards: Dict[int, ShardDir]  # present shard dirs by K
+    rows: Dict[str, Dict[str, str]] = field(default_factory=dict)  # merged, by operator
     issues: List[Issue] = field(default_factory=list)
 
     @property
@@ -133,8 +141,7 @@ def _read_plan(path: Path, issues: List[Issue]) -> Optional[dict]:
     try:
         return read_plan(path)
     except (OSError, ValueError) as e:
-        issues.append(Issue("bad_plan", f"cannot read {PLAN_FILE}: {e}",
-                            source=str(plan_path(path))))
+        issues.append(Issue("bad_plan", f"cannot read {PLAN_FILE}: {e}", source=str(plan_path(path))))
         return None
 
 
@@ -153,10 +160,14 @@ def read_screen(root: Path, count: Optional[int] = None) -> Optional[Screen]:
     issues: List[Issue] = []
     others = sorted(root / shard_dir_name(k, m) for k, m in found if m != n)
     if others:
-        issues.append(Issue("shard_count_mixed",
-                            f"shard dirs of another shard count are not merged: "
-                            f"{', '.join(p.name for p in others)} (this screen has {n} shards)",
-                            source=str(root)))
+        issues.append(
+            Issue(
+                "shard_count_mixed",
+                f"shard dirs of another shard count are not merged: "
+                f"{', '.join(p.name for p in others)} (this screen has {n} shards)",
+                source=str(root),
+            )
+        )
     screen = Screen(root, n, {})
     owner: Dict[str, List[str]] = {}
     for (k, m), path in sorted(found.items()):
@@ -175,22 +186,41 @@ def read_screen(root: Path, count: Optional[int] = None) -> Optional[Screen]:
             screen.rows[op] = merged
     for op, names in sorted(owner.items()):
         if len(names) > 1:
-            issues.append(Issue("op_in_two_shards",
-                                f"{op} is in {' and '.join(names)}: its shards were run "
-                                "with different operator lists or shard hashes; only the "
-                                f"row of {names[0]} is counted", op=op, source=str(root)))
+            issues.append(
+                Issue(
+                    "op_in_two_shards",
+                    f"{op} is in {' and '.join(names)}: its shards were run "
+                    "with different operator lists or shard hashes; only the "
+                    f"row of {names[0]} is counted",
+                    op=op,
+                    source=str(root),
+                )
+            )
     for k in screen.missing:
-        issues.append(Issue("shard_missing",
-                            f"{shard_dir_name(k, n)} is missing: shard {k}/{n} never started; "
-                            f"run it (zlbench batch --shard {k}/{n} --out {root}, or "
-                            "zlbench slurm submit again)", source=str(root)))
+        issues.append(
+            Issue(
+                "shard_missing",
+                f"{shard_dir_name(k, n)} is missing: shard {k}/{n} never started; "
+                f"run it (zlbench batch --shard {k}/{n} --out {root}, or "
+                "zlbench slurm submit again)",
+                source=str(root),
+            )
+        )
     for k, shard in sorted(screen.shards.items()):
         if not shard.finished:
-            what = (f"{len(shard.done)} of {len(shard.planned)} operators have a status"
-                    if shard.started else "no plan.json yet")
-            issues.append(Issue("shard_unfinished",
-                                f"{shard.name} is unfinished ({what}); continue it with the "
-                                f"same command (zlbench batch --shard {k}/{n} --out {root}, "
-                                "or zlbench slurm submit again)", source=str(shard.path)))
+            what = (
+                f"{len(shard.done)} of {len(shard.planned)} operators have a status"
+                if shard.started
+                else "no plan.json yet"
+            )
+            issues.append(
+                Issue(
+                    "shard_unfinished",
+                    f"{shard.name} is unfinished ({what}); continue it with the "
+                    f"same command (zlbench batch --shard {k}/{n} --out {root}, "
+                    "or zlbench slurm submit again)",
+                    source=str(shard.path),
+                )
+            )
     screen.issues = issues
     return screen

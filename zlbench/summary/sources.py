@@ -59,15 +59,13 @@ def _read_identity(run_dir: Path, issues: List[Issue]) -> Optional[dict]:
     try:
         identity = json.loads(read_text_capped(path, IDENTITY_LIMIT)[0])
     except OSError as e:
-        issues.append(Issue("bad_identity", f"cannot read {IDENTITY}: {describe_error(e)}",
-                            source=str(path)))
+        issues.append(Issue("bad_identity", f"cannot read {IDENTITY}: {describe_error(e)}", source=str(path)))
         return None
     except ValueError as e:
         issues.append(Issue("bad_identity", f"cannot read {IDENTITY}: {e}", source=str(path)))
         return None
     if not isinstance(identity, dict):
-        issues.append(Issue("bad_identity", f"{IDENTITY} is not a JSON object",
-                            source=str(path)))
+        issues.append(Issue("bad_identity", f"{IDENTITY} is not a JSON object", source=str(path)))
         return None
     return identity
 
@@ -86,8 +84,7 @@ def _screen_logs(screen: Screen) -> List[Tuple[Path, Path]]:
     return found
 
 
-def find_runs(path: Path, screen: Optional[Screen] = None
-              ) -> Tuple[Path, List[RunLog], List[Issue]]:
+def find_runs(path: Path, screen: Optional[Screen] = None) -> Tuple[Path, List[RunLog], List[Issue]]:
     """(root, runs, issues) for a log file, a run dir, a batch dir or, when ``screen`` is
     given, the sharded screen at path.
 
@@ -101,8 +98,10 @@ def find_runs(path: Path, screen: Optional[Screen] = None
         issues.extend(screen.issues)
         pairs = _screen_logs(screen)
         if not pairs:
-            raise SummaryInputError(f"no {RUN_LOG} in the shard dirs of {path}: no shard has "
-                                    "measured an operator yet (zlbench slurm status shows why)")
+            raise SummaryInputError(
+                f"no {RUN_LOG} in the shard dirs of {path}: no shard has "
+                "measured an operator yet (zlbench slurm status shows why)"
+            )
         runs = [_run_log(log, base, issues) for log, base in pairs]
         for shard in screen.shards.values():
             issues.extend(read_ops_status(shard.path))
@@ -114,14 +113,14 @@ def find_runs(path: Path, screen: Optional[Screen] = None
         if not logs:
             raise SummaryInputError(
                 f"no {RUN_LOG} under {path}: pass a run.log file, a run dir (from "
-                f"`zlbench run`) or a batch dir (from `zlbench batch`)")
+                f"`zlbench run`) or a batch dir (from `zlbench batch`)"
+            )
     elif os.path.exists(path):
         raise SummaryInputError(
-            f"{path} is not a regular file or a directory: pass a run.log file, a run dir "
-            "or a batch dir")
+            f"{path} is not a regular file or a directory: pass a run.log file, a run dir or a batch dir"
+        )
     else:
-        raise SummaryInputError(
-            f"{path} does not exist: pass a run.log file, a run dir or a batch dir")
+        raise SummaryInputError(f"{path} does not exist: pass a run.log file, a run dir or a batch dir")
     runs = [_run_log(log, root, issues) for log in logs]
     issues.extend(read_ops_status(root))
     return root, runs, issues
@@ -132,9 +131,13 @@ def _run_log(log: Path, base: Path, issues: List[Issue]) -> RunLog:
     identity = _read_identity(run_dir, issues)
     complete = None if identity is None else is_complete(run_dir)
     if complete is False:
-        issues.append(Issue("incomplete_run",
-                            f"{run_dir} has no {COMPLETE}: the run did not finish "
-                            "successfully", source=str(run_dir)))
+        issues.append(
+            Issue(
+                "incomplete_run",
+                f"{run_dir} has no {COMPLETE}: the run did not finish successfully",
+                source=str(run_dir),
+            )
+        )
     return RunLog(log, run_dir, os.path.relpath(run_dir, base), identity, complete)
 
 
@@ -146,30 +149,56 @@ def read_ops_status(root: Path) -> List[Issue]:
     try:
         text, _ = read_text_capped(path, STATUS_LIMIT)
     except OSError as e:
-        return [Issue("bad_ops_status", f"cannot read {OPS_STATUS}: {describe_error(e)}; "
-                      "operator outcomes not checked", source=str(path))]
+        return [
+            Issue(
+                "bad_ops_status",
+                f"cannot read {OPS_STATUS}: {describe_error(e)}; operator outcomes not checked",
+                source=str(path),
+            )
+        ]
     if "\0" in text or "\ufffd" in text:
-        return [Issue("bad_ops_status", f"{OPS_STATUS} is not text (binary or not UTF-8); "
-                      "operator outcomes not checked", source=str(path))]
+        return [
+            Issue(
+                "bad_ops_status",
+                f"{OPS_STATUS} is not text (binary or not UTF-8); operator outcomes not checked",
+                source=str(path),
+            )
+        ]
     try:
         reader = csv.DictReader(io.StringIO(text, newline=""))
         fields = reader.fieldnames or []
         if "operator" not in fields or "status" not in fields:
-            return [Issue("bad_ops_status",
-                          f"{OPS_STATUS} has no 'operator' and 'status' columns (found: "
-                          f"{', '.join(fields) or 'none'}); operator outcomes not checked",
-                          source=str(path))]
+            return [
+                Issue(
+                    "bad_ops_status",
+                    f"{OPS_STATUS} has no 'operator' and 'status' columns (found: "
+                    f"{', '.join(fields) or 'none'}); operator outcomes not checked",
+                    source=str(path),
+                )
+            ]
         issues = []
         for lineno, rec in enumerate(reader, 2):
             status = (rec.get("status") or "").strip() or "(empty)"
             if status == OK_STATUS:
                 continue
-            why = "; ".join(t for t in ((rec.get("reason") or "").strip(),
-                                        (rec.get("notes") or "").strip()) if t)
-            issues.append(Issue(f"op_{status}", f"batch status {status}"
-                                + (f": {why}" if why else ""),
-                                op=rec.get("operator"), line=lineno, source=str(path)))
+            why = "; ".join(
+                t for t in ((rec.get("reason") or "").strip(), (rec.get("notes") or "").strip()) if t
+            )
+            issues.append(
+                Issue(
+                    f"op_{status}",
+                    f"batch status {status}" + (f": {why}" if why else ""),
+                    op=rec.get("operator"),
+                    line=lineno,
+                    source=str(path),
+                )
+            )
         return issues
     except csv.Error as e:
-        return [Issue("bad_ops_status", f"{OPS_STATUS} is not valid CSV ({e}); operator "
-                      "outcomes not checked", source=str(path))]
+        return [
+            Issue(
+                "bad_ops_status",
+                f"{OPS_STATUS} is not valid CSV ({e}); operator outcomes not checked",
+                source=str(path),
+            )
+        ]

@@ -13,8 +13,8 @@ from zlbench.summary.rows import Summary
 
 @dataclass
 class Statuses:
-    rows: Dict[str, Dict[str, str]]     # operator -> its ops_status.csv row
-    counts: Dict[str, int]              # status (or "not run") -> operators
+    rows: Dict[str, Dict[str, str]]  # operator -> its ops_status.csv row
+    counts: Dict[str, int]  # status (or "not run") -> operators
     notes: List[str] = field(default_factory=list)
 
     @property
@@ -33,8 +33,7 @@ def operator_statuses(summary: Summary) -> Statuses:
             plan = read_plan(summary.root) or {}
         except (OSError, ValueError) as e:  # unreadable: count what ops_status.csv says
             plan = {}
-            notes.append(f"cannot read {plan_path(summary.root)} ({e}): operators not run "
-                         "are not counted")
+            notes.append(f"cannot read {plan_path(summary.root)} ({e}): operators not run are not counted")
         planned = [p["op"] for p in plan.get("ops", [])] + list(plan.get("dismissed", {}))
     planned = list(dict.fromkeys(planned + sorted(rows)))
     return Statuses(rows, count_statuses(rows, planned), notes)

@@ -29,8 +29,7 @@ def marker_text(markers: Iterable[Marker]) -> str:
     return "; ".join(seen)
 
 
-def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
-               right: Sequence[bool]) -> str:
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
@@ -50,16 +49,13 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
-                   right: Sequence[bool]) -> str:
-    out = ["| " + " | ".join(headers) + " |",
-           "|" + "|".join("---:" if r else "---" for r in right) + "|"]
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" if r else "---" for r in right) + "|"]
     out.extend("| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows)
     return "\n".join(out)
 
 
-def table(style: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
-          right: Sequence[bool]) -> str:
+def table(style: str, headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
     """``style`` is "table" (aligned text) or "markdown"."""
     maker = markdown_table if style == "markdown" else text_table
     return maker(headers, rows, right)

@@ -25,15 +25,15 @@ import math
 from typing import NamedTuple, Optional
 
 SAME, FASTER, SLOWER, UNKNOWN = "SAME", "FASTER", "SLOWER", "UNKNOWN"
-VERDICTS = (SLOWER, FASTER, UNKNOWN, SAME)   # the order rows are listed in
+VERDICTS = (SLOWER, FASTER, UNKNOWN, SAME)  # the order rows are listed in
 DEFAULT_NOISE_FLOOR = 0.02
 
 
 class Verdict(NamedTuple):
     status: str
-    change: Optional[float]      # B / A - 1 of the latency
-    threshold: Optional[float]   # |change| above this is real
-    why: str = ""                # for UNKNOWN: what is missing
+    change: Optional[float]  # B / A - 1 of the latency
+    threshold: Optional[float]  # |change| above this is real
+    why: str = ""  # for UNKNOWN: what is missing
 
     @property
     def real(self) -> bool:
@@ -44,17 +44,23 @@ def _usable(ms: Optional[float]) -> bool:
     return ms is not None and math.isfinite(ms) and ms > 0
 
 
-def verdict(a_ms: Optional[float], a_spread: Optional[float], b_ms: Optional[float],
-            b_spread: Optional[float], floor: float = DEFAULT_NOISE_FLOOR,
-            same_run: bool = False) -> Verdict:
+def verdict(
+    a_ms: Optional[float],
+    a_spread: Optional[float],
+    b_ms: Optional[float],
+    b_spread: Optional[float],
+    floor: float = DEFAULT_NOISE_FLOOR,
+    same_run: bool = False,
+) -> Verdict:
     """SAME, FASTER, SLOWER or UNKNOWN for one row (rule in the module docstring)."""
     if not (_usable(a_ms) and _usable(b_ms)):
         return Verdict(UNKNOWN, None, None, "latency missing")
     change = b_ms / a_ms - 1.0
     if same_run:
         return Verdict(UNKNOWN, change, None, "A and B are the same run")
-    missing = [side for side, s in (("A", a_spread), ("B", b_spread))
-               if s is None or not math.isfinite(s) or s < 0]
+    missing = [
+        side for side, s in (("A", a_spread), ("B", b_spread)) if s is None or not math.isfinite(s) or s < 0
+    ]
     if missing:
         return Verdict(UNKNOWN, change, None, f"no spread recorded for {' and '.join(missing)}")
     threshold = floor + math.hypot(a_spread, b_spread)
