@@ -5,6 +5,7 @@ device probes; timeouts that say what the operator was doing."""
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -198,3 +199,98 @@ def test_timeouts_say_compiling_or_no_progress(tmp_path, mode):
     assert rows["hang_op"]["reason"].startswith("no progress for 5 s")
     assert float(rows["hang_op"]["duration_s"]) < 40
     assert time.monotonic() - started < 120
+
+
+# -- prestart: the next operator's benchmark process readied while one runs ------------
+
+LIBRARY = '''import os, sys
+with open(os.path.join(os.environ["FAULTY_STATE_DIR"], "library.log"), "a") as f:
+    f.write(f"import {os.getpid()} {os.environ.get('LIB_FLAG', '-')}\\n")
+print(f"stand-in library imported in {os.getpid()}", flush=True)
+'''
+RECORD_PID = '''
+
+import os as _os
+import pytest as _pytest
+
+
+@_pytest.fixture(autouse=True)
+def _record_pid(request):
+    with open(_os.path.join(_os.environ["FAULTY_STATE_DIR"], "library.log"), "a") as f:
+        f.write(f"test {_os.getpid()} {request.node.name}\\n")
+'''
+
+
+def _library_corpus(tmp_path):
+    """The faulty corpus with a conftest that imports a stand-in flag_gems, the library
+    under test, which a worker never imports (the real one initialises the device)."""
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(CORPUS, corpus)
+    conftest = corpus / "benchmark" / "conftest.py"
+    text = conftest.read_text().replace("from . import base", "import flag_gems  # noqa: F401\n\nfrom . import base")
+    conftest.write_text(text + RECORD_PID)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "flag_gems.py").write_text(LIBRARY)   # never imported by a worker
+    (tmp_path / "state").mkdir()
+    env = _env(tmp_path, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+               LIB_FLAG="one")
+    return corpus, env
+
+
+def _library_log(tmp_path):
+    imports, tests = {}, {}
+    for line in (tmp_path / "state" / "library.log").read_text().splitlines():
+        kind, pid, what = line.split()
+        (imports if kind == "import" else tests)[int(pid)] = what
+    return imports, tests
+
+
+def test_a_prestarted_benchmark_process_imports_the_library_before_its_run(tmp_path):
+    corpus, env = _library_corpus(tmp_path)
+    out = tmp_path / "b"
+    proc = _batch(tmp_path, out, "--flaggems-dir", str(corpus), "--devices", "0",
+                  "--ops", "good_op,slow_op,broken_op", "--run-mode", "worker", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert {op: r["status"] for op, r in _rows(out).items()} == {
+        "good_op": "ok", "slow_op": "ok", "broken_op": "failed"}
+    imports, tests = _library_log(tmp_path)
+    # Every benchmark process imported the library itself, once, in the environment the
+    # run gave it; the worker never did (it would have refused to fork).
+    assert set(tests) <= set(imports) and set(imports.values()) == {"one"}
+    workers = set(map(int, re.findall(r"worker (\d+) for device 0: ready", (out / "batch.log").read_text())))
+    assert workers and not workers & set(imports)
+    # The first operator started plainly; the next ones got a prestarted process, and
+    # what the library printed while it was imported is in their run.log, before pytest's.
+    attempts = [e for e in _events(out) if e["event"] == "attempt"]
+    logs = [(e["op"], (out / e["log"]).read_text()) for e in attempts]
+    assert "prestarted benchmark process" not in logs[0][1]
+    used = re.compile(r"prestarted benchmark process (\d+) used")
+    served = {op: int(used.search(text).group(1)) for op, text in logs[1:] if op != "broken_op"}
+    assert len(served) >= 1
+    for op, pid in served.items():
+        assert tests[pid] == f"test_{op}"
+        run_log = (out / op / "run.log").read_text()
+        assert f"stand-in library imported in {pid}" in run_log
+        assert run_log.index("stand-in library imported") < run_log.index("test session starts")
+    # The spare readied after the last operator was stopped with the worker.
+    spare = set(imports) - set(tests)
+    assert len(spare) <= 1 and not any(is_alive(p) for p in spare)
+
+
+@pytest.mark.parametrize("how", ["--no-worker-prestart", "isolated caches"])
+def test_without_a_usable_spare_every_attempt_forks_plainly(tmp_path, how):
+    corpus, env = _library_corpus(tmp_path)
+    out = tmp_path / "b"
+    args = ["--no-worker-prestart"] if how.startswith("--") else []
+    if how == "isolated caches":
+        env["ZL_ISOLATE_TUNER_CACHE"] = "1"   # a fresh cache dir per run: no environment to ready
+    proc = _batch(tmp_path, out, "--flaggems-dir", str(corpus), "--devices", "0",
+                  "--ops", "good_op,slow_op", "--run-mode", "worker", *args, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    imports, tests = _library_log(tmp_path)
+    assert set(imports) == set(tests) and len(tests) == 2
+    logs = "\n".join(p.read_text() for p in (out / "logs").rglob("*") if p.is_file())
+    assert "prestarted benchmark process" not in logs

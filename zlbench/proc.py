@@ -29,6 +29,9 @@ _POLL_S = 0.02
 # The longest wait for SIGKILLed processes to vanish; an uninterruptible one (stuck in a
 # driver call) can outlive it, and the batch reports it rather than hang.
 KILL_SETTLE_S = 10.0
+# The environment tag every process of a batch attempt carries (a fork inherits it in
+# its environment; ``kill_tagged`` finds exec'd escapees by it).
+ATTEMPT_TAG = "ZL_ATTEMPT"
 
 
 def python_module(module: str) -> List[str]:
@@ -150,21 +153,29 @@ def _signal(proc: subprocess.Popen, sig: int, group: bool) -> None:
             pass
 
 
-def _parent_death_signal():
-    """A preexec function asking Linux to SIGTERM the child when this process dies
-    (a SIGKILL leaves no chance to reap); None where prctl is not available."""
+def set_parent_death_signal(sig: int) -> bool:
+    """Ask Linux to send ``sig`` to this process when its parent dies (0: never);
+    False where prctl is not available."""
     if not sys.platform.startswith("linux"):
-        return None
+        return False
     try:
         import ctypes
 
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
+        return False
+    return prctl(1, int(sig)) == 0  # PR_SET_PDEATHSIG
+
+
+def _parent_death_signal():
+    """A preexec function asking Linux to SIGTERM the child when this process dies
+    (a SIGKILL leaves no chance to reap); None where prctl is not available."""
+    if not sys.platform.startswith("linux"):
         return None
     parent = os.getpid()
 
     def preexec() -> None:
-        prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
 

@@ -195,6 +195,17 @@ def _given(ctx: click.Context, name: str) -> bool:
     f"[default: {DEFAULT_WORKER_MAX_OPS}]",
 )
 @click.option(
+    "--worker-prestart/--no-worker-prestart",
+    "worker_prestart",
+    default=None,
+    envvar="ZL_WORKER_PRESTART",
+    help="Worker mode: while one operator runs, ready the next one's benchmark process "
+    "with the library under test (flag_gems) imported, so its start-up is off the "
+    "clock; it holds a device context meanwhile. Used only when the next run's "
+    "environment matches (not with isolated tuner caches). Env: ZL_WORKER_PRESTART. "
+    "[default: on]",
+)
+@click.option(
     "--balance-from",
     "balance_from",
     type=click.Path(file_okay=False, path_type=Path),
@@ -231,6 +242,7 @@ def batch_command(
     stall_timeout,
     run_mode,
     worker_max_ops,
+    worker_prestart,
     balance_from,
     progress,
     **flags,
@@ -272,6 +284,7 @@ def batch_command(
             stall_timeout=stall_timeout,
             run_mode=run_mode,
             worker_max_ops=worker_max_ops,
+            worker_prestart=worker_prestart,
             balance_from=balance_from,
         )
         if config.shard.count > 1:
@@ -319,6 +332,11 @@ def _dismiss_path(flag: Optional[str], saved: Optional[dict]) -> Optional[Path]:
     return Path(flag)
 
 
+def _first_set(*values):
+    """The first value that is not None (flag, then the resumed batch's, then default)."""
+    return next((v for v in values if v is not None), None)
+
+
 def _balance_from(flag: Optional[Path], saved: Optional[dict]) -> Optional[Path]:
     if flag is not None:
         if not flag.is_dir():
@@ -351,6 +369,7 @@ def build_config(
     stall_timeout=None,
     run_mode=None,
     worker_max_ops=None,
+    worker_prestart=None,
     balance_from=None,
 ) -> BatchConfig:
     """The BatchConfig of batch's flags; ``environ`` (default os.environ) feeds --shard auto."""
@@ -425,6 +444,7 @@ def build_config(
         or None,
         run_mode=run_mode or (saved or {}).get("run_mode") or "worker",
         worker_max_ops=worker_max_ops or (saved or {}).get("worker_max_ops") or DEFAULT_WORKER_MAX_OPS,
+        worker_prestart=_first_set(worker_prestart, (saved or {}).get("worker_prestart"), True),
         balance_from=_balance_from(balance_from, saved),
     )
 
@@ -453,6 +473,14 @@ def config_from_args(args: Sequence[str]) -> BatchConfig:
     named = {name: params.pop(name) for name in _NAMED}
     extra = {
         name: params.pop(name)
-        for name in ("shard", "shards", "stall_timeout", "run_mode", "worker_max_ops", "balance_from")
+        for name in (
+            "shard",
+            "shards",
+            "stall_timeout",
+            "run_mode",
+            "worker_max_ops",
+            "worker_prestart",
+            "balance_from",
+        )
     }
     return build_config(ctx, flags=params, **named, **extra)

@@ -178,6 +178,8 @@ class BatchConfig:
     run_mode     "worker": a warm worker per device forks each attempt (the default
                  run_command only); "fresh": every attempt starts run_command anew
     worker_max_ops  a worker is replaced after this many attempts
+    worker_prestart a worker readies each next attempt's benchmark process, its library
+                 imported, while the current attempt runs (zlbench.run.worker)
     stall_timeout_s stop an attempt after this many seconds without progress (no output,
                  no row timed, no new kernel or tuner cache entry); None or 0: off
     """
@@ -203,6 +205,7 @@ class BatchConfig:
     keep_failed: bool = False  # on resume, keep failed/timeout/crashed rows too
     run_mode: str = "worker"
     worker_max_ops: int = DEFAULT_WORKER_MAX_OPS
+    worker_prestart: bool = True
     stall_timeout_s: Optional[float] = None
     environ: Optional[Mapping[str, str]] = None  # base environment; default os.environ
 

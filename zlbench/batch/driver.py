@@ -228,6 +228,7 @@ def plan_document(
         "retries": config.retries,
         "run_mode": config.run_mode,
         "worker_max_ops": config.worker_max_ops,
+        "worker_prestart": config.worker_prestart,
         "stall_timeout_s": config.stall_timeout_s or None,
         "fallback_dtypes": [list(f) for f in config.fallback_dtypes],
         "dismiss_file": str(Path(config.dismiss).resolve()) if config.dismiss else None,
@@ -784,6 +785,7 @@ def _worker_slots(
             config.worker_max_ops,
             config.kill_grace_s,
             stopper.read_fd,
+            config.worker_prestart,
         )
         for d in devices
     }

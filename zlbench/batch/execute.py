@@ -32,7 +32,7 @@ _STRIP_ENV = {k.env for k in knobs.KNOBS} | {"ZL_RUN_DIR"}
 BATCH_TAG = "ZL_BATCH_DIR"
 # Inherited by every process of one attempt: what is still alive after the attempt, in
 # any process group or session, was started by it and is stopped.
-ATTEMPT_TAG = "ZL_ATTEMPT"
+ATTEMPT_TAG = proc.ATTEMPT_TAG
 
 
 def knob_args(settings: knobs.Settings, skip: Sequence[str] = ()) -> List[str]:
@@ -174,6 +174,10 @@ def run_attempt(
     if cgroup is not None and not cgroup.add(child.pid):
         cgroup.remove()
         cgroup = None
+    if cgroup is not None:
+        # A worker's attempt may already have children (its prestarted benchmark process).
+        for pid in proc.live_group_members(child.pid):
+            cgroup.add(pid)
     ctx.journal.record(
         "attempt",
         op=item.op,

@@ -161,10 +161,12 @@ class Refused(Exception):
         self.detail = reply.get("detail") or ""
 
 
-def worker_command(corpus_root: Optional[str]) -> List[str]:
+def worker_command(corpus_root: Optional[str], prestart: bool = False) -> List[str]:
     cmd = proc.python_module(WORKER_MODULE)
     if corpus_root:
         cmd += ["--corpus-root", corpus_root]
+    if prestart:
+        cmd.append("--prestart")
     return cmd
 
 
@@ -181,12 +183,14 @@ class WorkerSlot:
         max_ops: int,
         grace_s: float,
         wake_fd: Optional[int] = None,
+        prestart: bool = False,
     ):
         self.device = device
         self.env = dict(env)
         self.log_dir = log_dir
         self.log = log
         self.corpus_root = corpus_root
+        self.prestart = prestart
         self.max_ops = max(1, int(max_ops))
         self.grace_s = grace_s
         self.wake_fd = wake_fd
@@ -210,7 +214,7 @@ class WorkerSlot:
         self.started += 1
         log_path = self.log_dir / f"worker-{self.device}-{self.started}.log"
         self.worker = Worker(
-            worker_command(self.corpus_root), {**self.env, "PYTHONUNBUFFERED": "1"}, log_path
+            worker_command(self.corpus_root, self.prestart), {**self.env, "PYTHONUNBUFFERED": "1"}, log_path
         )
 
     def ready(self) -> bool:

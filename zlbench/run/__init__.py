@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, TextIO
+from typing import Dict, List, Optional, TextIO, Tuple
 
 from .. import backends, knobs, proc, providers, rundir, tuner_cache
 from ..backends import Backend, Device, DeviceError
@@ -350,6 +350,21 @@ def run_from_flags(
         sys.stderr.write(f"zlbench run: {e.format_message()}\n")
         return EXIT_PREFLIGHT
     return execute_run(settings, run_dir=run_dir, start=start, echo=echo)
+
+
+def planned_benchmark(flags: Dict[str, object]) -> Tuple[str, Dict[str, str]]:
+    """(cwd, environment) the benchmark process of ``zlbench run`` with these flags gets,
+    without creating anything; ZL_RUN_DIR names no dir. A warm worker's spare imports
+    the library under test in them. Runs with isolated tuner caches (a fresh cache dir
+    each) have no such plan: ValueError."""
+    flags = dict(flags)
+    flags.pop("echo", None)
+    settings = knobs.resolve(flags)
+    if settings.isolate_tuner_cache:
+        raise ValueError("isolated tuner caches: every run has its own environment")
+    plan = plan_run(settings)
+    env = child_env(plan, Path(settings.out or ".") / "planned-run", {})
+    return str(plan.target.root), env
 
 
 def execute_run(

@@ -21,6 +21,17 @@ The child runs ``zlbench run``'s own code (``run_from_flags``) with one differen
 benchmark process is a second fork that calls ``pytest.main`` with the exact argv and
 environment the fresh ``python -m pytest`` would get, and ``os._exit``s with its code.
 The run dir, exit codes and output are the same as ``zlbench run``'s.
+
+Prestart (``--prestart``): the library under test initialises the device when imported
+(flag_gems does), so no worker may import it, and every benchmark process paid for it
+before its pytest session began. Instead, as soon as an attempt has started, the worker
+forks the child for the next one (a *spare*): in its own session it forks the benchmark
+process, which imports what the corpus' conftest imports, the library included, in the
+environment the last attempt's benchmark process had, and then waits. The next attempt
+goes to the spare; its benchmark process is used only if the attempt's environment and
+directory equal the ones it imported in (per-run keys aside), else it is dropped and a
+plain fork takes its place. What the import printed goes to the attempt's output first.
+The spare holds a device context while the previous operator runs (a few hundred MB).
 """
 
 from __future__ import annotations
@@ -37,7 +48,9 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ..proc import ATTEMPT_TAG, set_parent_death_signal
 
 # Imported by every benchmark process and safe before any device is touched.
 PREIMPORT = (
@@ -69,13 +82,18 @@ PREIMPORT = (
 # importing the library under test initialises the device (flag_gems does at import).
 NEVER = ("flag_gems", "flaggems_benchmark", "benchmark")
 PLUGIN_PACKAGE = "zlbench.plugins"
+# Environment keys that differ between attempts by design and that the library under
+# test never reads: a spare's benchmark process serves any attempt whose environment
+# differs from its own in these only.
+PER_RUN_KEYS = frozenset({"ZL_RUN_DIR", ATTEMPT_TAG})
 
 _WORKER_PYTHONPATH: List[str] = []
 
 
-def conftest_imports(corpus_root: Path) -> List[str]:
+def conftest_imports(corpus_root: Path, device_free: bool = True) -> List[str]:
     """Top-level absolute imports of the corpus' benchmark/conftest.py (module names),
-    leaving out the library under test and the corpus' own packages."""
+    leaving out the corpus' own packages and, with ``device_free``, the library under
+    test (what a worker may import; a spare's benchmark process imports them all)."""
     from ..corpus.tree import conftest_imports as imported_by_conftest
 
     names = imported_by_conftest(corpus_root)
@@ -83,7 +101,7 @@ def conftest_imports(corpus_root: Path) -> List[str]:
     out = []
     for name in names:
         top = name.split(".")[0]
-        if top in NEVER or top in local or name in out:
+        if (device_free and top in NEVER) or top in local or name in out:
             continue
         out.append(name)
     return out
@@ -119,6 +137,9 @@ class _Channel:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zlbench.run.worker")
     parser.add_argument("--corpus-root", default=None)
+    parser.add_argument(
+        "--prestart", action="store_true", help="fork each next attempt's child ahead, its library imported"
+    )
     args = parser.parse_args(argv)
     # fd 1 becomes the reply channel; what imports and children print goes to stderr.
     channel = _Channel(os.dup(1))
@@ -129,8 +150,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     started = time.monotonic()
     names = list(PREIMPORT)
-    if args.corpus_root:
-        names += [n for n in conftest_imports(Path(args.corpus_root)) if n not in names]
+    corpus_root = Path(args.corpus_root) if args.corpus_root else None
+    if corpus_root is not None:
+        names += [n for n in conftest_imports(corpus_root) if n not in names]
     imported, failed = preimport(names)
     import_s = time.monotonic() - started
     print(
@@ -152,50 +174,73 @@ def main(argv: Optional[List[str]] = None) -> int:
     channel.send(
         event="ready", pid=os.getpid(), imported=imported, failed=failed, import_s=round(import_s, 3)
     )
-    while True:
-        msg = channel.receive()
-        if msg is None or msg.get("cmd") == "exit":
-            return 0
-        if msg.get("cmd") != "attempt":
-            channel.send(event="error", detail=f"unknown request {msg!r}")
-            continue
-        touched = backends.initialised_runtimes()
-        if touched:
-            channel.send(event="refused", reason="device_initialised", detail=",".join(touched))
-            return 0
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _attempt_child(msg, channel)  # never returns
-        channel.send(event="started", pid=pid)
-        # Reap only when told: until then the exited child is a zombie whose pid (its
-        # group id) cannot be reused, so the batch can clean up its group safely.
-        reply = channel.receive()
-        _, status = os.waitpid(pid, 0)
-        if reply is None:
-            return 0
-        channel.send(event="reaped", rc=os.waitstatus_to_exitcode(status))
+    library = conftest_imports(corpus_root, device_free=False) if args.prestart and corpus_root else []
+    spare: Optional[Spare] = None
+    try:
+        while True:
+            msg = channel.receive()
+            if msg is None or msg.get("cmd") == "exit":
+                return 0
+            if msg.get("cmd") != "attempt":
+                channel.send(event="error", detail=f"unknown request {msg!r}")
+                continue
+            if spare is not None and spare.alive():
+                pid = spare.hand(msg)
+                spare = None
+            else:
+                if spare is not None:
+                    spare.discard()
+                    spare = None
+                touched = backends.initialised_runtimes()
+                if touched:
+                    channel.send(event="refused", reason="device_initialised", detail=",".join(touched))
+                    return 0
+                pid = _fork(lambda: _attempt_child(msg, channel))
+            channel.send(event="started", pid=pid)
+            if library and not backends.initialised_runtimes():
+                # The next attempt's child, readied while this one runs.
+                spare = Spare.fork(msg, library, channel)
+            # Reap only when told: until then the exited child is a zombie whose pid (its
+            # group id) cannot be reused, so the batch can clean up its group safely.
+            reply = channel.receive()
+            _, status = os.waitpid(pid, 0)
+            if reply is None:
+                return 0
+            channel.send(event="reaped", rc=os.waitstatus_to_exitcode(status))
+    finally:
+        if spare is not None:
+            spare.discard()
+
+
+def _fork(child: Callable[[], None]) -> int:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        child()  # never returns
+    return pid
 
 
 def _attempt_child(msg: dict, channel: _Channel) -> None:
     """The forked ``zlbench run``: a new session, output to the attempt's log."""
+    os.setsid()
+    channel.replies.close()
+    _default_signals()
+    _run_attempt(msg, fork_pytest)
+
+
+def _run_attempt(msg: dict, start) -> None:
+    """``zlbench run`` for one attempt request, in this (forked) process; never returns."""
     code = 1
     try:
-        os.setsid()
-        channel.replies.close()
         _redirect(msg["log"])
-        _default_signals()
         _replace_environ(msg["env"])
         os.chdir(msg.get("cwd") or os.getcwd())
         sys.argv = ["zlbench", "run", *msg["argv"]]
-        from ..cli import run_command
         from . import run_from_flags
 
-        ctx = run_command.make_context("zlbench run", list(msg["argv"]))
-        flags = dict(ctx.params)
-        run_dir = flags.pop("run_dir")
-        code = run_from_flags(flags, run_dir=run_dir, start=fork_pytest)
+        flags, run_dir = _run_flags(msg["argv"])
+        code = run_from_flags(flags, run_dir=run_dir, start=start)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:  # noqa: BLE001 - reported in the attempt's log, like a crash
@@ -203,6 +248,227 @@ def _attempt_child(msg: dict, channel: _Channel) -> None:
         code = 1
     finally:
         _exit(code)
+
+
+def _run_flags(argv: List[str]) -> Tuple[dict, Optional[Path]]:
+    """``zlbench run``'s flags from its argv, and its --run-dir."""
+    from ..cli import run_command
+
+    ctx = run_command.make_context("zlbench run", list(argv))
+    flags = dict(ctx.params)
+    run_dir = flags.pop("run_dir")
+    return flags, Path(run_dir) if run_dir else None
+
+
+class Spare:
+    """The child of the next attempt, forked before that attempt exists (worker side).
+
+    The child waits for its request on a pipe; closing the pipe unused makes it exit.
+    """
+
+    def __init__(self, pid: int, request_fd: int):
+        self.pid = pid
+        self.request_fd = request_fd
+
+    @classmethod
+    def fork(cls, template: dict, library: List[str], channel: _Channel) -> "Spare":
+        read_fd, write_fd = os.pipe()
+        pid = _fork(lambda: _spare_child(template, library, read_fd, write_fd, channel))
+        os.close(read_fd)
+        return cls(pid, write_fd)
+
+    def alive(self) -> bool:
+        try:
+            pid, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        return pid == 0
+
+    def hand(self, msg: dict) -> int:
+        with os.fdopen(self.request_fd, "w") as pipe:
+            pipe.write(json.dumps(msg) + "\n")
+        return self.pid
+
+    def discard(self) -> None:
+        """Stop it and its benchmark process (its own group), and reap it."""
+        try:
+            os.close(self.request_fd)
+        except OSError:
+            pass
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def _spare_child(template: dict, library: List[str], read_fd: int, write_fd: int, channel: _Channel) -> None:
+    """A spare: fork the benchmark process for the environment ``template`` (the last
+    attempt's request) would give, then wait for the real request. Never returns."""
+    try:
+        os.setsid()
+        os.close(write_fd)
+        channel.replies.close()
+        _default_signals()
+        set_parent_death_signal(signal.SIGKILL)  # a worker killed outright takes its spare along
+        _quiet()
+        benchmark = Prestarted.fork(template, library)
+        with os.fdopen(read_fd, "r") as pipe:
+            line = pipe.readline()
+        if not line:
+            if benchmark is not None:
+                benchmark.drop()
+            os._exit(0)
+        msg = json.loads(line)
+        set_parent_death_signal(0)  # from here on an attempt like any other
+    except BaseException:  # noqa: BLE001 - a spare that cannot wait is not used
+        os._exit(1)
+    _run_attempt(msg, benchmark.start if benchmark is not None else fork_pytest)
+
+
+def _quiet() -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
+class Prestarted:
+    """A benchmark process forked before its run's request, its library imported (the
+    spare child's side): ``start`` hands it the run's argv, environment and output, or
+    falls back to ``fork_pytest`` when it cannot serve that run unchanged."""
+
+    def __init__(self, pid: int, sock, cwd: str, env: Dict[str, str]):
+        self.pid = pid
+        self.sock = sock
+        self.cwd = cwd
+        self.env = env
+
+    @classmethod
+    def fork(cls, template: dict, library: List[str]) -> Optional["Prestarted"]:
+        import socket
+
+        try:
+            cwd, env = _planned_benchmark(template)
+        except BaseException:  # noqa: BLE001 - no plan, no spare: the attempt forks plainly
+            return None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            _prestarted_benchmark(theirs, cwd, env, library)  # never returns
+        theirs.close()
+        return cls(pid, ours, cwd, env)
+
+    def drop(self) -> None:
+        self.sock.close()
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+    def start(self, cmd: List[str], cwd: str, env: Dict[str, str], output_fd: int):
+        """``start`` for ``zlbench.run._launch``."""
+        import socket
+
+        differ = sorted(
+            k for k in set(env) | set(self.env) if k not in PER_RUN_KEYS and env.get(k) != self.env.get(k)
+        )
+        why = ""
+        if cmd[1:3] != ["-m", "pytest"]:
+            why = "not a pytest command"
+        elif os.path.abspath(cwd) != os.path.abspath(self.cwd):
+            why = f"directory {cwd} is not {self.cwd}"
+        elif differ:
+            why = f"environment differs in {', '.join(differ[:5])}"
+        if not why:
+            request = json.dumps({"args": cmd[3:], "cwd": cwd, "env": env}).encode()
+            try:
+                socket.send_fds(self.sock, [request], [output_fd])
+                self.sock.close()
+                print(
+                    f"zlbench worker: prestarted benchmark process {self.pid} used",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return ForkedPytest(self.pid)
+            except OSError as e:  # it died importing: a plain fork takes its place
+                why = f"it is gone ({e})"
+        print(f"zlbench worker: prestarted benchmark process not used: {why}", file=sys.stderr, flush=True)
+        self.drop()
+        return fork_pytest(cmd, cwd, env, output_fd)
+
+
+def _planned_benchmark(template: dict) -> Tuple[str, Dict[str, str]]:
+    """(cwd, environment) of the benchmark process of the run ``template`` asks for."""
+    from . import planned_benchmark
+
+    _replace_environ(template["env"])
+    os.chdir(template.get("cwd") or os.getcwd())
+    flags, _ = _run_flags(template["argv"])
+    return planned_benchmark(flags)
+
+
+def _prestarted_benchmark(sock, cwd: str, env: Dict[str, str], library: List[str]) -> None:
+    """Import the library as the run's benchmark process would, then wait for the run."""
+    code = 1
+    try:
+        set_parent_death_signal(signal.SIGKILL)
+        buffer = os.memfd_create("zlbench-prestart-output")
+        os.dup2(buffer, 1)
+        os.dup2(buffer, 2)
+        os.chdir(cwd)
+        _replace_environ(env)
+        _fresh_sys_path(cwd, env.get("PYTHONPATH"))
+        # pytest imports -p plugins before any conftest: the vendor variables that
+        # device_setup sets are there when a conftest imports the library.
+        from ..plugins import device_setup  # noqa: F401
+
+        started = time.monotonic()
+        _, failed = preimport(library)
+        if failed:
+            os._exit(0)  # the run imports it again, and fails there where a fresh one would
+        print(
+            f"zlbench worker: this benchmark process imported {', '.join(library)} "
+            f"in {time.monotonic() - started:.1f} s, before its run began",
+            flush=True,
+        )
+        import socket
+
+        request, fds, _, _ = socket.recv_fds(sock, 1 << 20, 1)
+        if not request or not fds:
+            os._exit(0)
+        set_parent_death_signal(0)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        output_fd = fds[0]
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
+        os.close(output_fd)
+        _copy_out(buffer, 1)
+        os.close(buffer)
+        run = json.loads(request)
+        code = _pytest_main(run["args"], run["cwd"], run["env"])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+        code = 1
+    finally:
+        _exit(code)
+
+
+def _copy_out(src_fd: int, dst_fd: int) -> None:
+    os.lseek(src_fd, 0, os.SEEK_SET)
+    while True:
+        chunk = os.read(src_fd, 65536)
+        if not chunk:
+            return
+        os.write(dst_fd, chunk)
 
 
 def _redirect(log_path: str) -> None:
@@ -292,7 +558,6 @@ def fork_pytest(cmd: List[str], cwd: str, env: Dict[str, str], output_fd: int) -
     """``start`` for ``zlbench.run._launch``: ``cmd`` is ``[python, -m, pytest, *args]``."""
     if cmd[1:3] != ["-m", "pytest"]:
         raise ValueError(f"not a pytest command: {cmd[:3]}")
-    args = cmd[3:]
     pid = os.fork()
     if pid:
         return ForkedPytest(pid)
@@ -303,14 +568,7 @@ def fork_pytest(cmd: List[str], cwd: str, env: Dict[str, str], output_fd: int) -
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        os.chdir(cwd)
-        _replace_environ(env)
-        _fresh_sys_path(cwd, env.get("PYTHONPATH"))
-        _forget_plugins()
-        import pytest
-
-        sys.argv = [pytest.__file__, *args]
-        code = int(pytest.main(args))
+        code = _pytest_main(cmd[3:], cwd, env)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:  # noqa: BLE001
@@ -319,6 +577,18 @@ def fork_pytest(cmd: List[str], cwd: str, env: Dict[str, str], output_fd: int) -
     finally:
         _exit(code)
     raise AssertionError("unreachable")
+
+
+def _pytest_main(args: List[str], cwd: str, env: Dict[str, str]) -> int:
+    """``python -m pytest ARGS`` in ``cwd`` with ``env``, in this process."""
+    os.chdir(cwd)
+    _replace_environ(env)
+    _fresh_sys_path(cwd, env.get("PYTHONPATH"))
+    _forget_plugins()
+    import pytest
+
+    sys.argv = [pytest.__file__, *args]
+    return int(pytest.main(args))
 
 
 def _forget_plugins() -> None:
