@@ -63,31 +63,40 @@ def test_a_worker_batch_over_flaggems_forks_every_operator(tmp_path):
 CRASH_CORPUS = """
 import os, signal, pytest, torch
 
+from . import base
+
+
+class CudaBenchmark(base.Benchmark):
+    def measure(self, dtype):
+        torch.zeros(1, device="cuda")
+        {body}
+        return super().measure(dtype)
+
+
 @pytest.mark.{op}
 def test_{op}():
-    torch.zeros(1, device="cuda")
-    {body}
+    CudaBenchmark("{op}").run()
 """
+FAULTY = Path(__file__).parent / "fixtures" / "faulty_corpus" / "benchmark"
 
 
 def test_a_crash_in_one_forked_operator_leaves_the_next_alone(tmp_path):
-    # A corpus of two CUDA operators: the first dies by SIGSEGV with a live context.
+    # Two CUDA operators on the faulty corpus' Benchmark (FlagGems' printed table):
+    # the first dies by SIGSEGV with a live context, the second must measure.
     root = tmp_path / "corpus"
     bench = root / "benchmark"
     bench.mkdir(parents=True)
-    (bench / "__init__.py").write_text("")
-    (bench / "conftest.py").write_text(
-        "import torch\n\ndef pytest_addoption(parser):\n"
-        "    for o in ('--mode', '--level', '--dtypes', '--shape_file'):\n"
-        "        parser.addoption(o, action='append' if o == '--dtypes' else 'store')\n")
+    for name in ("__init__.py", "base.py", "conftest.py", "core_shapes.yaml"):
+        (bench / name).write_text((FAULTY / name).read_text())
     (bench / "test_acrash.py").write_text(CRASH_CORPUS.format(
         op="acrash", body="os.kill(os.getpid(), signal.SIGSEGV)"))
-    (bench / "test_bfine.py").write_text(CRASH_CORPUS.format(op="bfine", body="print('fine')"))
+    (bench / "test_bfine.py").write_text(CRASH_CORPUS.format(op="bfine", body="pass"))
     out = tmp_path / "b"
     proc = subprocess.run(
         [sys.executable, "-m", "zlbench", "batch", "--flaggems-dir", str(root), "--backend", "cuda",
          "--devices", "0", "--ops", "acrash,bfine", "--dismiss", "none", "--retries", "0",
          "--fallback-dtypes", "none", "--progress", "plain", "--out", str(out), "--run-mode", "worker"],
+        env={**os.environ, "FAULTY_STATE_DIR": str(tmp_path / "state")},
         capture_output=True, text=True, timeout=600)
     with open(out / "ops_status.csv", newline="") as f:
         rows = {r["operator"]: r for r in csv.DictReader(f)}
