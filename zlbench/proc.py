@@ -284,6 +284,12 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+def kill_group_now(pgid: int) -> None:
+    """SIGKILL the whole group at once, leader included: for processes that have
+    nothing to finish (a warm worker's unused spare)."""
+    _signal_group(pgid, signal.SIGKILL)
+
+
 def kill_group_members(pgid: int, grace_s: float) -> int:
     """SIGTERM, then SIGKILL, whatever still lives in group ``pgid`` besides its
     (exited) leader. Returns how many there were."""

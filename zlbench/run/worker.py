@@ -50,7 +50,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..proc import ATTEMPT_TAG, set_parent_death_signal
+from ..proc import ATTEMPT_TAG, kill_group_now, set_parent_death_signal
 
 # Imported by every benchmark process and safe before any device is touched.
 PREIMPORT = (
@@ -295,10 +295,7 @@ class Spare:
             os.close(self.request_fd)
         except OSError:
             pass
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group_now(self.pid)
         try:
             os.waitpid(self.pid, 0)
         except ChildProcessError:
