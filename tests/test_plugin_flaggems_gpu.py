@@ -150,7 +150,7 @@ def test_host_sync_rows_are_direct_timed_with_a_marker_for_each_side(flaggems_ru
         assert marked.get(key(row)) == {"torch", "gems"}, row
     assert data["rows_direct_fallback"] == len(sync_rows)
     # Timed per call until pinned (or capped), not by one do_bench mean.
-    assert data["direct"] == "percall" and "do_bench" not in data["direct_stops"]
+    assert data["direct"] == "kernels" and "do_bench" not in data["direct_stops"]
     assert sum(data["direct_stops"].values()) == data["timings_direct_fallback"]
 
 

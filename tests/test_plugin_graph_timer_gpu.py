@@ -35,15 +35,31 @@ def test_percall_timer_pins_a_host_syncing_op_to_its_noise_target():
     x = torch.randn(1024, 1024, device="cuda")
     rule = timing.StopRule.for_call(0.005, 100)
     clock = EventClock(torch.cuda, "torch.cuda.Event")
-    runs = [percall_bench(lambda: torch.nonzero(x), clock, 25, rule) for _ in range(2)]
-    medians = []
-    for times, stop in runs:
-        ordered = sorted(times)
-        assert stop in ("noise", "time_cap") and len(times) >= timing.MIN_SAMPLES
-        assert stop != "noise" or timing.relative_spread(ordered) <= 0.005
-        medians.append(ordered[len(ordered) // 2])
-    # Two timings of the same call agree to within a few percent (kernel mode: up to 60%).
-    assert abs(medians[0] - medians[1]) / min(medians) < 0.05
+    times, stop = percall_bench(lambda: torch.nonzero(x), clock, 25, rule)
+    # Pinned within this process; between processes the host's share moves it (the
+    # traced clock below is the one that repeats).
+    assert stop in ("noise", "time_cap") and len(times) >= timing.MIN_SAMPLES
+    assert stop != "noise" or timing.relative_spread(sorted(times)) <= 0.005
+
+
+def _median(times):
+    return sorted(times)[len(times) // 2]
+
+
+def test_the_kernels_clock_times_a_host_syncing_op_by_its_device_work_alone():
+    from zlbench.plugins.percall import TracedClock, choose_clock, percall_bench
+
+    x = torch.randn(1 << 20, device="cuda", dtype=torch.float16)
+    mask = x > 0
+    clock, note = choose_clock("cuda", "CUDA")
+    assert isinstance(clock, TracedClock), note
+    rule = timing.StopRule.for_call(0.005, 100)
+    for fn in (lambda: torch.nonzero(x), lambda: torch.masked_select(x, mask)):
+        traced = [_median(percall_bench(fn, clock, 25, rule)[0]) for _ in range(2)]
+        events = _median(percall_bench(fn, clock.warmup_clock, 25, rule)[0])
+        # Device time repeats to well within 1%; the host's sync and launches are left out.
+        assert abs(traced[0] - traced[1]) / min(traced) < 0.01, traced
+        assert 0 < traced[0] < events, (traced, events)
 
 
 def test_nvml_reads_the_device_this_process_sees():

@@ -102,7 +102,7 @@ def test_percall_timer_times_every_call_itself_until_the_median_is_pinned(tmp_pa
     )
     assert counts["do_bench"] == 0          # the upstream timer is never called
     data = json.loads((run_dir / "plugins" / "direct_timer.json").read_text())
-    assert data["mode"] == "percall" and data["clock"] == "host" and data["host_threads"] == 1
+    assert data["mode"] == "kernels" and data["clock"] == "host" and data["host_threads"] == 1
     assert data["rows_direct"] == ROWS and data["timings"] == TIMINGS
     assert sum(data["stops"].values()) == TIMINGS
     assert data["device_state"]["source"] == "host" and data["device_state"]["row_records"] == TIMINGS
@@ -110,7 +110,7 @@ def test_percall_timer_times_every_call_itself_until_the_median_is_pinned(tmp_pa
     assert len(records) == TIMINGS
     for r in records:
         assert r["timer"] == "direct" and r["samples"] >= 10 and r["stop"] in ("noise", "time_cap")
-        assert r["median_ms"] > 0 and r["spread"] is not None
+        assert r["median_ms"] > 0 and r["spread"] is not None and r["clock"] == "host"
         # Stopped for noise only when the target (5%) was met.
         assert r["stop"] != "noise" or r["spread"] <= 0.05
         # The host's state around the row: the process's CPU time against the wall.

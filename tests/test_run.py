@@ -42,7 +42,7 @@ def test_sample_run_records_identity_and_completes(tmp_path):
     assert timer["timer"] == "direct" and timer["rows_direct"] == 3
     # The quiet CPU caliber: one pinned thread, per-call timing, no L2 flush, no NVML.
     assert ident["cpu_threads"] == 1 == ident["knobs"]["ZL_CPU_THREADS"] == timer["host_threads"]
-    assert ident["direct_timer"] == {"mode": "percall", "noise_target_pct": 0.5,
+    assert ident["direct_timer"] == {"mode": "kernels", "noise_target_pct": 0.5,
                                      "l2_flush": False, "clock": "host"}
     assert ident["clocks_locked"] == "unknown" and ident["device_state"]["source"] == "host"
     # summary joins every row's samples and spread from row_stats.jsonl.

@@ -53,7 +53,7 @@ def test_knob_texts_parse_or_name_the_variable():
         return DirectSettings.from_env({"ZL_DIRECT_TIMER": text}).mode
 
     assert noise(None) == 0.005 and noise("2") == 0.02
-    assert mode("") == "percall" and mode("do_bench") == "do_bench"
+    assert mode("") == "kernels" and mode("percall") == "percall" and mode("do_bench") == "do_bench"
     with pytest.raises(ValueError, match="ZL_DIRECT_NOISE"):
         noise("0")
     with pytest.raises(ValueError, match="ZL_DIRECT_TIMER"):
@@ -191,3 +191,36 @@ def test_the_orchestrator_never_loads_nvml_or_torch():
             "print(sorted(m for m in ('torch', 'pynvml', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+class _NoDevice:
+    """A device module whose calls leave no trace: the profiler sees only the host."""
+
+    @staticmethod
+    def synchronize():
+        pass
+
+
+def test_a_call_the_tracer_does_not_see_is_timed_by_the_event_clock():
+    pytest.importorskip("torch")
+    from zlbench.plugins import direct_timer, percall
+    from zlbench.plugins.row_context import RowContext
+
+    timer = direct_timer.DirectTimer(
+        direct_timer.DirectSettings("kernels", 1, 0.05), direct_timer.RowRecorder("cpu"), RowContext())
+    # The CPU activity traces the marked ranges but no device work under them.
+    timer.clock = percall.TracedClock(_NoDevice(), "CPU", percall.HostClock())
+    with pytest.raises(percall.NothingTraced):
+        timer.clock.run(lambda: sum(range(100)), 3, None)
+    measured, clock = timer._percall(lambda: sum(range(100)), {"warmup": 1, "rep": 5})
+    assert clock == "host" and measured.samples >= 10 and measured.median_ms > 0
+    assert "calls traced, device time 0 ms" in timer.untraced
+
+
+def test_the_kernels_clock_is_chosen_only_where_the_backend_has_a_tracer():
+    from zlbench.backends import BACKENDS
+    from zlbench.plugins.percall import HostClock, choose_clock
+
+    assert BACKENDS["cuda"].profiler_activity == "CUDA" and BACKENDS["cpu"].profiler_activity is None
+    clock, note = choose_clock(None, "CUDA")
+    assert isinstance(clock, HostClock) and note is None

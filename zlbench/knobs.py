@@ -265,13 +265,17 @@ KNOBS: List[Knob] = [
         "direct_timer",
         "ZL_DIRECT_TIMER",
         "--direct-timer",
-        "percall",
+        "kernels",
         _choice(DIRECT_MODES),
         True,
-        "How the direct timer measures: percall (device events around every call after "
-        "warm-up, until the median is pinned to ZL_DIRECT_NOISE or 10x the rep budget; "
-        "warm L2, like graph replay) or do_bench (FlagGems' kernel mode: triton's "
-        "do_bench with its L2 flush, ZL_DIRECT_REPEAT times, median).",
+        "How the direct timer measures (rows that cannot be graph-captured): kernels "
+        "(every call on its own: the device time of the kernels and copies it ran, from "
+        "the profiler's trace, host gaps left out like graph replay leaves them out; "
+        "percall's clock where the backend has no tracer or a call ran nothing on the "
+        "device), percall (device events around every call, host gaps in), both until "
+        "the median is pinned to ZL_DIRECT_NOISE or 10x the rep budget, warm L2; or "
+        "do_bench (FlagGems' kernel mode: triton's do_bench with its L2 flush, "
+        "ZL_DIRECT_REPEAT times, median).",
     ),
     Knob(
         "direct_noise",
@@ -280,7 +284,7 @@ KNOBS: List[Knob] = [
         DEFAULT_NOISE_TARGET * 100,
         _percent,
         True,
-        "percall direct timer: stop once the median's 95% confidence half-width is "
+        "kernels and percall direct timers: stop once the median's 95% confidence half-width is "
         "within this many percent of it (nvbench's --max-noise; default 0.5).",
     ),
     Knob(

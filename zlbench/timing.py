@@ -55,7 +55,7 @@ DEFAULT_NOISE_TARGET = 0.005
 MAX_TIME_FACTOR = 10  # the time cap is this many times the caller's ``rep`` budget
 MIN_CAP_MS = 200.0  # ... and never less than this
 MAX_SAMPLES = 200_000
-DIRECT_MODES = ("percall", "do_bench")
+DIRECT_MODES = ("kernels", "percall", "do_bench")
 
 
 def median_ci(ordered: Sequence[float]) -> Tuple[float, float]:

@@ -131,6 +131,9 @@ class Backend:
     # (module, attribute) of the do_bench functions benchmark code calls here: the
     # direct timer patches them. Vendor modules are patched only once loaded.
     timer_targets: Tuple[Tuple[str, str], ...] = (TRITON_TIMER,)
+    # The torch.profiler activity that traces this device's kernels and copies
+    # (ProfilerActivity.<name>): the direct timer's "kernels" clock. None: no tracer.
+    profiler_activity: Optional[str] = None
     # Runtime error texts (lower case) after which the device context is dead, the enum
     # name prefixes torch prints ("cudaerror" in "cudaErrorIllegalAddress"), and the
     # numeric codes exceptions may carry for the same errors.

@@ -57,6 +57,7 @@ BACKEND = Backend(
     device_nodes=("/dev/nvidia[0-9]*",),
     description="NVIDIA GPUs (CUDA); CUDA-graph timing",
     torch_device="cuda",
+    profiler_activity="CUDA",  # CUPTI
     device_state=open_device_state,
     fatal_texts=FATAL_TEXTS,
     error_enum_prefixes=("cudaerror", "cuda_error_"),

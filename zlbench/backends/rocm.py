@@ -43,6 +43,7 @@ BACKEND = Backend(
     device_nodes=("/dev/kfd",),
     description="AMD GPUs (ROCm/HIP); direct timer",
     torch_device="cuda",  # ROCm builds of torch speak torch.cuda
+    profiler_activity="CUDA",  # roctracer, under torch.cuda's name
     fatal_texts=cuda.FATAL_TEXTS,  # HIP reuses CUDA's wording
     error_enum_prefixes=("hiperror",),
     transient_patterns=("HIP error",),

@@ -3,9 +3,10 @@
 Loaded with ``-p zlbench.plugins.direct_timer`` where the backend cannot capture graphs
 or ZL_ENABLE_CUDAGRAPH=0. After collection it replaces the benchmark's ``do_bench``
 (triton's, the vendor variants, and ``zlbench.cpu_timer``'s). ZL_DIRECT_TIMER says how
-it measures: ``percall`` (default; ``zlbench.plugins.percall``: device events around
-every call until the median is pinned to ZL_DIRECT_NOISE) or ``do_bench`` (the
-original, ZL_DIRECT_REPEAT times, median; N=1 is exactly FlagGems' kernel mode). The
+it measures: ``kernels`` (default) and ``percall`` time every call on its own until the
+median is pinned to ZL_DIRECT_NOISE (``zlbench.plugins.percall``: the device time of its
+kernels from the profiler's trace, or device events around it); ``do_bench`` is the
+original, ZL_DIRECT_REPEAT times, median (N=1 is exactly FlagGems' kernel mode). The
 graph timer reuses this for its fallback rows. Every timing appends its row's samples,
 spread and device state to row_stats.jsonl (``zlbench.rowstats``).
 """
@@ -27,7 +28,7 @@ from zlbench import backends, knobs, rowstats
 from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_HOST_CLOCK, format_marker
 from zlbench.plugins import print_line, run_dir, write_plugin_json
 from zlbench.plugins.keys import ROW_CONTEXT, ROW_LISTENERS
-from zlbench.plugins.percall import choose_clock, percall_bench
+from zlbench.plugins.percall import NothingTraced, choose_clock, percall_bench
 from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
     Measured,
@@ -103,9 +104,9 @@ def call_options(original: Callable, fn: Callable, args: tuple, kwargs: dict) ->
 
 
 class DirectSettings(NamedTuple):
-    mode: str  # percall | do_bench (ZL_DIRECT_TIMER)
+    mode: str  # kernels | percall | do_bench (ZL_DIRECT_TIMER)
     repeat: int  # do_bench mode: whole upstream calls per timing (ZL_DIRECT_REPEAT)
-    noise: float  # percall mode: target relative CI half-width (ZL_DIRECT_NOISE)
+    noise: float  # kernels/percall: target relative CI half-width (ZL_DIRECT_NOISE)
 
     @classmethod
     def from_env(cls, env=None) -> "DirectSettings":
@@ -132,11 +133,18 @@ class DirectTimer:
         self.timings_repeated = 0
         self.timings_single_by_request = 0  # quantiles or return_mode="all" asked
         self.stops: Dict[str, int] = {}
+        self.clocks: Dict[str, int] = {}  # timings per clock that measured them
+        self.untraced: Optional[str] = None  # why the last untraced timing fell back
+
+    @property
+    def per_call(self) -> bool:
+        return self.settings.mode in ("kernels", "percall")
 
     def _clock(self):
         if self.clock is None:
-            self.clock, self.clock_note = choose_clock(self.recorder.torch_device)
-            if self.clock_note:
+            activity = self.recorder.profiler_activity if self.settings.mode == "kernels" else None
+            self.clock, self.clock_note = choose_clock(self.recorder.torch_device, activity)
+            if self.clock_note and self.clock.name == "host":
                 print_line(format_marker(DIRECT_TIMER_HOST_CLOCK, reason=self.clock_note))
         return self.clock
 
@@ -144,28 +152,37 @@ class DirectTimer:
         timing = self.row_context.current()
         opts = call_options(original, fn, args, kwargs)
         self.recorder.start()
-        if self.settings.mode == "percall":
-            measured = self._percall(fn, opts)
+        clock = None
+        if self.per_call:
+            measured, clock = self._percall(fn, opts)
+            self.clocks[clock] = self.clocks.get(clock, 0) + 1
         else:
             measured = self._do_bench(original, fn, args, kwargs, opts)
         self.stops[measured.stop] = self.stops.get(measured.stop, 0) + 1
         if timing is not None:
             self.rows.add(timing.row_id)
             self.timings += 1
-            self.recorder.finish(timing.row, measured, "direct")
+            self.recorder.finish(timing.row, measured, "direct", clock)
         return measured.value
 
-    def _percall(self, fn: Callable, opts: dict) -> Measured:
+    def _percall(self, fn: Callable, opts: dict) -> Tuple[Measured, str]:
+        """(what it measured, the name of the clock that did)."""
         rule = StopRule.for_call(self.settings.noise, float(opts.get("rep", 100) or 100))
-        times, stop = percall_bench(
-            fn,
-            self._clock(),
-            float(opts.get("warmup", 25) or 25),
-            rule,
-            opts.get("grad_to_none"),
-            self.recorder.warm,
+        clock = self._clock()
+        try:
+            times, stop = self._bench(fn, clock, opts, rule)
+        except NothingTraced as e:
+            # Work the tracer does not see (host-only, or an unsupported launch path):
+            # this timing goes to the events around each call.
+            self.untraced = str(e)
+            clock = clock.warmup_clock
+            times, stop = self._bench(fn, clock, opts, rule)
+        return measured_from(times, opts.get("quantiles"), opts.get("return_mode", "mean"), stop), clock.name
+
+    def _bench(self, fn: Callable, clock: Any, opts: dict, rule: StopRule) -> Tuple[List[float], str]:
+        return percall_bench(
+            fn, clock, float(opts.get("warmup", 25) or 25), rule, opts.get("grad_to_none"), self.recorder.warm
         )
-        return measured_from(times, opts.get("quantiles"), opts.get("return_mode", "mean"), stop)
 
     def _do_bench(self, original, fn, args, kwargs, opts) -> Measured:
         self.recorder.warm()  # do_bench warms up inside: the state around the whole call
@@ -203,11 +220,14 @@ class DirectTimer:
             "rows_direct": len(self.rows),
             "timings": self.timings,
         }
-        if self.settings.mode == "percall":
+        if self.per_call:
             data["noise_target_pct"] = round(self.settings.noise * 100, 4)
             data["clock"] = self.clock.name if self.clock is not None else None
             if self.clock_note:
                 data["clock_note"] = self.clock_note
+            data["clocks"] = dict(self.clocks)
+            if self.untraced:
+                data["untraced"] = self.untraced
             data["stops"] = dict(self.stops)
         else:
             data["timings_repeated"] = self.timings_repeated
@@ -229,6 +249,7 @@ class RowRecorder:
         self.backend = BACKENDS.get(backend_name or "")
         self.backend_name = backend_name
         self.torch_device = self.backend.torch_device if self.backend is not None else None
+        self.profiler_activity = self.backend.profiler_activity if self.backend is not None else None
         self._state = None
         self.reference_mhz: Optional[float] = None
         self.before: Optional[dict] = None
@@ -265,7 +286,7 @@ class RowRecorder:
         except Exception as e:  # the driver went away mid-run: say so in the record
             return {"error": f"{type(e).__name__}: {e}"}
 
-    def finish(self, row: TimedRow, measured: Measured, timer: str) -> None:
+    def finish(self, row: TimedRow, measured: Measured, timer: str, clock: Optional[str] = None) -> None:
         self.warm()
         before, after = self.before or {}, self._sample()
         clocks = [c for c in (before.get("sm_mhz"), after.get("sm_mhz")) if c]
@@ -303,6 +324,8 @@ class RowRecorder:
             "stop": measured.stop,
             "throttled": why,
         }
+        if clock:
+            record["clock"] = clock
         if before or after:
             record["device"] = {"before": before, "after": after}
         root = run_dir()

@@ -240,8 +240,12 @@ def direct_timer_identity(plan: RunPlan) -> dict:
             "repeat": s.direct_repeat,
             "l2_flush": plan.backend.torch_device is not None,
         }
-    clock = f"torch.{plan.backend.torch_device}.Event" if plan.backend.torch_device else "host"
-    return {"mode": "percall", "noise_target_pct": s.direct_noise, "l2_flush": False, "clock": clock}
+    backend = plan.backend
+    clock = f"torch.{backend.torch_device}.Event" if backend.torch_device else "host"
+    if s.direct_timer == "kernels" and backend.torch_device and backend.profiler_activity:
+        # What the benchmark process finds decides; its plugin report says which it used.
+        clock = f"torch.profiler.{backend.profiler_activity}"
+    return {"mode": s.direct_timer, "noise_target_pct": s.direct_noise, "l2_flush": False, "clock": clock}
 
 
 def device_state_identity(reports: Dict[str, dict]) -> dict:
