@@ -100,11 +100,19 @@ class TracedClock:
                 with record_function(TRACE_MARK):
                     fn()
             self.module.synchronize()
-        # A range's device total sums the device events its launches caused (us).
-        times = [_device_us(e) / 1000.0 for e in prof.events() if e.name == TRACE_MARK]
+        # The host side of each range (the trace also projects each range onto the
+        # device timeline as a second event of the same name): its device total sums
+        # the kernels and copies its launches ran (us).
+        times = [_device_us(e) / 1000.0 for e in prof.events() if e.name == TRACE_MARK and _on_host(e)]
         if len(times) != calls or not any(times):
             raise NothingTraced(f"{len(times)} of {calls} calls traced, device time {sum(times):g} ms")
         return times
+
+
+def _on_host(event: Any) -> bool:
+    from torch.autograd import DeviceType
+
+    return getattr(event, "device_type", DeviceType.CPU) == DeviceType.CPU
 
 
 def _device_us(event: Any) -> float:
