@@ -293,4 +293,25 @@ def test_without_a_usable_spare_every_attempt_forks_plainly(tmp_path, how):
     imports, tests = _library_log(tmp_path)
     assert set(imports) == set(tests) and len(tests) == 2
     logs = "\n".join(p.read_text() for p in (out / "logs").rglob("*") if p.is_file())
-    assert "prestarted benchmark process" not in logs
+    assert not re.search(r"prestarted benchmark process \d+ used", logs)
+    if how == "isolated caches":   # the spare says why it readied no process
+        assert "no prestarted benchmark process: ValueError: isolated tuner caches" in logs
+
+
+def test_a_library_that_fails_to_import_fails_its_runs_prestarted_or_not(tmp_path):
+    corpus, env = _library_corpus(tmp_path)
+    (tmp_path / "site" / "flag_gems.py").write_text(LIBRARY + "raise ImportError('stand-in library is broken')\n")
+    out = tmp_path / "b"
+    proc = _batch(tmp_path, out, "--flaggems-dir", str(corpus), "--devices", "0", "--retries", "0",
+                  "--fallback-dtypes", "none", "--ops", "good_op,slow_op", "--run-mode", "worker", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = _rows(out)
+    assert {op: r["status"] for op, r in rows.items()} == {"good_op": "failed", "slow_op": "failed"}
+    attempts = [e for e in _events(out) if e["event"] == "attempt"]
+    second = attempts[1]["op"]
+    log = (out / attempts[1]["log"]).read_text()
+    assert re.search(r"prestarted benchmark process \d+ used", log)
+    # The failure the prestarted import met is said, and pytest's own import shows it.
+    run_log = (out / second / "run.log").read_text()
+    assert "failed: {'flag_gems': 'ImportError: stand-in library is broken'}" in run_log
+    assert run_log.count("stand-in library is broken") >= 2

@@ -42,7 +42,7 @@ def test_summary_writes_summary_csv_into_the_run_dir_and_prints_a_table(run_dir)
     assert list(rows[0]) == ["op", "dtype", "mode", "level", "shape", "torch_ms", "gems_ms",
                              "speedup", "tflops", "torch_gbps", "gems_gbps", "status",
                              "timer", "markers", "run_dir", "torch_samples", "torch_spread",
-                             "gems_samples", "gems_spread", "line", "problem"]
+                             "gems_samples", "gems_spread", "torch_clock", "gems_clock", "line", "problem"]
     assert len(rows) == 4
     first = rows[0]
     assert (first["shape"], first["gems_ms"], first["timer"]) == (

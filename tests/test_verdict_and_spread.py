@@ -224,3 +224,20 @@ def test_the_kernels_clock_is_chosen_only_where_the_backend_has_a_tracer():
     assert BACKENDS["cuda"].profiler_activity == "CUDA" and BACKENDS["cpu"].profiler_activity is None
     clock, note = choose_clock(None, "CUDA")
     assert isinstance(clock, HostClock) and note is None
+
+
+def test_a_pair_timed_by_different_clocks_gets_no_verdict():
+    from zlbench.summary.ab import PairedRow, judge
+    from zlbench.summary.parse import Row
+
+    def row(ms, clock):
+        r = Row("nonzero", "torch.float16", "kernel", "core", "[1024]", "SUCCESS", 1)
+        r.gems_ms, r.gems_spread, r.gems_clock = ms, 0.002, clock
+        return r
+
+    traced = "torch.profiler.CUDA"
+    assert judge(PairedRow(row(0.0105, traced), row(0.0400, traced), 0.0, True), 0.02, False).status == SLOWER
+    mixed = judge(PairedRow(row(0.0105, traced), row(0.0400, "torch.cuda.Event"), 0.0, True), 0.02, False)
+    assert mixed.status == UNKNOWN and "different clocks" in mixed.why and mixed.change > 2
+    # Graph-timed rows record no clock: judged as before.
+    assert judge(PairedRow(row(1.0, None), row(1.0, None), 0.0, False), 0.02, False).status == SAME

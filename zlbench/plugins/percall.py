@@ -23,6 +23,7 @@ the graph timer measures them (see docs/design.md, "Two timing calibers").
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -85,6 +86,11 @@ class TracedClock:
         self.activity = activity
         self.name = f"torch.profiler.{activity}"
         self.warmup_clock = events
+        # Each batch is a profiler session. Tearing CUPTI down after each and starting it
+        # again crashes once CUDA graphs were captured in the process (CUDA 11 and 12;
+        # torch.profiler applies the same workaround under inductor's cudagraphs), and
+        # the graph timer captures in this process.
+        os.environ.setdefault("TEARDOWN_CUPTI", "0")
 
     def sync(self) -> None:
         self.module.synchronize()
@@ -103,10 +109,29 @@ class TracedClock:
         # The host side of each range (the trace also projects each range onto the
         # device timeline as a second event of the same name): its device total sums
         # the kernels and copies its launches ran (us).
-        times = [_device_us(e) / 1000.0 for e in prof.events() if e.name == TRACE_MARK and _on_host(e)]
+        events = prof.events()
+        times = [_device_us(e) / 1000.0 for e in events if e.name == TRACE_MARK and _on_host(e)]
         if len(times) != calls or not any(times):
             raise NothingTraced(f"{len(times)} of {calls} calls traced, device time {sum(times):g} ms")
+        # A range counts what its own thread launched; work launched from another thread
+        # (autograd's device threads run backward) is in the trace but in no range.
+        traced = sum(_device_us(e) for e in events if _device_work(e)) / 1000.0
+        if traced > sum(times) * (1 + UNATTRIBUTED_MAX):
+            raise NothingTraced(
+                f"{traced - sum(times):.4g} of {traced:.4g} ms of device time ran outside the calls' "
+                "ranges (launched from another thread)"
+            )
         return times
+
+
+# Device time in the trace that no call's range accounts for, as a share of what they
+# account for, beyond which the traced clock gives up on the timing.
+UNATTRIBUTED_MAX = 0.1
+
+
+def _device_work(event: Any) -> bool:
+    """A kernel, copy or fill on the device (not a range's projection onto it)."""
+    return not _on_host(event) and not getattr(event, "is_user_annotation", False)
 
 
 def _on_host(event: Any) -> bool:

@@ -184,13 +184,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             if msg.get("cmd") != "attempt":
                 channel.send(event="error", detail=f"unknown request {msg!r}")
                 continue
-            if spare is not None and spare.alive():
-                pid = spare.hand(msg)
-                spare = None
-            else:
-                if spare is not None:
-                    spare.discard()
-                    spare = None
+            pid = spare.hand(msg) if spare is not None else None
+            spare = None
+            if pid is None:
                 touched = backends.initialised_runtimes()
                 if touched:
                     channel.send(event="refused", reason="device_initialised", detail=",".join(touched))
@@ -199,7 +195,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             channel.send(event="started", pid=pid)
             if library and not backends.initialised_runtimes():
                 # The next attempt's child, readied while this one runs.
-                spare = Spare.fork(msg, library, channel)
+                try:
+                    spare = Spare.fork(msg, library, channel)
+                except OSError as e:  # no pipe or no fork now: the next attempt forks plainly
+                    print(f"zlbench worker: no spare: {e}", file=sys.stderr, flush=True)
             # Reap only when told: until then the exited child is a zombie whose pid (its
             # group id) cannot be reused, so the batch can clean up its group safely.
             reply = channel.receive()
@@ -229,25 +228,38 @@ def _attempt_child(msg: dict, channel: _Channel) -> None:
     _run_attempt(msg, fork_pytest)
 
 
-def _run_attempt(msg: dict, start) -> None:
-    """``zlbench run`` for one attempt request, in this (forked) process; never returns."""
+def _exit_with(body: Callable[[], int]) -> None:
+    """Run ``body`` in this forked process and leave with its code, like an interpreter
+    would (an uncaught exception: its traceback and 1); never returns."""
     code = 1
     try:
+        code = body()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: BLE001 - reported in the process's output, like a crash
+        traceback.print_exc()
+        code = 1
+    finally:
+        _exit(code)
+
+
+def _run_attempt(msg: dict, start, note: str = "") -> None:
+    """``zlbench run`` for one attempt request, in this (forked) process; never returns.
+    ``note`` goes to the attempt log first (how its benchmark process will start)."""
+
+    def body() -> int:
         _redirect(msg["log"])
+        if note:
+            print(note, file=sys.stderr, flush=True)
         _replace_environ(msg["env"])
         os.chdir(msg.get("cwd") or os.getcwd())
         sys.argv = ["zlbench", "run", *msg["argv"]]
         from . import run_from_flags
 
         flags, run_dir = _run_flags(msg["argv"])
-        code = run_from_flags(flags, run_dir=run_dir, start=start)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    except BaseException:  # noqa: BLE001 - reported in the attempt's log, like a crash
-        traceback.print_exc()
-        code = 1
-    finally:
-        _exit(code)
+        return run_from_flags(flags, run_dir=run_dir, start=start)
+
+    _exit_with(body)
 
 
 def _run_flags(argv: List[str]) -> Tuple[dict, Optional[Path]]:
@@ -269,6 +281,7 @@ class Spare:
     def __init__(self, pid: int, request_fd: int):
         self.pid = pid
         self.request_fd = request_fd
+        self.reaped = False
 
     @classmethod
     def fork(cls, template: dict, library: List[str], channel: _Channel) -> "Spare":
@@ -277,29 +290,43 @@ class Spare:
         os.close(read_fd)
         return cls(pid, write_fd)
 
-    def alive(self) -> bool:
-        try:
-            pid, _ = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            return False
-        return pid == 0
+    def _exited(self) -> bool:
+        """Reaps it if it has exited (it should not have: it waits for its request)."""
+        if not self.reaped:
+            try:
+                self.reaped = os.waitpid(self.pid, os.WNOHANG)[0] != 0
+            except ChildProcessError:
+                self.reaped = True
+        return self.reaped
 
-    def hand(self, msg: dict) -> int:
-        with os.fdopen(self.request_fd, "w") as pipe:
-            pipe.write(json.dumps(msg) + "\n")
-        return self.pid
+    def hand(self, msg: dict) -> Optional[int]:
+        """Give it the attempt; None (and it is discarded) when it cannot take it."""
+        fd, self.request_fd = self.request_fd, -1
+        if not self._exited():
+            try:
+                with os.fdopen(fd, "w") as pipe:
+                    pipe.write(json.dumps(msg) + "\n")
+                return self.pid
+            except OSError:
+                pass
+        else:
+            os.close(fd)
+        self.discard()
+        return None
 
     def discard(self) -> None:
         """Stop it and its benchmark process (its own group), and reap it."""
-        try:
+        if self.request_fd >= 0:
             os.close(self.request_fd)
-        except OSError:
-            pass
+            self.request_fd = -1
+        if self._exited():
+            return
         kill_group_now(self.pid)
         try:
             os.waitpid(self.pid, 0)
         except ChildProcessError:
             pass
+        self.reaped = True
 
 
 def _spare_child(template: dict, library: List[str], read_fd: int, write_fd: int, channel: _Channel) -> None:
@@ -312,7 +339,7 @@ def _spare_child(template: dict, library: List[str], read_fd: int, write_fd: int
         _default_signals()
         set_parent_death_signal(signal.SIGKILL)  # a worker killed outright takes its spare along
         _quiet()
-        benchmark = Prestarted.fork(template, library)
+        benchmark, why_not = Prestarted.fork(template, library, close_fds=(read_fd,))
         with os.fdopen(read_fd, "r") as pipe:
             line = pipe.readline()
         if not line:
@@ -323,7 +350,12 @@ def _spare_child(template: dict, library: List[str], read_fd: int, write_fd: int
         set_parent_death_signal(0)  # from here on an attempt like any other
     except BaseException:  # noqa: BLE001 - a spare that cannot wait is not used
         os._exit(1)
-    _run_attempt(msg, benchmark.start if benchmark is not None else fork_pytest)
+    if benchmark is None:
+        _run_attempt(msg, fork_pytest, f"zlbench worker: no prestarted benchmark process: {why_not}")
+    else:
+        # A run that never starts its benchmark (preflight failed) leaves no process behind.
+        atexit.register(benchmark.drop)
+        _run_attempt(msg, benchmark.start)
 
 
 def _quiet() -> None:
@@ -343,24 +375,34 @@ class Prestarted:
         self.sock = sock
         self.cwd = cwd
         self.env = env
+        self.handed = False
 
     @classmethod
-    def fork(cls, template: dict, library: List[str]) -> Optional["Prestarted"]:
+    def fork(
+        cls, template: dict, library: List[str], close_fds: Tuple[int, ...] = ()
+    ) -> Tuple[Optional["Prestarted"], str]:
+        """(the prestarted process, "") or (None, why there is none)."""
         import socket
 
         try:
             cwd, env = _planned_benchmark(template)
-        except BaseException:  # noqa: BLE001 - no plan, no spare: the attempt forks plainly
-            return None
+        except BaseException as e:  # noqa: BLE001 - no plan, no spare: the attempt forks plainly
+            return None, f"{type(e).__name__}: {e}"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
             ours.close()
+            for fd in close_fds:
+                os.close(fd)
             _prestarted_benchmark(theirs, cwd, env, library)  # never returns
         theirs.close()
-        return cls(pid, ours, cwd, env)
+        return cls(pid, ours, cwd, env), ""
 
     def drop(self) -> None:
+        """Stop it unless it was handed its run (then the run owns it)."""
+        if self.handed:
+            return
+        self.handed = True
         self.sock.close()
         try:
             os.kill(self.pid, signal.SIGKILL)
@@ -387,6 +429,7 @@ class Prestarted:
             try:
                 socket.send_fds(self.sock, [request], [output_fd])
                 self.sock.close()
+                self.handed = True
                 print(
                     f"zlbench worker: prestarted benchmark process {self.pid} used",
                     file=sys.stderr,
@@ -404,7 +447,8 @@ def _planned_benchmark(template: dict) -> Tuple[str, Dict[str, str]]:
     """(cwd, environment) of the benchmark process of the run ``template`` asks for."""
     from . import planned_benchmark
 
-    _replace_environ(template["env"])
+    # Not the last attempt's tag: the batch reaps what carries it when that attempt ends.
+    _replace_environ({k: v for k, v in template["env"].items() if k != ATTEMPT_TAG})
     os.chdir(template.get("cwd") or os.getcwd())
     flags, _ = _run_flags(template["argv"])
     return planned_benchmark(flags)
@@ -412,12 +456,12 @@ def _planned_benchmark(template: dict) -> Tuple[str, Dict[str, str]]:
 
 def _prestarted_benchmark(sock, cwd: str, env: Dict[str, str], library: List[str]) -> None:
     """Import the library as the run's benchmark process would, then wait for the run."""
-    code = 1
-    try:
-        set_parent_death_signal(signal.SIGKILL)
-        buffer = os.memfd_create("zlbench-prestart-output")
-        os.dup2(buffer, 1)
-        os.dup2(buffer, 2)
+    set_parent_death_signal(signal.SIGKILL)
+    buffer = os.memfd_create("zlbench-prestart-output")
+    os.dup2(buffer, 1)
+    os.dup2(buffer, 2)
+
+    def body() -> int:
         os.chdir(cwd)
         _replace_environ(env)
         _fresh_sys_path(cwd, env.get("PYTHONPATH"))
@@ -426,19 +470,19 @@ def _prestarted_benchmark(sock, cwd: str, env: Dict[str, str], library: List[str
         from ..plugins import device_setup  # noqa: F401
 
         started = time.monotonic()
-        _, failed = preimport(library)
-        if failed:
-            os._exit(0)  # the run imports it again, and fails there where a fresh one would
+        imported, failed = preimport(library)
+        took = time.monotonic() - started
         print(
-            f"zlbench worker: this benchmark process imported {', '.join(library)} "
-            f"in {time.monotonic() - started:.1f} s, before its run began",
+            f"zlbench worker: this benchmark process imported {', '.join(imported) or 'nothing'} "
+            f"in {took:.1f} s, before its run began"
+            + (f"; failed: {failed} (the run's conftest imports it again)" if failed else ""),
             flush=True,
         )
         import socket
 
         request, fds, _, _ = socket.recv_fds(sock, 1 << 20, 1)
         if not request or not fds:
-            os._exit(0)
+            return 0  # dropped unused
         set_parent_death_signal(0)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -449,14 +493,9 @@ def _prestarted_benchmark(sock, cwd: str, env: Dict[str, str], library: List[str
         _copy_out(buffer, 1)
         os.close(buffer)
         run = json.loads(request)
-        code = _pytest_main(run["args"], run["cwd"], run["env"])
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    except BaseException:  # noqa: BLE001
-        traceback.print_exc()
-        code = 1
-    finally:
-        _exit(code)
+        return _pytest_main(run["args"], run["cwd"], run["env"])
+
+    _exit_with(body)
 
 
 def _copy_out(src_fd: int, dst_fd: int) -> None:
@@ -558,21 +597,16 @@ def fork_pytest(cmd: List[str], cwd: str, env: Dict[str, str], output_fd: int) -
     pid = os.fork()
     if pid:
         return ForkedPytest(pid)
-    code = 1
-    try:
+
+    def body() -> int:
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        code = _pytest_main(cmd[3:], cwd, env)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    except BaseException:  # noqa: BLE001
-        traceback.print_exc()
-        code = 1
-    finally:
-        _exit(code)
+        return _pytest_main(cmd[3:], cwd, env)
+
+    _exit_with(body)
     raise AssertionError("unreachable")
 
 

@@ -139,8 +139,14 @@ def _run_pairs(result: ABResult) -> List[Tuple[RunLog, RunLog]]:
 
 
 def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
-    """The verdict of one pair from its gems latencies and spreads."""
-    return verdict(pair.a.gems_ms, pair.a.gems_spread, pair.b.gems_ms, pair.b.gems_spread, floor, same_run)
+    """The verdict of one pair from its gems latencies and spreads; UNKNOWN when the two
+    sides were timed by different clocks (traced device time against events around each
+    call differ by the host's share, not by the code)."""
+    found = verdict(pair.a.gems_ms, pair.a.gems_spread, pair.b.gems_ms, pair.b.gems_spread, floor, same_run)
+    a_clock, b_clock = pair.a.gems_clock, pair.b.gems_clock
+    if a_clock and b_clock and a_clock != b_clock and found.status != UNKNOWN:
+        return Verdict(UNKNOWN, found.change, None, f"timed by different clocks: A {a_clock}, B {b_clock}")
+    return found
 
 
 def verdict_order(pairs: Sequence[PairedRow]) -> List[PairedRow]:

@@ -69,6 +69,8 @@ class Row:
         "torch_spread",
         "gems_samples",
         "gems_spread",
+        "torch_clock",
+        "gems_clock",
         "problem",
     )
 
@@ -96,6 +98,10 @@ class Row:
         self.torch_spread: Optional[float] = None
         self.gems_samples: Optional[int] = None
         self.gems_spread: Optional[float] = None
+        # The direct timer's clock for the side (torch.profiler.CUDA, torch.cuda.Event,
+        # host); None for graph replay and older runs.
+        self.torch_clock: Optional[str] = None
+        self.gems_clock: Optional[str] = None
 
     def __repr__(self) -> str:
         return f"Row({self.op!r}, {self.dtype!r}, {self.shape!r}, gems_ms={self.gems_ms})"

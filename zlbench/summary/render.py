@@ -34,6 +34,10 @@ CSV_COLUMNS = (
     "torch_spread",
     "gems_samples",
     "gems_spread",
+    # The direct timer's clock per side (torch.profiler.CUDA: traced device time;
+    # torch.cuda.Event: events around each call; host); empty for graph replay.
+    "torch_clock",
+    "gems_clock",
     # Where the row was printed (line of its log), and why it is not counted ("" when
     # it is): impossible numbers, another operator's table.
     "line",

@@ -94,6 +94,8 @@ def attach_row_stats(rows: Sequence[Row], run_dir: Path, issues: List[Issue]) ->
             samples = rec.get("samples")
             setattr(row, f"{side}_samples", samples if isinstance(samples, int) else None)
             setattr(row, f"{side}_spread", rowstats.finite(rec.get("spread")))
+            clock = rec.get("clock")
+            setattr(row, f"{side}_clock", clock if isinstance(clock, str) else None)
 
 
 def _reads_as(printed: str, run_op: str) -> bool:
