@@ -1,6 +1,7 @@
 """Per-row spread, adaptive stopping, device-state verdicts and A/B verdicts: pure logic."""
 
 import json
+import os
 import random
 
 import pytest
@@ -241,3 +242,74 @@ def test_a_pair_timed_by_different_clocks_gets_no_verdict():
     assert mixed.status == UNKNOWN and "different clocks" in mixed.why and mixed.change > 2
     # Graph-timed rows record no clock: judged as before.
     assert judge(PairedRow(row(1.0, None), row(1.0, None), 0.0, False), 0.02, False).status == SAME
+
+
+class _TraceEvent:
+    def __init__(self, name, device_type, device_us, annotation=False):
+        self.name, self.device_type = name, device_type
+        self.device_time_total, self.is_user_annotation = device_us, annotation
+
+
+def _fake_trace(monkeypatch, per_call, extra=()):
+    """torch.profiler as the traced clock sees it on a device, without one: for each call
+    a host-side range with its device total, the range's projection onto the device
+    timeline (same name), the kernel itself; plus ``extra`` device events."""
+    import contextlib
+
+    import torch.profiler
+    from torch.autograd import DeviceType
+
+    calls = []
+
+    class Profile:
+        def __init__(self, activities):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def events(self):
+            out = []
+            for us in calls:
+                out += [_TraceEvent("zlbench.call", DeviceType.CPU, us),
+                        _TraceEvent("zlbench.call", DeviceType.CUDA, us * 1.5, annotation=True),
+                        _TraceEvent("kernel", DeviceType.CUDA, us)]
+            return out + [_TraceEvent("kernel", DeviceType.CUDA, us) for us in extra]
+
+    @contextlib.contextmanager
+    def record_function(name):
+        calls.append(per_call)
+        yield
+
+    monkeypatch.setattr(torch.profiler, "profile", Profile)
+    monkeypatch.setattr(torch.profiler, "record_function", record_function)
+    return calls
+
+
+def test_the_traced_clock_reads_each_calls_host_side_range_in_ms(monkeypatch):
+    pytest.importorskip("torch")
+    from zlbench.plugins import percall
+
+    monkeypatch.setenv("TEARDOWN_CUPTI", "")       # undone after the test, whatever the clock sets
+    monkeypatch.delenv("TEARDOWN_CUPTI")
+    _fake_trace(monkeypatch, 10.5)
+    clock = percall.TracedClock(_NoDevice(), "CPU", percall.HostClock())
+    assert clock.run(lambda: None, 4, None) == [0.0105] * 4   # us -> ms, projections left out
+    # CUPTI stays up between batches (re-initialising it after graph capture crashes).
+    assert os.environ["TEARDOWN_CUPTI"] == "0"
+
+
+def test_device_time_outside_every_range_sends_the_timing_to_events(monkeypatch):
+    pytest.importorskip("torch")
+    from zlbench.plugins import percall
+
+    # A backward launched from autograd's own thread: in the trace, in no call's range.
+    _fake_trace(monkeypatch, 2.0, extra=[40.0])
+    clock = percall.TracedClock(_NoDevice(), "CPU", percall.HostClock())
+    with pytest.raises(percall.NothingTraced, match="outside the calls' ranges"):
+        clock.run(lambda: None, 3, None)
+    _fake_trace(monkeypatch, 2.0, extra=[0.1])   # within the 10% allowance: kept
+    assert clock.run(lambda: None, 3, None) == [0.002] * 3
