@@ -233,8 +233,10 @@ def status_row(operator: str, status: str, **cells: object) -> Dict[str, object]
 
 
 class StatusFile:
-    """ops_status.csv: read-modify-write under a file lock (other drivers, readers)
-    and a thread lock (filelock is re-entrant within one process)."""
+    """ops_status.csv. One writer per batch dir: the driver (its DriverLock keeps a second
+    driver out), whose device threads share this object under a thread lock; the file
+    lock orders its writes with other processes' reads of the file (filelock is
+    re-entrant within one process, hence the thread lock)."""
 
     def __init__(self, batch_dir: Path):
         from filelock import FileLock  # the batch's; plugins import this module too
