@@ -202,7 +202,7 @@ class _NoDevice:
         pass
 
 
-def test_a_call_the_tracer_does_not_see_is_timed_by_the_event_clock():
+def test_a_call_the_tracer_does_not_see_is_timed_by_the_event_clock(capsys):
     pytest.importorskip("torch")
     from zlbench.plugins import direct_timer, percall
     from zlbench.plugins.row_context import RowContext
@@ -213,9 +213,14 @@ def test_a_call_the_tracer_does_not_see_is_timed_by_the_event_clock():
     timer.clock = percall.TracedClock(_NoDevice(), "CPU", percall.HostClock())
     with pytest.raises(percall.NothingTraced):
         timer.clock.run(lambda: sum(range(100)), 3, None)
-    measured, clock = timer._percall(lambda: sum(range(100)), {"warmup": 1, "rep": 5})
+    measured, clock, untraced = timer._percall(lambda: sum(range(100)), {"warmup": 1, "rep": 5})
     assert clock == "host" and measured.samples >= 10 and measured.median_ms > 0
-    assert "calls traced, device time 0 ms" in timer.untraced
+    assert "calls traced, device time 0 ms" in timer.untraced == untraced
+    # Not silently: the run's output says which clock timed the row, and why.
+    capsys.readouterr()
+    timer.measure(lambda fn, warmup=1, rep=5: 0.0, lambda: sum(range(100)), (), {})
+    out = capsys.readouterr().out
+    assert "zlbench direct timer: timed by host: 1 of 1 calls traced, device time 0 ms" in out
 
 
 def test_the_kernels_clock_is_chosen_only_where_the_backend_has_a_tracer():

@@ -146,6 +146,8 @@ class DirectTimer:
             self.clock, self.clock_note = choose_clock(self.recorder.torch_device, activity)
             if self.clock_note and self.clock.name == "host":
                 print_line(format_marker(DIRECT_TIMER_HOST_CLOCK, reason=self.clock_note))
+            elif self.clock_note:
+                print_line(f"zlbench direct timer: {self.clock_note}; rows are timed by {self.clock.name}")
         return self.clock
 
     def measure(self, original: Callable, fn: Callable, args: tuple, kwargs: dict) -> Any:
@@ -154,8 +156,12 @@ class DirectTimer:
         self.recorder.start()
         clock = None
         if self.per_call:
-            measured, clock = self._percall(fn, opts)
+            measured, clock, untraced = self._percall(fn, opts)
             self.clocks[clock] = self.clocks.get(clock, 0) + 1
+            if untraced:
+                row = timing.row if timing is not None else None
+                where = f"{row.op} {row.dtype} {row.shape} {row.side}: " if row is not None else ""
+                print_line(f"zlbench direct timer: {where}timed by {clock}: {untraced}")
         else:
             measured = self._do_bench(original, fn, args, kwargs, opts)
         self.stops[measured.stop] = self.stops.get(measured.stop, 0) + 1
@@ -165,19 +171,22 @@ class DirectTimer:
             self.recorder.finish(timing.row, measured, "direct", clock)
         return measured.value
 
-    def _percall(self, fn: Callable, opts: dict) -> Tuple[Measured, str]:
-        """(what it measured, the name of the clock that did)."""
+    def _percall(self, fn: Callable, opts: dict) -> Tuple[Measured, str, Optional[str]]:
+        """(what it measured, the name of the clock that did, why the traced clock
+        could not, if it was asked and could not)."""
         rule = StopRule.for_call(self.settings.noise, float(opts.get("rep", 100) or 100))
         clock = self._clock()
+        untraced = None
         try:
             times, stop = self._bench(fn, clock, opts, rule)
         except NothingTraced as e:
             # Work the tracer does not see (host-only, or an unsupported launch path):
             # this timing goes to the events around each call.
-            self.untraced = str(e)
+            self.untraced = untraced = str(e)
             clock = clock.warmup_clock
             times, stop = self._bench(fn, clock, opts, rule)
-        return measured_from(times, opts.get("quantiles"), opts.get("return_mode", "mean"), stop), clock.name
+        measured = measured_from(times, opts.get("quantiles"), opts.get("return_mode", "mean"), stop)
+        return measured, clock.name, untraced
 
     def _bench(self, fn: Callable, clock: Any, opts: dict, rule: StopRule) -> Tuple[List[float], str]:
         return percall_bench(

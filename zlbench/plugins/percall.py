@@ -109,13 +109,24 @@ class TracedClock:
         # The host side of each range (the trace also projects each range onto the
         # device timeline as a second event of the same name): its device total sums
         # the kernels and copies its launches ran (us).
+        from torch.autograd import DeviceType
+
         events = prof.events()
-        times = [_device_us(e) / 1000.0 for e in events if e.name == TRACE_MARK and _on_host(e)]
+        on_host = [getattr(e, "device_type", DeviceType.CPU) == DeviceType.CPU for e in events]
+        times = [_device_us(e) / 1000.0 for e, host in zip(events, on_host) if host and e.name == TRACE_MARK]
         if len(times) != calls or not any(times):
             raise NothingTraced(f"{len(times)} of {calls} calls traced, device time {sum(times):g} ms")
         # A range counts what its own thread launched; work launched from another thread
         # (autograd's device threads run backward) is in the trace but in no range.
-        traced = sum(_device_us(e) for e in events if _device_work(e)) / 1000.0
+        # Kernels, copies and fills; not a range's projection onto the device timeline.
+        traced = (
+            sum(
+                _device_us(e)
+                for e, host in zip(events, on_host)
+                if not host and not getattr(e, "is_user_annotation", False)
+            )
+            / 1000.0
+        )
         if traced > sum(times) * (1 + UNATTRIBUTED_MAX):
             raise NothingTraced(
                 f"{traced - sum(times):.4g} of {traced:.4g} ms of device time ran outside the calls' "
@@ -127,17 +138,6 @@ class TracedClock:
 # Device time in the trace that no call's range accounts for, as a share of what they
 # account for, beyond which the traced clock gives up on the timing.
 UNATTRIBUTED_MAX = 0.1
-
-
-def _device_work(event: Any) -> bool:
-    """A kernel, copy or fill on the device (not a range's projection onto it)."""
-    return not _on_host(event) and not getattr(event, "is_user_annotation", False)
-
-
-def _on_host(event: Any) -> bool:
-    from torch.autograd import DeviceType
-
-    return getattr(event, "device_type", DeviceType.CPU) == DeviceType.CPU
 
 
 def _device_us(event: Any) -> float:
