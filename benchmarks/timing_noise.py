@@ -8,12 +8,17 @@ Runs `zlbench batch` over --ops into <out>/<label>, one batch after the other:
            ZL_DIRECT_TIMER=do_bench), the old way, for the table's comparison
   slow     with --slow-op OP: like a2, but OP's gems side made --slow-pct slower by
            real, calibrated extra work in the benchmark process (slowdown_plugin.py)
+  p1       with --pinned: like a2, but replaying a1's autotuned configs (--replay-from),
+           so a1/p1 shows the timers' noise without the autotuner's picks
 
 Rows are paired between rounds by (op, dtype, Size Detail); the A/A figure of a row is
 |a - b| / min(a, b) of FlagGems' gems latency. Per timer class (graph-timed rows,
 direct-timed rows, kernel mode) it prints rows, median, p90 and max beside the figures
 that opened issue 16, checks the goals, and gives `summary --ab` verdicts for a1/a2
 (all SAME is right) and a2/slow (SLOWER on OP's rows, SAME elsewhere is right).
+"unmarked" classes leave out the rows a marker explains: a DEVICE_THROTTLED line on
+either side, or kernels that ran other autotuned configs in the two batches
+(`summary --ab`'s autotune_changes).
 
 A batch dir whose ops_status.csv says every operator is ok is reused: calling again
 with the same --out costs only what a time limit cut short.
@@ -48,7 +53,7 @@ from zlbench import rundir  # noqa: E402
 from zlbench.markers import DEVICE_THROTTLED  # noqa: E402
 from zlbench.stats import quantile  # noqa: E402
 from zlbench.summary import summarize  # noqa: E402
-from zlbench.summary.ab import pair_summaries  # noqa: E402
+from zlbench.summary.ab import autotune_changes, pair_summaries  # noqa: E402
 from zlbench.summary.verdict import DEFAULT_NOISE_FLOOR, SAME, SLOWER  # noqa: E402
 
 KERNEL_ARGS = ["--enable-cudagraph", "0", "--direct-timer", "do_bench"]
@@ -114,6 +119,11 @@ def throttled(row) -> bool:
     return any(m.name == DEVICE_THROTTLED for m in row.markers)
 
 
+def explained(p) -> bool:
+    """A marker speaks for the pair: a slowed device, or other autotuned configs."""
+    return throttled(p.a) or throttled(p.b) or bool(autotune_changes(p))
+
+
 def aa(dir1: Path, dir2: Path, kernel: bool, floor: float) -> dict:
     """Per-class A/A figures and the verdicts of the pair."""
     result = pair_summaries(summarize(dir1), summarize(dir2), floor)
@@ -123,13 +133,16 @@ def aa(dir1: Path, dir2: Path, kernel: bool, floor: float) -> dict:
         cls = "kernel" if kernel else row_class(p.a)
         diff = rel_diff_pct(p.a.gems_ms, p.b.gems_ms)
         by_class.setdefault(cls, []).append(diff)
-        if not (throttled(p.a) or throttled(p.b)):
-            # The same class without the rows the device (or host) said were slowed.
+        if not explained(p):
+            # The same class without the rows a marker explains.
             by_class.setdefault(f"{cls}, unmarked", []).append(diff)
         if diff > 2.0:
             beyond_2pct.append({"class": cls, "op": p.a.op, "dtype": p.a.dtype,
                                 "shape": p.a.shape, "pct": round(diff, 3),
-                                "throttled": throttled(p.a) or throttled(p.b)})
+                                "throttled": throttled(p.a) or throttled(p.b),
+                                "autotune_changes": autotune_changes(p),
+                                "explained": explained(p),
+                                "placements": [p.a.gems_placements, p.b.gems_placements]})
     verdicts: Dict[str, int] = {}
     for p in result.pairs:
         verdicts[p.verdict.status] = verdicts.get(p.verdict.status, 0) + 1
@@ -184,9 +197,9 @@ def goals(backend: str, table: Dict[str, dict], beyond: List[dict]) -> dict:
         met = (med_goal is None or s["median"] <= med_goal) and (max_goal is None or s["max"] <= max_goal)
         explained = None
         if cls == "graph" and not met and med_goal is None:
-            # Or every row beyond the goal carries a clock/throttle marker.
+            # Or every row beyond the goal carries a marker that explains it.
             rows = [r for r in beyond if r["class"] == "graph" and r["pct"] > max_goal]
-            explained = all(r["throttled"] for r in rows)
+            explained = all(r["explained"] for r in rows)
             met = explained
         out[cls] = {"median_at_most": med_goal, "max_at_most": max_goal, "met": met,
                     "beyond_explained_by_markers": explained}
@@ -202,6 +215,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--kernel", action="store_true", help="also two batches in FlagGems' kernel mode")
     ap.add_argument("--slow-op", default=None, help="also a batch with this operator made slower")
     ap.add_argument("--slow-pct", type=float, default=5.0)
+    ap.add_argument("--pinned", action="store_true",
+                    help="also a batch replaying a1's autotuned configs (A/A without the autotuner)")
     ap.add_argument("--noise-floor", type=float, default=DEFAULT_NOISE_FLOOR * 100,
                     help="percent, as summary --ab --noise-floor")
     ap.add_argument("--out", default="timing_noise_runs", help="where the batch dirs go")
@@ -232,6 +247,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         addopts = f"{os.environ.get('PYTEST_ADDOPTS', '')} -p slowdown_plugin".strip()
         plan.append(("slow", [], {"PYTEST_ADDOPTS": addopts, "PYTHONPATH": pythonpath,
                                   "ZL_SLOW_OP": args.slow_op, "ZL_SLOW_PCT": str(args.slow_pct)}))
+    if args.pinned:
+        plan.append(("p1", ["--replay-from", str(out / "a1")], {}))
     ops = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None
     runs = [run_batch(zlbench, label, out, common, extra, env, ops) for label, extra, env in plan]
 
@@ -244,6 +261,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         table["kernel"] = kernel["classes"].get("kernel", spread([]))
         result["kernel_aa"] = kernel
     result["aa"] = current
+    if args.pinned:
+        pinned = aa(out / "a1", out / "p1", False, floor)
+        for cls, s in pinned["classes"].items():
+            table[f"{cls}, configs pinned"] = s
+        result["pinned_aa"] = pinned
     result["table"] = table
     result["goals"] = goals(backend, table, current["rows_beyond_2pct"])
     if args.slow_op:
@@ -260,6 +282,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"A/A verdicts a1 vs a2 (all SAME is right): {current['verdicts']}")
     for r in current["rows_beyond_2pct"][:10]:
         print(f"  beyond 2%: {r}")
+    if args.pinned:
+        print(f"A/A verdicts a1 vs p1, configs pinned: {result['pinned_aa']['verdicts']}")
+        for r in result["pinned_aa"]["rows_beyond_2pct"][:10]:
+            print(f"  pinned, beyond 2%: {r}")
     print(f"goals: {json.dumps(result['goals'])}")
     if args.slow_op:
         ab = result["ab"]

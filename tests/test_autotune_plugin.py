@@ -189,6 +189,29 @@ def test_record_covers_plain_autotune_and_each_key_once(h):
     assert sorted(p.rsplit(".", 1)[1] for p in report["patched"]) == ["Autotuner", "LibTuner"]
 
 
+def test_each_row_record_names_the_configs_its_kernel_keys_ran_with(h):
+    from zlbench.timing import TimedRow
+
+    h.start("record", "r")
+    current = {"row": None}
+    h.session.current_row = lambda: current["row"] and types.SimpleNamespace(row=current["row"])
+    tuner = h.Autotuner(add_kernel, CONFIGS, ["n"], fastest=2)
+    tuner.run(64)  # outside any row: nothing to say for a row
+    small = TimedRow("add", "torch.float16", "[64]", "gems")
+    large = TimedRow("add", "torch.float16", "[4096]", "gems")
+    current["row"] = small
+    tuner.run(64)
+    tuner.run(64)
+    current["row"] = large
+    tuner.run(4096)
+    kernel = f"{__name__}.add_kernel"
+    want = ar.config_id(ar.encode_config(CONFIGS[2]))
+    assert h.session.row_fields(small) == {"autotune": {f"{kernel} [64]": want}}
+    assert h.session.row_fields(large) == {"autotune": {f"{kernel} [4096]": want}}
+    assert h.session.row_fields(small) == {}  # taken once, by the row's record
+    assert h.session.row_fields(TimedRow("add", "torch.float16", "[64]", "torch")) == {}
+
+
 def test_subclass_calling_super_run_is_counted_once(h):
     class PolicyTuner(h.Autotuner):
         def run(self, *args, **kwargs):

@@ -173,3 +173,34 @@ def test_a_fatal_error_is_not_mistaken_for_a_capture_failure():
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("DECISION")), None)
     assert line is not None, out.stdout + out.stderr
     assert " False " in line and "device-side assert triggered" in line
+
+
+def test_a_row_is_timed_over_placements_of_its_inputs_and_they_are_put_back():
+    x = torch.randn(20, 6, 65536, device="cuda", dtype=torch.float16)
+    w = torch.randn(6, 65536, device="cuda", dtype=torch.float16)
+    ptrs = (x.data_ptr(), w.data_ptr())
+    seen = set()
+
+    def fn():
+        seen.add(x.data_ptr())  # runs at warm-up and capture: the addresses graphs bake in
+        return torch.layer_norm(x, [6, 65536], w)
+
+    placed = []
+    m = graph_bench(fn, 25, 100, None, None, "median", places=4, on_placed=lambda n, why: placed.append((n, why)))
+    assert m.placements == 4 and placed == [(4, None)] and len(seen) == 4
+    assert (x.data_ptr(), w.data_ptr()) == ptrs  # the caller's tensors are where they were
+    assert m.samples >= 4 * timing.MIN_REPLAYS and m.spread is not None
+    one = graph_bench(fn, 25, 100, None, None, "median", places=1)
+    assert one.placements == 1 and (x.data_ptr(), w.data_ptr()) == ptrs
+
+
+def test_a_backward_row_keeps_its_inputs_in_place():
+    x = torch.randn(4096, device="cuda", requires_grad=True)
+    out = torch.sin(x)
+    dout = torch.randn_like(out)
+    placed = []
+    m = graph_bench(
+        lambda: torch.autograd.grad((out,), [x], grad_outputs=(dout,), retain_graph=True),
+        25, 50, [x], None, "median", places=4, on_placed=lambda n, why: placed.append((n, why)),
+    )
+    assert m.placements == 1 and placed == [(1, "an input takes part in autograd")]

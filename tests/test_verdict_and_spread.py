@@ -175,6 +175,27 @@ def test_ab_gives_verdicts_counts_them_per_operator_and_lists_real_changes_first
     assert sorted(p["verdict"] for p in tight["pairs"]) == ["SAME", "SAME", "SLOWER", "SLOWER"]
 
 
+def test_a_row_whose_kernels_ran_other_autotuned_configs_says_so(tmp_path):
+    kernel = "flag_gems.ops.layernorm.layer_norm_persistent_kernel [16,2048]"
+    picks = {"a": '{"num_warps":8}', "b": '{"num_warps":16}'}
+    dirs = {}
+    for name, pick in picks.items():
+        log = op_log("layer_norm", ["torch.float16"], SHAPES, lambda op, d, s: 0.1 if name == "a" else 0.107)
+        run_dir = write_run(tmp_path / name / "layer_norm", log, identity())
+        for shape in SHAPES:
+            tuned = {kernel: pick if shape == SHAPES[0] else '{"num_warps":4}'}
+            for side in ("torch", "gems"):
+                rowstats.append(run_dir, {"op": "layer_norm", "dtype": "torch.float16", "shape": shape,
+                                          "side": side, "samples": 100, "spread": 0.001,
+                                          **({"autotune": tuned} if side == "gems" else {})})
+        dirs[name] = tmp_path / name
+    doc = json.loads(zlbench("summary", "--ab", dirs["a"], dirs["b"], "--format", "json", check=True).stdout)
+    changes = {p["shape"]: p["autotune_changes"] for p in doc["pairs"]}
+    assert changes == {SHAPES[0]: [f'{kernel}: {picks["a"]} -> {picks["b"]}'], SHAPES[1]: []}
+    text = zlbench("summary", "--ab", dirs["a"], dirs["b"], check=True).stdout
+    assert text.count("autotune picked other configs") == 1
+
+
 def test_ab_of_a_run_with_itself_gives_no_confident_same(tmp_path):
     a = _run(tmp_path / "a", lambda op, d, s: 0.1, lambda op, s: 0.002)
     text = zlbench("summary", "--ab", a, a, check=True).stdout

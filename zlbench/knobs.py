@@ -307,6 +307,17 @@ KNOBS: List[Knob] = [
         "0 forces the direct timer on backends that can graph-capture (default 1).",
     ),
     Knob(
+        "graph_placements",
+        "ZL_GRAPH_PLACEMENTS",
+        "--graph-placements",
+        4,
+        _positive_int,
+        True,
+        "Graph timer: time each row over N placements of its inputs in device memory "
+        "(the inputs where they are, then moved copies), replays pooled, so that a row's "
+        "number does not hang on one process's addresses (default 4; 1: where they are).",
+    ),
+    Knob(
         "parallel_warmup_gpus",
         "PARALLEL_WARMUP_GPUS",
         "--parallel-warmup-gpus",

@@ -138,6 +138,7 @@ class Measured(NamedTuple):
     samples: int
     spread: Optional[float]  # relative half-width of the median's 95% CI
     stop: str  # noise | time_cap | max_samples | graph | do_bench
+    placements: int = 1  # graph timer: input placements its replays were pooled over
 
 
 def measured_from(times: Sequence[float], quantiles, return_mode: str, stop: str) -> Measured:

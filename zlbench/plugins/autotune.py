@@ -50,7 +50,7 @@ from zlbench.markers import (
     format_marker,
 )
 from zlbench.plugins import print_line, write_plugin_json
-from zlbench.plugins.keys import PARALLEL_WARMUP_REPLAY, ROW_CONTEXT
+from zlbench.plugins.keys import PARALLEL_WARMUP_REPLAY, ROW_CONTEXT, ROW_RECORD_FIELDS
 
 MODES = ("record", "replay", "off")
 TUNER_CLASS_NAMES = ("LibTuner", "Autotuner")
@@ -232,6 +232,10 @@ class _Binding:
 # ---- the session ----------------------------------------------------------------
 
 
+def _row_key(row: Any) -> Tuple[Any, ...]:
+    return (row.op, row.dtype, row.shape, row.side)
+
+
 class AutotuneSession:
     def __init__(self, settings: AutotuneSettings, emit: Optional[Callable[[str], None]] = None):
         self.settings = settings
@@ -251,6 +255,8 @@ class AutotuneSession:
         # The timer plugin's RowContext.current, when one is loaded (set at configure).
         self.current_row: Optional[Callable[[], Any]] = None
         self.replaying = settings.mode == "replay"
+        # (op, dtype, shape, side) -> {(kernel, key): config} while that row is timed.
+        self.row_configs: Dict[Tuple[Any, ...], Dict[Tuple[str, Any], Any]] = {}
 
     # -- lifecycle
 
@@ -331,7 +337,32 @@ class AutotuneSession:
             overlay.depth -= 1
         if overlay.last_key is not None:
             self._observe(tuner, overlay, overlay.last_key)
+            self._note_row_config(tuner, overlay, overlay.last_key)
         return ret
+
+    def _note_row_config(self, tuner: Any, overlay: CacheOverlay, key: Any) -> None:
+        """Remember which config this key ran with for the row being timed."""
+        timing = self.current_row() if self.current_row is not None else None
+        if timing is None:
+            return
+        config = getattr(tuner, "best_config", None)
+        if config is None:
+            config = overlay.seen.get(key)
+        if config is not None:
+            self.row_configs.setdefault(_row_key(timing.row), {})[(overlay.binding.kernel, key)] = config
+
+    def row_fields(self, row: Any) -> Dict[str, Any]:
+        """The row record's ``autotune``: ``{"<kernel> <key>": <config_id>}`` for each
+        autotuned kernel key the row ran (``summary --ab`` compares them)."""
+        used = self.row_configs.pop(_row_key(row), None)
+        if not used:
+            return {}
+        return {
+            "autotune": {
+                f"{kernel} {ar.key_id(key)}": ar.config_id(ar.encode_config(config))
+                for (kernel, key), config in used.items()
+            }
+        }
 
     def _install(self, tuner: Any, inner: Any) -> CacheOverlay:
         binding = tuner.__dict__.get("_zl_binding")
@@ -546,5 +577,6 @@ def pytest_configure(config) -> None:
     session.start()
     # The timer plugin may configure after this one: look its rows up at call time.
     session.current_row = lambda: getattr(config.stash.get(ROW_CONTEXT, None), "current", lambda: None)()
+    config.stash.setdefault(ROW_RECORD_FIELDS, []).append(session.row_fields)
     config.stash[SESSION] = session
     config.pluginmanager.register(_Hooks(session), "zlbench-autotune")

@@ -27,7 +27,7 @@ import pytest
 from zlbench import backends, knobs, rowstats
 from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_HOST_CLOCK, format_marker
 from zlbench.plugins import print_line, run_dir, write_plugin_json
-from zlbench.plugins.keys import ROW_CONTEXT, ROW_LISTENERS
+from zlbench.plugins.keys import ROW_CONTEXT, ROW_LISTENERS, ROW_RECORD_FIELDS
 from zlbench.plugins.percall import NothingTraced, choose_clock, percall_bench
 from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
@@ -252,8 +252,10 @@ class RowRecorder:
     DEVICE_THROTTLED marker when the device was slow in between).
     """
 
-    def __init__(self, backend_name: Optional[str]):
+    def __init__(self, backend_name: Optional[str], field_providers: Optional[list] = None):
         from zlbench.backends import BACKENDS
+
+        self.field_providers = field_providers if field_providers is not None else []
 
         self.backend = BACKENDS.get(backend_name or "")
         self.backend_name = backend_name
@@ -335,6 +337,10 @@ class RowRecorder:
         }
         if clock:
             record["clock"] = clock
+        if timer == "graph":
+            record["placements"] = measured.placements
+        for provide in self.field_providers:
+            record.update(provide(row) or {})
         if before or after:
             record["device"] = {"before": before, "after": after}
         root = run_dir()
@@ -428,7 +434,9 @@ class TimerSession:
         except knobs.KnobError as e:
             raise pytest.UsageError(f"{plugin}: {e}") from None
         session = cls(plugin, make_timer, targets, config.stash.setdefault(ROW_LISTENERS, []))
-        session.recorder = RowRecorder(os.environ.get("ZL_BACKEND"))
+        session.recorder = RowRecorder(
+            os.environ.get("ZL_BACKEND"), config.stash.setdefault(ROW_RECORD_FIELDS, [])
+        )
         session.timer = make_timer(settings, session.recorder, session.row_context)
         session.info["requested_timer"] = os.environ.get("ZL_TIMER")
         threads = pin_host_threads()

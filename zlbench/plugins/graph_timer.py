@@ -27,10 +27,15 @@ import warnings
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, List, Optional
 
+import pytest
+
+from zlbench import knobs
 from zlbench.plugins import print_line
 from zlbench.plugins.direct_timer import DirectSettings, DirectTimer, RowRecorder, TimerSession, call_options
+from zlbench.plugins.placement import Placements, replays_per_placement
 from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
+    MIN_REPLAYS,
     Measured,
     clear_grads,
     fallback_decision,
@@ -196,8 +201,11 @@ def graph_bench(
     quantiles,
     return_mode: str,
     on_warm: Optional[Callable[[], None]] = None,
+    places: int = 1,
+    on_placed: Optional[Callable[[int, Optional[str]], None]] = None,
 ) -> Measured:
-    """Time fn by graph replay; raises CaptureFailed(phase, error) on any failure."""
+    """Time fn by graph replay over up to ``places`` placements of its inputs
+    (``zlbench.plugins.placement``); raises CaptureFailed(phase, error) on any failure."""
     import torch
 
     if not torch.cuda.is_available():
@@ -206,6 +214,8 @@ def graph_bench(
     stream.wait_stream(torch.cuda.current_stream())
     phase = "warmup"
     graph = None
+    placements = Placements.plan(torch, fn, places)
+    timed_placements = 0
     try:
         eager_ms = warmup(torch, fn, warmup_ms, stream, grad_to_none)
         if on_warm is not None:
@@ -221,7 +231,19 @@ def graph_bench(
             phase = "capture"
             graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none)
             phase = "replay"
-        times = [t / plan.calls_per_graph for t in time_replays(torch, graph, plan.replays, stream)]
+        times: List[float] = []
+        per_placement = replays_per_placement(plan.replays, placements.count, MIN_REPLAYS)
+        for index in range(placements.count):
+            if index:  # placement 0 is where the inputs are: the graph above
+                graph = None
+                if not move_inputs(placements, index):
+                    break
+                stream.wait_stream(torch.cuda.current_stream())  # the copies are made there
+                phase = "capture"
+                graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none)
+                phase = "replay"
+            times += [t / plan.calls_per_graph for t in time_replays(torch, graph, per_placement, stream)]
+            timed_placements = index + 1
     except ContextNotClean:
         raise
     except BaseException as exc:  # noqa: BLE001 - classified by the caller
@@ -235,12 +257,28 @@ def graph_bench(
         raise CaptureFailed(phase, exc) from exc
     finally:
         graph = None
+        placements.restore()
         try:
             torch.cuda.current_stream().wait_stream(stream)
         except Exception:  # a dead context was reported above
             pass
-    # Each replay is one sample of the per-call time: the row's spread comes from them.
-    return measured_from(times, quantiles, return_mode, "graph")
+    if on_placed is not None:
+        on_placed(timed_placements, placements.why_single)
+    # Each replay is one sample of the per-call time, pooled over the placements: the
+    # row's spread includes how much the inputs' addresses move it.
+    return measured_from(times, quantiles, return_mode, "graph")._replace(placements=timed_placements)
+
+
+def move_inputs(placements: Placements, index: int) -> bool:
+    """Put the inputs at placement ``index``; False (and the originals back) when the
+    copies cannot be made, e.g. out of memory: the row keeps the placements it has."""
+    try:
+        placements.move(index)
+    except Exception as exc:  # noqa: BLE001 - any failure only ends the extra placements
+        placements.restore()
+        placements.why_single = f"moving the inputs failed: {type(exc).__name__}"
+        return False
+    return True
 
 
 # --- the plugin ------------------------------------------------------------------------
@@ -250,6 +288,12 @@ class GraphTimer:
     def __init__(self, settings: DirectSettings, recorder: RowRecorder, row_context: RowContext):
         self.row_context = row_context
         self.direct = DirectTimer(settings, recorder, row_context)
+        try:
+            self.places = knobs.env_value("graph_placements")
+        except knobs.KnobError as e:
+            raise pytest.UsageError(f"{PLUGIN}: {e}") from None
+        self.placement_counts: Dict[int, int] = {}  # timings per placements pooled
+        self.fewer_placements: Dict[str, int] = {}  # timings per reason for fewer than asked
         self.recorder = recorder
         self.row_modes: Dict[int, set] = {}
         self.timings_graph = 0
@@ -269,6 +313,8 @@ class GraphTimer:
                 opts.get("quantiles"),
                 opts.get("return_mode", "mean"),
                 self.recorder.warm,
+                self.places,
+                self.note_placements,
             )
         except CaptureFailed as failed:
             decision = fallback_decision(failed.phase, failed.error)
@@ -296,6 +342,11 @@ class GraphTimer:
         self.recorder.finish(timing.row, measured, "graph")
         return measured.value
 
+    def note_placements(self, count: int, why_single: Optional[str]) -> None:
+        self.placement_counts[count] = self.placement_counts.get(count, 0) + 1
+        if count < self.places and why_single:
+            self.fewer_placements[why_single] = self.fewer_placements.get(why_single, 0) + 1
+
     def counts(self) -> dict:
         rows_fallback = sum(1 for m in self.row_modes.values() if "direct" in m)
         return {
@@ -308,6 +359,9 @@ class GraphTimer:
             "timings_direct_fallback": self.timings_fallback,
             "direct_stops": dict(self.direct.stops),
             "fallbacks": self.fallbacks,
+            "placements_wanted": self.places,
+            "timings_per_placements": {str(k): v for k, v in sorted(self.placement_counts.items())},
+            "fewer_placements": dict(self.fewer_placements),
         }
 
 

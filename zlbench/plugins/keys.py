@@ -22,3 +22,9 @@ ROW_CONTEXT: "pytest.StashKey[object]" = pytest.StashKey()
 # Callables the timer's row context calls with each timed row (the phases plugin, which
 # is configured before the timer, counts rows with one).
 ROW_LISTENERS: "pytest.StashKey[list]" = pytest.StashKey()
+
+
+# Callables the timer's row recorder calls with each finished row (a TimedRow); each
+# returns fields to add to the row's record in row_stats.jsonl (the autotune plugin adds
+# the configs the row's kernels ran with).
+ROW_RECORD_FIELDS: "pytest.StashKey[list]" = pytest.StashKey()

@@ -44,6 +44,14 @@ class PairedRow:
         return self.a.key
 
 
+def autotune_changes(p: PairedRow) -> List[str]:
+    """Kernel keys of the gems side that A and B ran with different autotuned configs,
+    as ``<kernel> <key>: <config A> -> <config B>``. Such a row's change may be the
+    autotuner's pick, not the code: pin the configs with ``--replay-from`` to tell."""
+    a, b = p.a.gems_autotune or {}, p.b.gems_autotune or {}
+    return [f"{k}: {a[k]} -> {b[k]}" for k in sorted(a.keys() & b.keys()) if a[k] != b[k]]
+
+
 @dataclass
 class NotComparable:
     a: Row

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from zlbench import markers as marker_lines
 from zlbench import pytestlog
@@ -71,6 +71,10 @@ class Row:
         "gems_spread",
         "torch_clock",
         "gems_clock",
+        "torch_autotune",
+        "gems_autotune",
+        "torch_placements",
+        "gems_placements",
         "problem",
     )
 
@@ -102,6 +106,13 @@ class Row:
         # host); None for graph replay and older runs.
         self.torch_clock: Optional[str] = None
         self.gems_clock: Optional[str] = None
+        # The autotuned configs the side's kernels ran with ({"<kernel> <key>": config}),
+        # from the autotune plugin; None where nothing was autotuned or recorded.
+        self.torch_autotune: Optional[Dict[str, str]] = None
+        self.gems_autotune: Optional[Dict[str, str]] = None
+        # Graph timer: the input placements the side's replays were pooled over.
+        self.torch_placements: Optional[int] = None
+        self.gems_placements: Optional[int] = None
 
     def __repr__(self) -> str:
         return f"Row({self.op!r}, {self.dtype!r}, {self.shape!r}, gems_ms={self.gems_ms})"

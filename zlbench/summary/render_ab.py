@@ -8,7 +8,7 @@ import json
 from typing import List
 
 from zlbench.markers import DEVICE_THROTTLED
-from zlbench.summary.ab import SAME_RUN_WARNING, ABResult, GainRange, PairedRow
+from zlbench.summary.ab import SAME_RUN_WARNING, ABResult, GainRange, PairedRow, autotune_changes
 from zlbench.summary.caliber import CaliberReport
 from zlbench.summary.render import issue_record, render_issues
 from zlbench.summary.tables import fmt, fmt_pct, heading, table
@@ -113,6 +113,7 @@ def _pair_row(p: PairedRow) -> tuple:
     notes = [
         "direct fallback" if p.fallback else "",
         f"throttled in {throttled_sides(p)}" if throttled_sides(p) else "",
+        "autotune picked other configs" if autotune_changes(p) else "",
     ]
     return (
         p.verdict.status,
@@ -295,6 +296,7 @@ def render_ab_json(result: ABResult) -> str:
                 "a_samples": p.a.gems_samples,
                 "b_samples": p.b.gems_samples,
                 "throttled": throttled_sides(p),
+                "autotune_changes": autotune_changes(p),
             }
             for p in result.pairs
         ],

@@ -96,6 +96,10 @@ def attach_row_stats(rows: Sequence[Row], run_dir: Path, issues: List[Issue]) ->
             setattr(row, f"{side}_spread", rowstats.finite(rec.get("spread")))
             clock = rec.get("clock")
             setattr(row, f"{side}_clock", clock if isinstance(clock, str) else None)
+            placements = rec.get("placements")
+            setattr(row, f"{side}_placements", placements if isinstance(placements, int) else None)
+            tuned = rec.get("autotune")
+            setattr(row, f"{side}_autotune", tuned if isinstance(tuned, dict) else None)
 
 
 def _reads_as(printed: str, run_op: str) -> bool:
