@@ -171,19 +171,20 @@ def ab_check(a_dir: Path, slow_dir: Path, slow_op: str, floor: float) -> dict:
             wrong.append({"op": p.a.op, "dtype": p.a.dtype, "shape": p.a.shape,
                           "verdict": p.verdict.status, "want": want,
                           "throttled": throttled(p.a) or throttled(p.b),
+                          "autotune_changes": autotune_changes(p), "explained": explained(p),
                           "change_pct": None if p.verdict.change is None
                           else round(p.verdict.change * 100, 3),
                           "threshold_pct": None if p.verdict.threshold is None
                           else round(p.verdict.threshold * 100, 3)})
     achieved = [r["achieved_pct"] for r in slowdown_rows(slow_dir)]
-    unmarked = [p for p in result.pairs if not (throttled(p.a) or throttled(p.b))]
+    unmarked = [p for p in result.pairs if not explained(p)]
     return {"slow_op": slow_op, "verdicts_per_op": per_op, "wrong": wrong,
             "slowed_rows": len(achieved), "achieved_pct": spread(achieved),
             "met": bool(result.pairs) and not wrong and slow_op in per_op,
-            # The same check over the rows no DEVICE_THROTTLED marker speaks for.
+            # The same check over the rows no marker (throttle, autotune picks) speaks for.
             "rows_unmarked": len(unmarked),
             "slow_op_rows_unmarked": sum(1 for p in unmarked if p.a.op == slow_op),
-            "met_unmarked": bool(unmarked) and not [w for w in wrong if not w["throttled"]]}
+            "met_unmarked": bool(unmarked) and not [w for w in wrong if not w["explained"]]}
 
 
 def goals(backend: str, table: Dict[str, dict], beyond: List[dict]) -> dict:
@@ -291,7 +292,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ab = result["ab"]
         print(f"A/B a2 vs slow ({args.slow_op} +{args.slow_pct}%, achieved {ab['achieved_pct']}): "
               f"{json.dumps(ab['verdicts_per_op'])}; wrong: {len(ab['wrong'])}; met: {ab['met']}; "
-              f"met on the {ab['rows_unmarked']} rows without a throttle marker: "
+              f"met on the {ab['rows_unmarked']} rows no marker explains: "
               f"{ab['met_unmarked']}")
         for w in ab["wrong"][:10]:
             print(f"  wrong: {w}")

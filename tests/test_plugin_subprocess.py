@@ -142,7 +142,7 @@ def test_graph_timer_marks_every_row_it_cannot_capture(tmp_path):
     stdout, counts, run_dir = run_fake(
         tmp_path, ["zlbench.plugins.graph_timer"],
         {"ZL_BACKEND": "cuda", "ZL_TIMER": "graph", "ZL_DIRECT_TIMER": "do_bench",
-         "ZL_DIRECT_REPEAT": "2"},
+         "ZL_DIRECT_REPEAT": "2", "ZL_GRAPH_PLACEMENTS": "3"},
     )
     found = markers(stdout)
     assert len(found) == TIMINGS
@@ -156,6 +156,7 @@ def test_graph_timer_marks_every_row_it_cannot_capture(tmp_path):
     assert counts["do_bench"] == 2 * TIMINGS
     data = json.loads((run_dir / "plugins" / "graph_timer.json").read_text())
     assert (data["rows_graph"], data["rows_direct_fallback"]) == (0, ROWS)
+    assert data["placements_wanted"] == 3 and data["timings_per_placements"] == {}
     assert data["timings_direct_fallback"] == TIMINGS and len(data["fallbacks"]) == TIMINGS
     assert data["fallbacks"][0]["shape"] == printed[0][2]
     footer = [ln for ln in stdout.splitlines() if ln.startswith("zlbench[graph_timer]")]

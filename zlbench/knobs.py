@@ -310,12 +310,12 @@ KNOBS: List[Knob] = [
         "graph_placements",
         "ZL_GRAPH_PLACEMENTS",
         "--graph-placements",
-        4,
+        8,
         _positive_int,
         True,
         "Graph timer: time each row over N placements of its inputs in device memory "
         "(the inputs where they are, then moved copies), replays pooled, so that a row's "
-        "number does not hang on one process's addresses (default 4; 1: where they are).",
+        "number does not hang on one process's addresses (default 8; 1: where they are).",
     ),
     Knob(
         "parallel_warmup_gpus",

@@ -12,6 +12,8 @@ n-th record of a key going with the n-th printed row of that key. A line:
 ``spread`` is the relative half-width of the median's 95% confidence interval
 (``zlbench.timing.relative_spread``); None where the timer had no samples of its own
 (do_bench mode). ``throttled`` names why the device was slow during the row, or null.
+Optional: ``clock`` (the direct timer's), ``placements`` (the graph timer's input
+placements), ``autotune`` (``{"<kernel> <key>": config}`` from the autotune plugin).
 Nothing here imports torch.
 """
 
