@@ -6,8 +6,9 @@ Runs `zlbench batch` over --ops into <out>/<label>, one batch after the other:
            timer for rows that cannot be captured; the per-call timer on the CPU)
   k1, k2   with --kernel: FlagGems' kernel mode (ZL_ENABLE_CUDAGRAPH=0,
            ZL_DIRECT_TIMER=do_bench), the old way, for the table's comparison
-  slow     with --slow-op OP: like a2, but OP's gems side made --slow-pct slower by
-           real, calibrated extra work in the benchmark process (slowdown_plugin.py)
+  slow     with --slow-op OP: like a2, replaying a2's autotuned configs as `zlbench ab`'s
+           B side replays A's, but OP's gems side made --slow-pct slower by real,
+           calibrated extra work in the benchmark process (slowdown_plugin.py)
   p1       with --pinned: like a2, but replaying a1's autotuned configs (--replay-from),
            so a1/p1 shows the timers' noise without the autotuner's picks
 
@@ -246,8 +247,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.slow_op:
         pythonpath = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
         addopts = f"{os.environ.get('PYTEST_ADDOPTS', '')} -p slowdown_plugin".strip()
-        plan.append(("slow", [], {"PYTEST_ADDOPTS": addopts, "PYTHONPATH": pythonpath,
-                                  "ZL_SLOW_OP": args.slow_op, "ZL_SLOW_PCT": str(args.slow_pct)}))
+        # Like `zlbench ab`, the B side replays A's autotuned configs: the A/B then
+        # compares the code, not two autotuner picks.
+        plan.append(("slow", ["--replay-from", str(out / "a2")],
+                     {"PYTEST_ADDOPTS": addopts, "PYTHONPATH": pythonpath,
+                      "ZL_SLOW_OP": args.slow_op, "ZL_SLOW_PCT": str(args.slow_pct)}))
     if args.pinned:
         plan.append(("p1", ["--replay-from", str(out / "a1")], {}))
     ops = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None

@@ -61,6 +61,22 @@ def test_sample_run_records_identity_and_completes(tmp_path):
     assert shapes.startswith("# zlbench: level=core")
 
 
+def test_cpu_rows_that_allocate_are_not_timed_with_page_faults(tmp_path):
+    # The sample's gems add allocates two 2 MiB halves a call; with glibc's adaptive
+    # thresholds they went back to the kernel and faulted in again (992 faults a call,
+    # 5x the time). ZL_CPU_KEEP_MEMORY (on by default) keeps them in the process.
+    proc = zlbench("run", "--op", "add", "--dtypes", "float16", "--out", tmp_path, check=True)
+    run_dir = Path(_last_line(proc.stdout))
+    ident = json.loads((run_dir / "run_identity.json").read_text())
+    assert ident["knobs"]["ZL_CPU_KEEP_MEMORY"] is True
+    records = [json.loads(line) for line in (run_dir / "row_stats.jsonl").read_text().splitlines()]
+    assert len(records) == 6
+    for rec in records:
+        before, after = rec["device"]["before"], rec["device"]["after"]
+        assert (after["minflt"] - before["minflt"]) / rec["samples"] < 1, rec
+        assert before["host_speed"] > 0 and after["host_speed"] > 0
+
+
 def test_env_knobs_reach_the_run_and_flags_beat_them(tmp_path):
     env = {"BENCH_LEVEL": "comprehensive", "ZL_DIRECT_REPEAT": "2", "DTYPES": "float16"}
     proc = zlbench("run", "--op", "sum", "--level", "core", "--dtypes", "float32",

@@ -298,6 +298,18 @@ KNOBS: List[Knob] = [
         "so that rows repeat on a shared machine).",
     ),
     Knob(
+        "cpu_keep_memory",
+        "ZL_CPU_KEEP_MEMORY",
+        "--cpu-keep-memory",
+        True,
+        _bool,
+        True,
+        "cpu backend: 1 (default) keeps the memory the benchmark process frees for its next "
+        "allocation (glibc's MALLOC_MMAP_THRESHOLD_ 32 MiB, MALLOC_TRIM_THRESHOLD_ 4 GiB), so a "
+        "row that allocates is not timed with the page faults of memory handed back and "
+        "taken again; 0 leaves glibc's adaptive thresholds.",
+    ),
+    Knob(
         "enable_cudagraph",
         "ZL_ENABLE_CUDAGRAPH",
         "--enable-cudagraph",

@@ -168,19 +168,26 @@ def cpu_share(before: dict, after: dict) -> Optional[float]:
     return cpu / wall if wall > 0.01 else None
 
 
-def throttle_reason(before: dict, after: dict, reference_mhz: Optional[float]) -> Optional[str]:
+def throttle_reason(
+    before: dict, after: dict, reference_mhz: Optional[float], reference_speed: Optional[float] = None
+) -> Optional[str]:
     """Why the device was slow while a row was timed, or None.
 
     ``before``/``after`` are device-state samples taken after warm-up and after the
-    last timed call; ``reference_mhz`` is the highest SM clock read in the run so far.
+    last timed call; ``reference_mhz`` is the highest SM clock read in the run so far,
+    ``reference_speed`` the highest host speed (cpu backend: ``backends.cpu.host_speed``).
     A slowdown reason reported by the vendor (power cap, thermal, ...) at either end,
-    an SM clock more than CLOCK_DROP below the reference, or (host samples) a timing
-    process that ran on a CPU for less than CPU_SHARE_MIN of the time names the row.
+    an SM clock or a host speed more than CLOCK_DROP below its reference, or (host
+    samples) a timing process that ran on a CPU for less than CPU_SHARE_MIN of the time
+    names the row.
     """
     reasons = sorted(set(before.get("throttle") or []) | set(after.get("throttle") or []))
     clocks = [c for c in (before.get("sm_mhz"), after.get("sm_mhz")) if c]
     if reference_mhz and clocks and min(clocks) < (1.0 - CLOCK_DROP) * reference_mhz:
         reasons.append("sm_clock_drop")
+    speeds = [v for v in (before.get("host_speed"), after.get("host_speed")) if v]
+    if reference_speed and speeds and min(speeds) < (1.0 - CLOCK_DROP) * reference_speed:
+        reasons.append("host_slow")
     share = cpu_share(before, after)
     if share is not None and share < CPU_SHARE_MIN:
         reasons.append("cpu_contention")

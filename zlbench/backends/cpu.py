@@ -3,7 +3,8 @@ the batch layer, its sharding and its process handling run on any machine.
 
 Its thread count is pinned (ZL_CPU_THREADS, default 1): torch's default of one thread
 per core makes two slots, or anything else on the machine, fight over the cores, and
-the numbers move by tens of percent between identical runs.
+the numbers move by tens of percent between identical runs. Freed memory stays in the
+process (ZL_CPU_KEEP_MEMORY), and host samples read the core's speed (``host_speed``).
 """
 
 import os
@@ -14,19 +15,50 @@ from typing import Any, Dict, Mapping
 from .base import TRITON_TIMER, Backend, DeviceState
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# glibc gives large freed blocks back to the kernel (mmap'd ones at once, the heap's top
+# beyond an adaptive trim threshold), and the next call faults the pages in again: on
+# this project's 2-core machine the sample's add (torch.sub(a, b.neg()) over 1024x1024
+# halves) ran 992 page faults a call and 1.4-1.8 ms in some processes, 0 and 0.39-0.41 ms
+# in others. Fixed thresholds keep the blocks in the process (32 MiB is the largest mmap
+# threshold glibc takes; larger blocks are still mapped per call).
+KEEP_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
 
 
-def pinned_threads_env(knob_values: Mapping[str, object]) -> Dict[str, str]:
-    """The thread variables of the benchmark process; the timer plugin also calls
-    torch.set_num_threads(ZL_CPU_THREADS) there."""
+def benchmark_env(knob_values: Mapping[str, object]) -> Dict[str, str]:
+    """The thread variables of the benchmark process (the timer plugin also calls
+    torch.set_num_threads(ZL_CPU_THREADS) there) and, with ZL_CPU_KEEP_MEMORY, glibc's
+    malloc thresholds."""
     n = str(knob_values.get("cpu_threads") or 1)
-    return {"ZL_CPU_THREADS": n, **{key: n for key in THREAD_VARIABLES}}
+    env = {"ZL_CPU_THREADS": n, **{key: n for key in THREAD_VARIABLES}}
+    if knob_values.get("cpu_keep_memory", True):
+        env.update(KEEP_MEMORY_ENV)
+    return env
+
+
+REFERENCE_LOOP = 20_000  # iterations of the speed probe: about 1 ms on a 2020s core
+REFERENCE_TRIES = 3  # the fastest of these is the reading: a preemption costs one try
+
+
+def host_speed() -> float:
+    """How fast this core runs right now: iterations per microsecond of a fixed
+    interpreter loop, the fastest of a few tries. A virtual machine's core can run at
+    two thirds of its speed for seconds at a time without any load, steal time or CPU
+    share showing it (seen here: 1,000-1,500 loops a second, second to second); this
+    reading is the CPU's answer to a GPU's SM clock."""
+    best = float("inf")
+    for _ in range(REFERENCE_TRIES):
+        start = time.perf_counter()
+        x = 0
+        for _ in range(REFERENCE_LOOP):
+            x += 1
+        best = min(best, time.perf_counter() - start)
+    return round(REFERENCE_LOOP / (best * 1e6), 3)
 
 
 class HostState(DeviceState):
     """The CPU's answer to device state: how much of the wall time this process ran
     (the rest went to other processes on a shared machine), its involuntary context
-    switches and the load average."""
+    switches, the load average, and the core's speed on a reference loop."""
 
     source = "host"
 
@@ -42,7 +74,9 @@ class HostState(DeviceState):
             "cpu_s": round(usage.ru_utime + usage.ru_stime, 6),
             "wall_s": round(time.monotonic(), 6),
             "nivcsw": usage.ru_nivcsw,
+            "minflt": usage.ru_minflt,
             "load1": round(os.getloadavg()[0], 2),
+            "host_speed": host_speed(),
         }
 
     def describe(self) -> Dict[str, Any]:
@@ -57,7 +91,7 @@ BACKEND = Backend(
     can_graph_capture=False,
     description="host CPU; devices are worker slots; direct timer; ZL_CPU_THREADS threads",
     slots_only=True,
-    run_env=pinned_threads_env,
+    run_env=benchmark_env,
     device_state=HostState,
     # The sample corpus times through triton when it imports, else zlbench's stand-in.
     timer_targets=(TRITON_TIMER, ("zlbench.cpu_timer", "do_bench")),

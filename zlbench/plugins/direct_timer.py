@@ -263,6 +263,7 @@ class RowRecorder:
         self.profiler_activity = self.backend.profiler_activity if self.backend is not None else None
         self._state = None
         self.reference_mhz: Optional[float] = None
+        self.reference_speed: Optional[float] = None  # cpu: the fastest host_speed read
         self.before: Optional[dict] = None
         self.rows_throttled = 0
         self.records = 0
@@ -303,7 +304,10 @@ class RowRecorder:
         clocks = [c for c in (before.get("sm_mhz"), after.get("sm_mhz")) if c]
         if clocks:
             self.reference_mhz = max([self.reference_mhz or 0, *clocks])
-        why = throttle_reason(before, after, self.reference_mhz)
+        speeds = [v for v in (before.get("host_speed"), after.get("host_speed")) if v]
+        if speeds:
+            self.reference_speed = max([self.reference_speed or 0, *speeds])
+        why = throttle_reason(before, after, self.reference_mhz, self.reference_speed)
         if why:
             self.rows_throttled += 1
             share = cpu_share(before, after)
@@ -317,6 +321,8 @@ class RowRecorder:
                     why=why,
                     sm_mhz=f"{before.get('sm_mhz')}->{after.get('sm_mhz')}" if clocks else None,
                     ref_mhz=self.reference_mhz,
+                    host_speed=f"{before.get('host_speed')}->{after.get('host_speed')}" if speeds else None,
+                    ref_speed=self.reference_speed,
                     temp_c=after.get("temp_c"),
                     power_w=after.get("power_w"),
                     cpu_share=None if share is None else round(share, 3),
@@ -362,6 +368,8 @@ class RowRecorder:
         data["row_records"] = self.records
         if self.reference_mhz:
             data["highest_sm_mhz"] = self.reference_mhz
+        if self.reference_speed:
+            data["highest_host_speed"] = self.reference_speed
         return data
 
 
