@@ -210,6 +210,12 @@ def test_each_row_record_names_the_configs_its_kernel_keys_ran_with(h):
     assert h.session.row_fields(large) == {"autotune": {f"{kernel} [4096]": want}}
     assert h.session.row_fields(small) == {}  # taken once, by the row's record
     assert h.session.row_fields(TimedRow("add", "torch.float16", "[64]", "torch")) == {}
+    # A get_latency whose row was never recorded (untimed, or it raised) leaves nothing
+    # for a later row of the same key: the session forgets after every call.
+    current["row"] = small
+    tuner.run(64)
+    h.session.forget_row_configs(None)
+    assert h.session.row_fields(small) == {}
 
 
 def test_subclass_calling_super_run_is_counted_once(h):

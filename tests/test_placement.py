@@ -67,6 +67,43 @@ def test_nothing_moves_when_an_input_takes_part_in_autograd():
         assert movable == [] and why == "an input takes part in autograd"
 
 
+def test_a_tensor_whose_storage_is_also_used_outside_the_inputs_stays_put():
+    use_count = torch._C._storage_Use_Count
+    users = lambda t: use_count(t.untyped_storage()._cdata)  # noqa: E731
+    alone, seen_elsewhere = torch.randn(8), torch.randn(8)
+    kept_view = seen_elsewhere[2:]  # held by someone the closure walk never sees
+    movable, why = movable_inputs([alone, seen_elsewhere], anywhere, users)
+    assert movable == [alone] and why is None and kept_view.numel() == 6
+
+
+def test_an_odd_object_in_the_closure_means_one_placement_not_an_error():
+    class Odd:
+        def __getattr__(self, name):
+            raise RuntimeError("no")
+
+        def __call__(self):
+            return None
+
+    class Torchish:
+        _C = torch._C
+
+        @staticmethod
+        def is_tensor(obj):
+            raise RuntimeError("cannot tell")
+
+    odd = Odd()
+    plan = Placements.plan(Torchish, lambda: odd(), 4)
+    assert plan.count == 1 and plan.why_fewer == "finding the inputs failed: RuntimeError"
+
+
+def test_limit_keeps_the_smaller_count_and_says_why():
+    places = Placements([torch.randn(4)], 8)
+    places.limit(12, "plenty")
+    assert places.count == 8 and places.why_fewer is None
+    places.limit(3, "the replay budget")
+    assert places.count == 3 and places.why_fewer == "the replay budget"
+
+
 def test_tensors_off_the_device_stay_put():
     host = torch.randn(8)
     assert movable_inputs([host], lambda t: False) == ([], "no movable input on the device")
@@ -92,8 +129,9 @@ def test_moving_gives_new_storage_with_the_same_values_and_restore_puts_it_back(
 def test_a_plan_on_host_tensors_keeps_one_placement_and_says_why():
     x = torch.randn(8)
     plan = Placements.plan(torch, lambda: x + 1, 4)
-    assert plan.count == 1 and plan.why_single == "no movable input on the device"
-    assert Placements.plan(torch, lambda: x + 1, 1).why_single == "one placement asked for"
+    assert plan.count == 1 and plan.why_fewer == "no movable input on the device"
+    one = Placements.plan(torch, lambda: x + 1, 1)
+    assert one.count == 1 and one.why_fewer is None
 
 
 def test_placements_fit_the_free_memory_share():

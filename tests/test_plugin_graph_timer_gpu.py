@@ -205,3 +205,19 @@ def test_a_row_over_an_autograd_input_keeps_its_inputs_in_place():
     placed = []
     m = graph_bench(fn, 25, 50, None, None, "median", places=4, on_placed=lambda n, why: placed.append((n, why)))
     assert m.placements == 1 and placed == [(1, "an input takes part in autograd")]
+
+
+def test_a_placement_that_fails_ends_the_extra_ones_and_keeps_what_was_timed():
+    x = torch.randn(1 << 20, device="cuda")
+    home = x.data_ptr()
+
+    def fn():
+        if x.data_ptr() != home:  # stands for any failure at a moved placement
+            raise RuntimeError("this row cannot run elsewhere")
+        return torch.abs(x)
+
+    placed = []
+    m = graph_bench(fn, 25, 100, None, None, "median", places=4, on_placed=lambda n, why: placed.append((n, why)))
+    assert m.placements == 1 and m.samples >= timing.MIN_REPLAYS and m.median_ms > 0
+    assert placed == [(1, "placement 2 failed: RuntimeError")] and x.data_ptr() == home
+    torch.cuda.synchronize()  # the context is fine

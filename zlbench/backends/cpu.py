@@ -18,7 +18,7 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 # glibc gives large freed blocks back to the kernel (mmap'd ones at once, the heap's top
 # beyond an adaptive trim threshold), and the next call faults the pages in again: on
 # this project's 2-core machine the sample's add (torch.sub(a, b.neg()) over 1024x1024
-# halves) ran 992 page faults a call and 1.4-1.8 ms in some processes, 0 and 0.39-0.41 ms
+# halves) ran 992 page faults a call and 1.4-2.0 ms in some processes, 0 and 0.39-0.41 ms
 # in others. Fixed thresholds keep the blocks in the process (32 MiB is the largest mmap
 # threshold glibc takes; larger blocks are still mapped per call).
 KEEP_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
@@ -69,6 +69,7 @@ class HostState(DeviceState):
         return True
 
     def sample(self) -> Dict[str, Any]:
+        speed = host_speed()  # before the clocks: the probe's own run is outside the window
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return {
             "cpu_s": round(usage.ru_utime + usage.ru_stime, 6),
@@ -76,7 +77,7 @@ class HostState(DeviceState):
             "nivcsw": usage.ru_nivcsw,
             "minflt": usage.ru_minflt,
             "load1": round(os.getloadavg()[0], 2),
-            "host_speed": host_speed(),
+            "host_speed": speed,
         }
 
     def describe(self) -> Dict[str, Any]:

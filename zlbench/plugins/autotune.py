@@ -50,7 +50,7 @@ from zlbench.markers import (
     format_marker,
 )
 from zlbench.plugins import print_line, write_plugin_json
-from zlbench.plugins.keys import PARALLEL_WARMUP_REPLAY, ROW_CONTEXT, ROW_RECORD_FIELDS
+from zlbench.plugins.keys import PARALLEL_WARMUP_REPLAY, ROW_CONTEXT, ROW_LISTENERS, ROW_RECORD_FIELDS
 
 MODES = ("record", "replay", "off")
 TUNER_CLASS_NAMES = ("LibTuner", "Autotuner")
@@ -158,6 +158,7 @@ class CacheOverlay:
         self.stored = False  # the tuner wrote a config this call (it tuned)
         self.injected: Any = None  # the key answered from the records this call
         self.seen: Dict[Any, Any] = {}  # key -> config object last recorded
+        self.noted: Any = None  # (timing, key, config) last noted for a row
         self.binding: Any = None  # the tuner's _Binding, set by the session
 
     def begin(self) -> None:
@@ -230,6 +231,11 @@ class _Binding:
 
 
 # ---- the session ----------------------------------------------------------------
+
+
+def _current_row(config) -> Any:
+    context = config.stash.get(ROW_CONTEXT, None)
+    return context.current() if context is not None else None
 
 
 def _row_key(row: Any) -> Tuple[Any, ...]:
@@ -341,15 +347,26 @@ class AutotuneSession:
         return ret
 
     def _note_row_config(self, tuner: Any, overlay: CacheOverlay, key: Any) -> None:
-        """Remember which config this key ran with for the row being timed."""
+        """Remember which config this key ran with for the row being timed (every
+        launch passes here: the same row, key and config as last time costs a compare)."""
         timing = self.current_row() if self.current_row is not None else None
         if timing is None:
             return
         config = getattr(tuner, "best_config", None)
         if config is None:
             config = overlay.seen.get(key)
-        if config is not None:
-            self.row_configs.setdefault(_row_key(timing.row), {})[(overlay.binding.kernel, key)] = config
+        last = overlay.noted
+        if config is None or (
+            last is not None and last[0] is timing and last[2] is config and last[1] == key
+        ):
+            return
+        overlay.noted = (timing, key, config)
+        self.row_configs.setdefault(_row_key(timing.row), {})[(overlay.binding.kernel, key)] = config
+
+    def forget_row_configs(self, _timing: Any = None) -> None:
+        """After each get_latency: what its rows' records did not take (an untimed call,
+        a row that raised) must not reach a later row with the same key."""
+        self.row_configs.clear()
 
     def row_fields(self, row: Any) -> Dict[str, Any]:
         """The row record's ``autotune``: ``{"<kernel> <key>": <config_id>}`` for each
@@ -556,7 +573,14 @@ class _Hooks:
     def pytest_sessionfinish(self) -> None:
         self.session.write_report()
 
-    def pytest_unconfigure(self) -> None:
+    def pytest_unconfigure(self, config) -> None:
+        for key, hook in (
+            (ROW_RECORD_FIELDS, self.session.row_fields),
+            (ROW_LISTENERS, self.session.forget_row_configs),
+        ):
+            hooks = config.stash.get(key, [])
+            if hook in hooks:
+                hooks.remove(hook)
         self.session.close()
 
 
@@ -576,7 +600,8 @@ def pytest_configure(config) -> None:
     session = AutotuneSession(settings)
     session.start()
     # The timer plugin may configure after this one: look its rows up at call time.
-    session.current_row = lambda: getattr(config.stash.get(ROW_CONTEXT, None), "current", lambda: None)()
+    session.current_row = functools.partial(_current_row, config)
     config.stash.setdefault(ROW_RECORD_FIELDS, []).append(session.row_fields)
+    config.stash.setdefault(ROW_LISTENERS, []).append(session.forget_row_configs)
     config.stash[SESSION] = session
     config.pluginmanager.register(_Hooks(session), "zlbench-autotune")

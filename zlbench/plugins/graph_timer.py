@@ -9,7 +9,9 @@ times in kernel mode. For one timing call:
 2. capture: a probe graph sizes the real one (``timing.plan_graph``), both captured
    under a throwaway RNG state so an aborted capture cannot leave the default CUDA
    generator in capturing state;
-3. replay: time each replay with CUDA events; reduce like triton (median by default).
+3. replay: time each replay with CUDA events; reduce like triton (median by default);
+4. placements: capture and replay again with the inputs moved to fresh copies, up to
+   ZL_GRAPH_PLACEMENTS times (``zlbench.plugins.placement``), the replays pooled.
 
 If any phase fails with an error that leaves the context alive (host synchronisation,
 RNG seeding, capture-illegal stream work), the capture is ended, the context checked,
@@ -231,18 +233,27 @@ def graph_bench(
             phase = "capture"
             graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none)
             phase = "replay"
-        times: List[float] = []
+        # Each placement gets at least MIN_REPLAYS: no more placements than the budget holds.
+        placements.limit(max(1, plan.replays // MIN_REPLAYS), "the replay budget")
         per_placement = replays_per_placement(plan.replays, placements.count, MIN_REPLAYS)
-        for index in range(placements.count):
-            if index:  # placement 0 is where the inputs are: the graph above
-                graph = None
-                if not move_inputs(placements, index):
-                    break
-                stream.wait_stream(torch.cuda.current_stream())  # the copies are made there
+        times = [t / plan.calls_per_graph for t in time_replays(torch, graph, per_placement, stream)]
+        timed_placements = 1
+        graph = None  # placement 0 (where the inputs are) is timed
+        for index in range(1, placements.count):
+            try:
                 phase = "capture"
-                graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none)
-                phase = "replay"
-            times += [t / plan.calls_per_graph for t in time_replays(torch, graph, per_placement, stream)]
+                times += replay_elsewhere(
+                    torch, fn, placements, index, plan.calls_per_graph, per_placement, stream, grad_to_none
+                )
+            except ContextNotClean:
+                raise
+            except Exception as exc:  # noqa: BLE001 - an extra placement failing costs only itself
+                torch.cuda.synchronize()  # a dead context raises here, handled below
+                placements.restore()
+                placements.fewer(f"placement {index + 1} failed: {type(exc).__name__}")
+                if isinstance(exc, torch.cuda.OutOfMemoryError):
+                    free_cached_memory(torch, collect=True)
+                break
             timed_placements = index + 1
     except ContextNotClean:
         raise
@@ -252,6 +263,7 @@ def graph_bench(
             torch.cuda.synchronize()
         except BaseException as sync_exc:  # the context died: report that, not the capture
             raise CaptureFailed(phase, sync_exc) from exc
+        placements.restore()  # the copies go before the cache is emptied
         if isinstance(exc, torch.cuda.OutOfMemoryError):
             free_cached_memory(torch, collect=True)
         raise CaptureFailed(phase, exc) from exc
@@ -263,22 +275,21 @@ def graph_bench(
         except Exception:  # a dead context was reported above
             pass
     if on_placed is not None:
-        on_placed(timed_placements, placements.why_single)
+        on_placed(timed_placements, placements.why_fewer)
     # Each replay is one sample of the per-call time, pooled over the placements: the
     # row's spread includes how much the inputs' addresses move it.
     return measured_from(times, quantiles, return_mode, "graph")._replace(placements=timed_placements)
 
 
-def move_inputs(placements: Placements, index: int) -> bool:
-    """Put the inputs at placement ``index``; False (and the originals back) when the
-    copies cannot be made, e.g. out of memory: the row keeps the placements it has."""
-    try:
-        placements.move(index)
-    except Exception as exc:  # noqa: BLE001 - any failure only ends the extra placements
-        placements.restore()
-        placements.why_single = f"moving the inputs failed: {type(exc).__name__}"
-        return False
-    return True
+def replay_elsewhere(
+    torch, fn: Callable, placements: Placements, index: int, calls: int, replays: int, stream, grad_to_none
+) -> List[float]:
+    """Per-call times of ``replays`` replays with the inputs at placement ``index``."""
+    placements.move(index)
+    stream.wait_stream(torch.cuda.current_stream())  # the copies are made there
+    graph = capture(torch, fn, calls, stream, grad_to_none)
+    # time_replays synchronises the stream: the copies outlive every replay that reads them.
+    return [t / calls for t in time_replays(torch, graph, replays, stream)]
 
 
 # --- the plugin ------------------------------------------------------------------------
@@ -342,10 +353,10 @@ class GraphTimer:
         self.recorder.finish(timing.row, measured, "graph")
         return measured.value
 
-    def note_placements(self, count: int, why_single: Optional[str]) -> None:
+    def note_placements(self, count: int, why_fewer: Optional[str]) -> None:
         self.placement_counts[count] = self.placement_counts.get(count, 0) + 1
-        if count < self.places and why_single:
-            self.fewer_placements[why_single] = self.fewer_placements.get(why_single, 0) + 1
+        if count < self.places and why_fewer:
+            self.fewer_placements[why_fewer] = self.fewer_placements.get(why_fewer, 0) + 1
 
     def counts(self) -> dict:
         rows_fallback = sum(1 for m in self.row_modes.values() if "direct" in m)

@@ -13,9 +13,10 @@ the kernel, not one process's addresses.
 
 Only tensors the function closes over are found (closure cells, ``functools.partial``
 arguments, and lists, tuples and dicts in them, a few levels deep), and only those that
-own their whole storage alone are moved: a view, a tensor sharing storage with another
-input, or anything autograd tracks (a backward row's saved tensors point at the old
-storage) keeps its place. Nothing here imports torch: the caller passes it.
+own their whole storage alone are moved: a view, or a tensor whose storage another
+tensor also uses (an input or anything else), keeps its place; if any input takes part in
+autograd (a backward row's saved tensors point at the old storage), none moves. Nothing
+here imports torch: the caller passes it.
 """
 
 from __future__ import annotations
@@ -59,8 +60,13 @@ def closure_tensors(fn: Callable, is_tensor: Callable[[Any], bool]) -> List[Any]
     return found
 
 
-def movable_inputs(tensors: List[Any], on_device: Callable[[Any], bool]) -> Tuple[List[Any], Optional[str]]:
-    """The tensors that may move, or ([], why none may)."""
+def movable_inputs(
+    tensors: List[Any], on_device: Callable[[Any], bool], storage_users: Optional[Callable[[Any], int]] = None
+) -> Tuple[List[Any], Optional[str]]:
+    """The tensors that may move, or ([], why none may). ``storage_users(tensor)``
+    counts the references to the tensor's storage (torch's ``_storage_Use_Count``: 2 for
+    a tensor alone, the tensor and the storage object asked), so that a view held outside
+    the closure keeps its base in place too."""
     if any(getattr(t, "requires_grad", False) or getattr(t, "grad_fn", None) is not None for t in tensors):
         return [], "an input takes part in autograd"
     owners: dict = {}
@@ -77,7 +83,8 @@ def movable_inputs(tensors: List[Any], on_device: Callable[[Any], bool]) -> Tupl
             continue  # shared storage: moving one would break the aliasing
         t = group[0]
         whole = t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size()
-        if whole and t._base is None and t.is_contiguous():
+        alone = storage_users is None or storage_users(t) <= 2
+        if whole and alone and t._base is None and t.is_contiguous():
             movable.append(t)
     if not movable:
         if not tensors:
@@ -110,20 +117,26 @@ class Placements:
     until ``restore``); ``restore()`` puts the original storage back, also after an error.
     """
 
-    def __init__(self, tensors: List[Any], count: int, why_single: Optional[str] = None):
+    def __init__(self, tensors: List[Any], count: int, why_fewer: Optional[str] = None):
         self.tensors = tensors
         self.count = count if tensors else 1
-        self.why_single = why_single
+        self.why_fewer = why_fewer  # why fewer placements than asked for, if so
         self.originals = [t.data for t in tensors]
         self.moved = [False] * len(tensors)
         self.copies: List[List[Any]] = []
 
     @classmethod
     def plan(cls, torch: Any, fn: Callable, wanted: int) -> "Placements":
+        """The placements for ``fn``'s inputs; never raises (one placement, and why)."""
         if wanted <= 1:
-            return cls([], 1, "one placement asked for")
-        found = closure_tensors(fn, torch.is_tensor)
-        tensors, why = movable_inputs(found, lambda t: t.device.type != "cpu")
+            return cls([], 1, None)
+        try:
+            found = closure_tensors(fn, torch.is_tensor)
+            use_count = getattr(torch._C, "_storage_Use_Count", None)
+            users = (lambda t: use_count(t.untyped_storage()._cdata)) if use_count else None
+            tensors, why = movable_inputs(found, lambda t: t.device.type != "cpu", users)
+        except Exception as exc:  # noqa: BLE001 - an odd object in the closure: time in place
+            return cls([], 1, f"finding the inputs failed: {type(exc).__name__}")
         if not tensors:
             return cls([], 1, why)
         size = sum(t.untyped_storage().nbytes() for t in tensors)
@@ -132,7 +145,16 @@ class Placements:
         except Exception:  # noqa: BLE001 - a backend without the query: trust the wanted count
             free = None
         count = placement_count(wanted, size, free)
-        return cls(tensors, count, None if count > 1 else "too little free memory for copies")
+        return cls(tensors, count, None if count == wanted else f"free memory holds {count - 1} copies")
+
+    def limit(self, most: int, why: str) -> None:
+        """At most ``most`` placements, for the reason given."""
+        if most < self.count:
+            self.count = most
+            self.why_fewer = why
+
+    def fewer(self, why: str) -> None:
+        self.why_fewer = why
 
     def move(self, index: int) -> None:
         if index == 0:
