@@ -112,7 +112,7 @@ def test_worker_and_fresh_leave_the_same_run_dir(tmp_path):
         data["plugins"]["direct_timer"].pop("stops")
         for where in (data, data["plugins"]["direct_timer"]):
             where["device_state"].pop("rows_throttled")
-            where["device_state"].pop("highest_host_speed", None)  # the core's speed
+            where["device_state"].pop("median_host_speed", None)  # the core's speed
     assert ident["worker"] == ident["fresh"]
     assert ident["worker"]["status"] == "ok" and ident["worker"]["pytest_plugins"]["autoload"] is False
     # The same lines in run.log, numbers aside (timings, times, pids), and aside from

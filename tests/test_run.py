@@ -64,11 +64,14 @@ def test_sample_run_records_identity_and_completes(tmp_path):
 def test_cpu_rows_that_allocate_are_not_timed_with_page_faults(tmp_path):
     # The sample's gems add allocates two 2 MiB halves a call; with glibc's adaptive
     # thresholds they went back to the kernel and faulted in again (992 faults a call,
-    # 5x the time). ZL_CPU_KEEP_MEMORY (on by default) keeps them in the process.
-    proc = zlbench("run", "--op", "add", "--dtypes", "float16", "--out", tmp_path, check=True)
-    run_dir = Path(_last_line(proc.stdout))
+    # 5x the time). ZL_CPU_KEEP_MEMORY (on by default) keeps them in the process, also
+    # in a process the warm worker forks (the batch's default), whose malloc it set up.
+    zlbench("batch", "--ops", "add", "--dtypes", "float16", "--out", tmp_path / "b",
+            "--progress", "off", check=True)
+    run_dir = tmp_path / "b" / "add"
     ident = json.loads((run_dir / "run_identity.json").read_text())
     assert ident["knobs"]["ZL_CPU_KEEP_MEMORY"] is True
+    assert ident["plugins"]["direct_timer"]["keep_freed_memory"] is True
     records = [json.loads(line) for line in (run_dir / "row_stats.jsonl").read_text().splitlines()]
     assert len(records) == 6
     for rec in records:

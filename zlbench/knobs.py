@@ -305,9 +305,9 @@ KNOBS: List[Knob] = [
         _bool,
         True,
         "cpu backend: 1 (default) keeps the memory the benchmark process frees for its next "
-        "allocation (glibc's MALLOC_MMAP_THRESHOLD_ 32 MiB, MALLOC_TRIM_THRESHOLD_ 4 GiB), so a "
-        "row that allocates is not timed with the page faults of memory handed back and "
-        "taken again; 0 leaves glibc's adaptive thresholds.",
+        "allocation (glibc's mmap threshold fixed at 32 MiB, trim threshold at 1 GiB, by "
+        "mallopt), so a row that allocates is not timed with the page faults of memory "
+        "handed back and taken again; 0 leaves glibc's adaptive thresholds.",
     ),
     Knob(
         "enable_cudagraph",

@@ -7,6 +7,7 @@ the numbers move by tens of percent between identical runs. Freed memory stays i
 process (ZL_CPU_KEEP_MEMORY), and host samples read the core's speed (``host_speed``).
 """
 
+import ctypes
 import os
 import resource
 import time
@@ -18,21 +19,36 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 # glibc gives large freed blocks back to the kernel (mmap'd ones at once, the heap's top
 # beyond an adaptive trim threshold), and the next call faults the pages in again: on
 # this project's 2-core machine the sample's add (torch.sub(a, b.neg()) over 1024x1024
-# halves) ran 992 page faults a call and 1.4-2.0 ms in some processes, 0 and 0.39-0.41 ms
-# in others. Fixed thresholds keep the blocks in the process (32 MiB is the largest mmap
-# threshold glibc takes; larger blocks are still mapped per call).
-KEEP_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
+# halves) ran 992 page faults a call and 1.4-2.0 ms, against 0 and 0.39-0.41 ms with the
+# blocks kept. Fixed thresholds keep them in the process (32 MiB is the largest mmap
+# threshold glibc takes; larger blocks are still mapped per call). Set with mallopt in
+# the benchmark process itself: environment variables would not reach a process the
+# warm worker forks, whose malloc was set up before.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+KEEP_MMAP_THRESHOLD = 32 << 20
+KEEP_TRIM_THRESHOLD = 1 << 30
+
+
+def keep_freed_memory() -> bool:
+    """Fix glibc's malloc thresholds in this process; False where there is no glibc
+    ``mallopt`` (musl, macOS) or it refused."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(M_MMAP_THRESHOLD, KEEP_MMAP_THRESHOLD)) and bool(
+        mallopt(M_TRIM_THRESHOLD, KEEP_TRIM_THRESHOLD)
+    )
 
 
 def benchmark_env(knob_values: Mapping[str, object]) -> Dict[str, str]:
     """The thread variables of the benchmark process (the timer plugin also calls
-    torch.set_num_threads(ZL_CPU_THREADS) there) and, with ZL_CPU_KEEP_MEMORY, glibc's
-    malloc thresholds."""
+    torch.set_num_threads(ZL_CPU_THREADS) there) and ZL_CPU_KEEP_MEMORY (the timer plugin
+    calls keep_freed_memory there)."""
     n = str(knob_values.get("cpu_threads") or 1)
-    env = {"ZL_CPU_THREADS": n, **{key: n for key in THREAD_VARIABLES}}
-    if knob_values.get("cpu_keep_memory", True):
-        env.update(KEEP_MEMORY_ENV)
-    return env
+    keep = "1" if knob_values.get("cpu_keep_memory", True) else "0"
+    return {"ZL_CPU_THREADS": n, "ZL_CPU_KEEP_MEMORY": keep, **{key: n for key in THREAD_VARIABLES}}
 
 
 REFERENCE_LOOP = 20_000  # iterations of the speed probe: about 1 ms on a 2020s core

@@ -263,7 +263,8 @@ class RowRecorder:
         self.profiler_activity = self.backend.profiler_activity if self.backend is not None else None
         self._state = None
         self.reference_mhz: Optional[float] = None
-        self.reference_speed: Optional[float] = None  # cpu: the fastest host_speed read
+        self.reference_speed: Optional[float] = None  # cpu: the median host_speed read
+        self.speeds: List[float] = []
         self.before: Optional[dict] = None
         self.rows_throttled = 0
         self.records = 0
@@ -306,7 +307,8 @@ class RowRecorder:
             self.reference_mhz = max([self.reference_mhz or 0, *clocks])
         speeds = [v for v in (before.get("host_speed"), after.get("host_speed")) if v]
         if speeds:
-            self.reference_speed = max([self.reference_speed or 0, *speeds])
+            self.speeds += speeds
+            self.reference_speed = statistics.median(self.speeds)
         why = throttle_reason(before, after, self.reference_mhz, self.reference_speed)
         if why:
             self.rows_throttled += 1
@@ -369,7 +371,7 @@ class RowRecorder:
         if self.reference_mhz:
             data["highest_sm_mhz"] = self.reference_mhz
         if self.reference_speed:
-            data["highest_host_speed"] = self.reference_speed
+            data["median_host_speed"] = self.reference_speed
         return data
 
 
@@ -382,6 +384,16 @@ def pin_host_threads() -> Optional[int]:
 
     torch.set_num_threads(knobs.env_value("cpu_threads"))
     return torch.get_num_threads()
+
+
+def keep_host_memory() -> Optional[bool]:
+    """Fix glibc's malloc thresholds where the backend asks (cpu sets ZL_CPU_KEEP_MEMORY;
+    elsewhere it is absent): whether they were set, or None when not asked."""
+    if not os.environ.get(knobs.BY_NAME["cpu_keep_memory"].env) or not knobs.env_value("cpu_keep_memory"):
+        return None
+    from zlbench.backends.cpu import keep_freed_memory
+
+    return keep_freed_memory()
 
 
 def make_replacement(session: "TimerSession") -> Callable[[Callable], Callable]:
@@ -450,6 +462,9 @@ class TimerSession:
         threads = pin_host_threads()
         if threads is not None:
             session.info["host_threads"] = threads
+        kept = keep_host_memory()
+        if kept is not None:
+            session.info["keep_freed_memory"] = kept
         config.stash[TIMER_SESSION] = session
         config.stash[ROW_CONTEXT] = session.row_context
         config.pluginmanager.register(session, f"zlbench-{plugin}")
