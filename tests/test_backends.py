@@ -101,3 +101,18 @@ def test_an_explicit_device_on_a_host_without_the_vendor_is_refused(name, monkey
         b.devices({}, ["0"], probed=[])
     monkeypatch.setattr(base.Backend, "nodes_present", lambda self: True)
     assert [d.visible for d in b.devices({}, ["0"], probed=[])] == ["0"]
+
+
+def test_keep_memory_is_applied_here_and_said_where_it_cannot_be(monkeypatch, capsys):
+    from zlbench.backends import cpu
+    from zlbench.plugins.direct_timer import keep_host_memory
+
+    monkeypatch.delenv("ZL_CPU_KEEP_MEMORY", raising=False)
+    assert keep_host_memory() is None                      # not a cpu run: nothing asked
+    monkeypatch.setenv("ZL_CPU_KEEP_MEMORY", "0")
+    assert keep_host_memory() is None
+    monkeypatch.setenv("ZL_CPU_KEEP_MEMORY", "1")
+    assert keep_host_memory() is True                      # glibc here (Debian)
+    monkeypatch.setattr(cpu, "keep_freed_memory", lambda: False)
+    assert keep_host_memory() is False
+    assert "ZL_CPU_KEEP_MEMORY=1 not applied" in capsys.readouterr().out

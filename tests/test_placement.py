@@ -168,3 +168,25 @@ def test_a_tensor_that_refuses_its_copy_leaves_the_others_restored():
     assert x.data_ptr() != ptrs[0]  # x moved before y refused
     places.restore()
     assert (x.data_ptr(), y.data_ptr()) == ptrs
+
+
+def test_fewer_placements_are_said_in_run_log_once_per_reason(monkeypatch, capsys):
+    from zlbench.plugins.direct_timer import DirectSettings, RowRecorder
+    from zlbench.plugins.graph_timer import GraphTimer
+    from zlbench.plugins.row_context import RowContext
+
+    monkeypatch.setenv("ZL_GRAPH_PLACEMENTS", "8")
+    timer = GraphTimer(DirectSettings("kernels", 1, 0.005), RowRecorder(None), RowContext())
+    for count, why in ((8, None), (1, "an input takes part in autograd"), (1, "an input takes part in autograd"),
+                       (3, "placement 4 failed: OutOfMemoryError")):
+        timer.note_placements(count, why)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("zlbench graph timer:")]
+    assert lines == [
+        "zlbench graph timer: timed over fewer input placements than ZL_GRAPH_PLACEMENTS=8: "
+        "an input takes part in autograd (counts in plugins/graph_timer.json)",
+        "zlbench graph timer: timed over fewer input placements than ZL_GRAPH_PLACEMENTS=8: "
+        "placement 4 failed: OutOfMemoryError (counts in plugins/graph_timer.json)",
+    ]
+    counts = timer.counts()
+    assert counts["timings_per_placements"] == {"1": 2, "3": 1, "8": 1}
+    assert counts["timings_fewer_placements"] == 3 and counts["placements_wanted"] == 8

@@ -393,7 +393,10 @@ def keep_host_memory() -> Optional[bool]:
         return None
     from zlbench.backends.cpu import keep_freed_memory
 
-    return keep_freed_memory()
+    kept = keep_freed_memory()
+    if not kept:
+        print_line("zlbench cpu: ZL_CPU_KEEP_MEMORY=1 not applied (no glibc mallopt here)")
+    return kept
 
 
 def make_replacement(session: "TimerSession") -> Callable[[Callable], Callable]:

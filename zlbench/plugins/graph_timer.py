@@ -356,6 +356,11 @@ class GraphTimer:
     def note_placements(self, count: int, why_fewer: Optional[str]) -> None:
         self.placement_counts[count] = self.placement_counts.get(count, 0) + 1
         if count < self.places and why_fewer:
+            if why_fewer not in self.fewer_placements:  # run.log says each reason once
+                print_line(
+                    f"zlbench graph timer: timed over fewer input placements than "
+                    f"ZL_GRAPH_PLACEMENTS={self.places}: {why_fewer} (counts in plugins/{PLUGIN}.json)"
+                )
             self.fewer_placements[why_fewer] = self.fewer_placements.get(why_fewer, 0) + 1
 
     def counts(self) -> dict:
@@ -372,6 +377,7 @@ class GraphTimer:
             "fallbacks": self.fallbacks,
             "placements_wanted": self.places,
             "timings_per_placements": {str(k): v for k, v in sorted(self.placement_counts.items())},
+            "timings_fewer_placements": sum(self.fewer_placements.values()),
             "fewer_placements": dict(self.fewer_placements),
         }
 
