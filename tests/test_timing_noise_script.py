@@ -51,7 +51,7 @@ def test_the_script_measures_both_batches_and_prints_the_table(noise):
     assert [b["label"] for b in data["batches"]] == ["a1", "a2", "slow"]
     direct = data["table"]["direct"]
     assert direct["n"] == data["aa"]["rows_paired"] == 6 and data["aa"]["unpaired"] == 0
-    assert "| 6 | direct |" in stdout and "3.4% / 10.4% / 60.0%" in stdout
+    assert "| 6 | direct |" in stdout and "45% median, 488% p95" in stdout
     assert sum(data["aa"]["verdicts"].values()) == 6
     # Every row carried its spread, so no verdict is UNKNOWN.
     assert "UNKNOWN" not in data["aa"]["verdicts"]
