@@ -316,3 +316,19 @@ def test_a_library_that_fails_to_import_fails_its_runs_prestarted_or_not(tmp_pat
     run_log = (out / second / "run.log").read_text()
     assert "failed: {'flag_gems': 'ImportError: stand-in library is broken'}" in run_log
     assert run_log.count("stand-in library is broken") >= 2
+
+
+def test_a_spare_that_exited_before_its_attempt_is_not_used_and_says_so(capfd):
+    # The attempt then forks plainly; the worker log must say why the spare was passed over.
+    from zlbench.run.worker import Spare
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    read_fd, write_fd = os.pipe()
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # exited, left for hand() to reap
+    try:
+        assert Spare(pid, write_fd).hand({"cmd": "attempt"}) is None
+    finally:
+        os.close(read_fd)
+    assert f"zlbench worker: spare {pid} not used: it had exited" in capfd.readouterr().err

@@ -300,17 +300,20 @@ class Spare:
         return self.reaped
 
     def hand(self, msg: dict) -> Optional[int]:
-        """Give it the attempt; None (and it is discarded) when it cannot take it."""
+        """Give it the attempt; None (and it is discarded, the worker log says why) when
+        it cannot take it: the attempt then forks plainly."""
         fd, self.request_fd = self.request_fd, -1
         if not self._exited():
             try:
                 with os.fdopen(fd, "w") as pipe:
                     pipe.write(json.dumps(msg) + "\n")
                 return self.pid
-            except OSError:
-                pass
+            except OSError as e:
+                why = f"the request could not be written ({e})"
         else:
             os.close(fd)
+            why = "it had exited"
+        print(f"zlbench worker: spare {self.pid} not used: {why}", file=sys.stderr, flush=True)
         self.discard()
         return None
 
