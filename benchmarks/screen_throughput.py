@@ -1,46 +1,37 @@
-"""Where a screen's night goes, in worker mode and in fresh mode, side by side.
+"""Where a night at real settings goes: a stratified sample of the corpus, measured as a
+nightly screen measures it, projected onto the whole corpus.
 
-On one GPU with a FlagGems checkout (FLAGGEMS_DIR), in one call:
+The sample: the KINDS largest kinds of FlagGems' conf/operators.yaml (an operator's
+first kind), and in each the PER_KIND operators of the corpus with the smallest SHA-1 of
+their name: the same list every time, heavy families included. Each operator runs with
+its own dtypes and the corpus' core shapes, zlbench's defaults otherwise.
 
-  warm     (--warm) a worker-mode batch over the operators first, so that both measured
-           passes find the Triton and FlagGems caches warm;
-  fresh    `zlbench batch --run-mode fresh`: a new `zlbench run` process per operator;
-  worker   `zlbench batch --run-mode worker`: one warm worker forks each operator.
+Passes (``--passes``, in this order, each a batch dir under --out):
+  warm     a batch that fills the kernel and tuner caches (cold: its walls are not used)
+  a, b     two batches of the same build: the measured figures, and their A/A
+  kernel   FlagGems' own kernel mode, plain ``pytest -m OP --level core --mode kernel``
+           per operator, for the first --kernel-ops operators of the sample
+  report   the figures from whatever passes exist under --out
 
-Without --warm, kernels missing from the caches compile in the fresh pass. That makes
-the fresh pass longer but changes neither figure: compiling happens inside the pytest
-session (it is not fixed cost), and both passes measure after their warm-up with the
-tuned configs the first pass stored.
+Figures: per operator its wall, phases (ops_status.csv), timings, replay budget (timings
+x the caller's rep) and measure efficiency (the measure phase over the budget of the
+timings inside it; the timer's own steps from row_stats.jsonl's cost_ms, the benchmark's
+work between timings from gap_ms); the projected wall of the whole corpus on one device
+(per kind: the kind's mean x its operators; kinds outside the sample at the sample's
+mean); the A/A of a and b (median |gain|, rows SAME, the others and their markers); the
+ratio of FlagGems' kernel-mode wall to zlbench's per operator.
 
-It prints, from the batches' own records (ops_status.csv columns from the RUN_PHASE
-markers, run.log tables):
-
-  - the median fixed cost per operator in each mode: the attempt's wall time minus the
-    pytest session body (goal in worker mode: <= 2 s; about 8.5 s fresh on an H200);
-  - the A/A gap between the modes on graph-timed rows: the median |gain| of FlagGems'
-    latency, worker over fresh, rows a failed capture moved to the direct timer left out
-    (goal: <= 0.3%: the numbers did not change);
-  - the projected wall time of the whole corpus on one GPU in worker mode, two ways:
-    from a reference per-operator time of a fresh screen (--reference-s-per-op, default
-    14.9 s: 4.4 h for 1,060 operators with warm caches on an H200, minus the fresh fixed
-    cost measured here, plus the worker one), and from this sample's own mean.
-
-Operators: the first --count (default 20) of a list of cheap pointwise, reduction and
-normalisation operators that the corpus has, at float16, on a small shape file (two
-shapes per operator) so that the passes fit in about 7 minutes; --upstream-shapes
-uses the corpus' own core shapes instead.
-
-Usage (H200):
-  python benchmarks/screen_throughput.py --flaggems-dir $FLAGGEMS_DIR --device 0 \\
-      --out /tmp/screen-throughput [--count 20] [--warm] [--json result.json]
-On CPU (a smoke run over the bundled sample): --backend cpu --ops abs,add.
-Exit status 0 when both goals were met (the gap only where graph-timed rows exist).
+Usage (H200, FlagGems checkout in FLAGGEMS_DIR):
+  python benchmarks/screen_throughput.py --out /tmp/st --passes warm,kernel
+  python benchmarks/screen_throughput.py --out /tmp/st --passes a,b,report --json st.json
+On CPU (the bundled sample corpus, a smoke run): --backend cpu --ops abs,add --passes a,b,report
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
 import statistics
@@ -50,20 +41,11 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-CANDIDATES = ("abs", "neg", "exp", "log", "sin", "cos", "relu", "sigmoid", "tanh", "gelu",
-              "silu", "rsqrt", "reciprocal", "sqrt", "add", "sub", "mul", "div", "maximum",
-              "minimum", "sum", "mean", "amax", "softmax", "log_softmax", "layer_norm",
-              "rms_norm", "clamp", "where", "bitwise_not")
-SMALL_SHAPES = """\
-# screen_throughput.py: two small shapes per operator keep the passes short.
-Benchmark:
-  shapes: [[1024, 1024], [4096, 4096]]
-  shape_desc: "M, N"
-"""
-OVERHEAD_GOAL_S = 2.0
-GAP_GOAL = 0.003
-# 4.4 h for the 1,060 operators of FlagGems HEAD, warm caches, fresh processes, one H200.
-REFERENCE_S_PER_OP = 4.4 * 3600 / 1060
+KINDS = 6
+PER_KIND = 4
+REP_MS = 100.0  # FlagGems' DEFAULT_ITER_TIME, the caller's rep for each timing
+GOALS = {"efficiency": 1.2, "pointwise_wall_s": 6.0, "corpus_h": 1.5, "vs_kernel": 4.0,
+         "aa_median_pct": 0.05, "aa_same_share": 0.98}
 
 
 def corpus_operators(args) -> List[str]:
@@ -76,50 +58,195 @@ def corpus_operators(args) -> List[str]:
     return providers.make_provider(settings).operators()
 
 
-def batch(args, ops: List[str], out: Path, mode: str, shape_file: Optional[Path]) -> Dict[str, object]:
-    cmd = [sys.executable, "-m", "zlbench", "batch", "--backend", args.backend,
-           "--devices", args.device, "--ops", ",".join(ops), "--dtypes", args.dtypes,
-           "--run-mode", mode, "--progress", "plain", "--dismiss", "none", "--out", str(out),
-           "--timeout", str(args.timeout), "--retries", "0", "--fallback-dtypes", "none"]
-    if args.flaggems_dir:
-        cmd += ["--flaggems-dir", args.flaggems_dir]
-    if shape_file is not None:
-        cmd += ["--shape-file", str(shape_file)]
-    print(f"== {out.name}: {len(ops)} operators, --run-mode {mode}", flush=True)
-    started = time.monotonic()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    wall = time.monotonic() - started
-    (out / "screen_throughput.log").parent.mkdir(parents=True, exist_ok=True)
-    (out / "screen_throughput.log").write_text(proc.stdout)
-    print("\n".join(proc.stdout.splitlines()[-8:]), flush=True)
-    with open(out / "ops_status.csv", newline="") as f:
-        rows = {r["operator"]: r for r in csv.DictReader(f)}
-    return {"wall_s": wall, "rows": rows, "exit": proc.returncode}
+def operator_kinds(flaggems_dir: Optional[str]) -> Dict[str, dict]:
+    """{op: {"kind", "pointwise"}} from conf/operators.yaml, or {} without one."""
+    import yaml
 
-
-def _floats(rows, column: str, ops=None) -> List[float]:
-    out = []
-    for op, row in rows.items():
-        if ops is not None and op not in ops:
-            continue
-        try:
-            out.append(float(row.get(column) or ""))
-        except ValueError:
-            pass
+    path = Path(flaggems_dir or "") / "conf" / "operators.yaml"
+    if not flaggems_dir or not path.is_file():
+        return {}
+    out = {}
+    for entry in (yaml.safe_load(path.read_text()) or {}).get("ops") or []:
+        kinds = entry.get("kind") or []
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if entry.get("id") and kinds:
+            out[entry["id"]] = {"kind": kinds[0], "pointwise": "pointwise" in (entry.get("labels") or [])}
     return out
 
 
-def aa_gap(fresh_dir: Path, worker_dir: Path) -> Dict[str, object]:
-    """Median |gain| of worker over fresh on rows both timed by CUDA-graph replay."""
-    from zlbench.summary.ab import pair_runs
+def stable_hash(name: str) -> str:
+    return hashlib.sha1(name.encode()).hexdigest()
 
-    result = pair_runs(fresh_dir, worker_dir)
-    graph = [p for p in result.pairs if not p.fallback and p.a.timer == "graph" and p.b.timer == "graph"]
-    gains = sorted(abs(p.gain) for p in graph)
-    return {"pairs": len(result.pairs), "graph_pairs": len(graph),
-            "median_abs_gain": statistics.median(gains) if gains else None,
-            "p95_abs_gain": gains[int(0.95 * (len(gains) - 1))] if gains else None,
-            "max_abs_gain": gains[-1] if gains else None}
+
+def sample(corpus: List[str], kinds: Dict[str, dict], n_kinds: int, per_kind: int) -> List[str]:
+    by_kind: Dict[str, List[str]] = {}
+    for op in corpus:
+        if op in kinds:
+            by_kind.setdefault(kinds[op]["kind"], []).append(op)
+    largest = sorted(by_kind, key=lambda k: (-len(by_kind[k]), k))[:n_kinds]
+    return [op for k in largest for op in sorted(by_kind[k], key=stable_hash)[:per_kind]]
+
+
+def run_batch(args, ops: List[str], out: Path, timeout: float) -> None:
+    cmd = [sys.executable, "-m", "zlbench", "batch", "--backend", args.backend, "--devices", args.device,
+           "--ops", ",".join(ops), "--progress", "plain", "--dismiss", "none", "--out", str(out),
+           "--timeout", str(timeout), "--retries", "0", "--fallback-dtypes", "none"]
+    if args.flaggems_dir:
+        cmd += ["--flaggems-dir", args.flaggems_dir]
+    print(f"== {out.name}: {len(ops)} operators", flush=True)
+    started = time.monotonic()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "screen_throughput.log").write_text(proc.stdout)
+    print(f"   {time.monotonic() - started:.0f} s, exit {proc.returncode}", flush=True)
+
+
+def run_kernel_mode(args, ops: List[str], out: Path) -> None:
+    """FlagGems' own kernel mode, one plain pytest per operator, wall per operator."""
+    out.mkdir(parents=True, exist_ok=True)
+    from zlbench.corpus.resolve import resolve_node
+
+    walls = {}
+    for op in ops:
+        target = resolve_node(Path(args.flaggems_dir), op, None, None)
+        started = time.monotonic()
+        # As a user runs one operator: its benchmark file, its mark, FlagGems' defaults.
+        cmd = [sys.executable, "-m", "pytest", *target.pytest_args, "--level", "core", "--mode", "kernel",
+               "-s", "-q", "-p", "no:cacheprovider"]
+        try:
+            proc = subprocess.run(cmd, cwd=target.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, timeout=args.timeout)
+            code, text = proc.returncode, proc.stdout
+        except subprocess.TimeoutExpired as e:
+            code, text = "timeout", (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else ""
+        walls[op] = {"wall_s": round(time.monotonic() - started, 2), "exit": code,
+                     "rows": sum(1 for ln in text.splitlines() if ln.strip().startswith("SUCCESS"))}
+        (out / f"{op}.log").write_text(text)
+        print(f"   kernel mode {op}: {walls[op]}", flush=True)
+        (out / "kernel_mode.json").write_text(json.dumps(walls, indent=1) + "\n")
+
+
+def op_figures(batch: Path) -> Dict[str, dict]:
+    """Per operator of a batch dir: status, wall, phases, timings, budget, efficiency."""
+    from zlbench import rundir
+
+    path = batch / "ops_status.csv"
+    if not path.is_file():
+        return {}
+    with open(path, newline="") as f:
+        status = {r["operator"]: r for r in csv.DictReader(f)}
+    out = {}
+    for op, row in status.items():
+        records, _ = rundir.read_row_stats(batch / (row.get("run_dir") or op))
+        first_key = None
+        inside = []
+        for rec in records:
+            key = (rec.get("dtype"), rec.get("shape"))
+            first_key = first_key or key
+            if key != first_key:
+                inside.append(rec)  # the first row's timings count in first_call_s
+        rep = [float((r.get("cost_ms") or {}).get("rep_ms") or REP_MS) for r in inside]
+        budget_s = sum(rep) / 1e3
+        timer_s = sum(float((r.get("cost_ms") or {}).get("total") or 0) for r in inside) / 1e3
+        gap_s = sum(float(r.get("gap_ms") or 0) for r in inside) / 1e3
+
+        def num(column):
+            try:
+                return float(row.get(column) or "")
+            except ValueError:
+                return None
+
+        measure = num("measure_s")
+        out[op] = {"status": row.get("status"), "wall_s": num("duration_s"), "startup_s": num("startup_s"),
+                   "collect_s": num("collect_s"), "first_call_s": num("first_call_s"), "measure_s": measure,
+                   "overhead_s": num("overhead_s"), "timings": len(records), "budget_s": round(budget_s, 2),
+                   "timer_s": round(timer_s, 2), "gap_s": round(gap_s, 2),
+                   "efficiency": round(measure / budget_s, 2) if measure and budget_s else None}
+    return out
+
+
+def aa(a: Path, b: Path) -> dict:
+    from zlbench.summary.ab import autotune_changes, pair_runs
+
+    result = pair_runs(a, b)
+    gains = sorted(abs(p.gain) for p in result.pairs if p.gain is not None)
+    verdicts: Dict[str, int] = {}
+    others = []
+    for p in result.pairs:
+        verdict = p.verdict.status
+        verdicts[verdict] = verdicts.get(verdict, 0) + 1
+        if verdict != "SAME":
+            others.append({"row": " ".join(map(str, p.key)), "verdict": verdict,
+                           "gain_pct": None if p.gain is None else round(100 * p.gain, 3),
+                           "why": p.verdict.why, "fallback": p.fallback, "autotune": autotune_changes(p),
+                           "markers": sorted({m.name for m in p.a.markers + p.b.markers if m.name != "RUN_PHASE"})})
+    return {"pairs": len(result.pairs), "verdicts": verdicts,
+            "median_abs_gain_pct": round(100 * statistics.median(gains), 4) if gains else None,
+            "same_share": round(verdicts.get("SAME", 0) / len(result.pairs), 4) if result.pairs else None,
+            "not_same": others}
+
+
+def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> dict:
+    runs = {name: op_figures(args.out / name) for name in ("a", "b") if (args.out / name).is_dir()}
+    if not runs:
+        print("no measured pass (a or b) under --out", file=sys.stderr)
+        return {}
+    main_pass = runs.get("a") or runs["b"]
+    ok = [op for op in ops if all(r.get(op, {}).get("status") == "ok" for r in runs.values())]
+    walls = {op: statistics.mean(r[op]["wall_s"] for r in runs.values()) for op in ok}
+    effs = [main_pass[op]["efficiency"] for op in ok if main_pass[op]["efficiency"]]
+    pointwise = [walls[op] for op in ok if kinds.get(op, {}).get("pointwise")]
+    # Projection: per kind, the kind's mean wall x its operators; an operator that did not
+    # finish counts at its wall so far (its timeout at most), never as zero.
+    per_op = {op: main_pass.get(op, {}).get("wall_s") for op in ops}
+    sample_mean = statistics.mean(w for w in per_op.values() if w) if any(per_op.values()) else 0.0
+    counts: Dict[str, int] = {}
+    for op in corpus:
+        kind = kinds.get(op, {}).get("kind", "(no kind)")
+        counts[kind] = counts.get(kind, 0) + 1
+    kind_means = {}
+    for kind in counts:
+        ws = [per_op[op] for op in ops if kinds.get(op, {}).get("kind") == kind and per_op.get(op)]
+        kind_means[kind] = statistics.mean(ws) if ws else sample_mean
+    projected_h = sum(kind_means[k] * n for k, n in counts.items()) / 3600
+    kernel = {}
+    kpath = args.out / "kernel" / "kernel_mode.json"
+    if kpath.is_file():
+        kernel = json.loads(kpath.read_text())
+    ratios = {op: round(kernel[op]["wall_s"] / walls[op], 2) for op in kernel if op in walls}
+    figures = {
+        "sample": ops, "ok_in_every_pass": len(ok), "corpus_operators": len(corpus),
+        "per_operator": {op: {name: r.get(op) for name, r in runs.items()} for op in ops},
+        "measure_efficiency_median": statistics.median(effs) if effs else None,
+        "measure_efficiency_max": max(effs) if effs else None,
+        "pointwise_wall_median_s": statistics.median(pointwise) if pointwise else None,
+        "wall_median_s": statistics.median(walls.values()) if walls else None,
+        "projected_corpus_h": round(projected_h, 2),
+        "projected_by_kind_h": {k: round(kind_means[k] * n / 3600, 3) for k, n in sorted(counts.items())},
+        "kernel_mode": kernel, "kernel_over_zlbench": ratios,
+        "kernel_over_zlbench_median": statistics.median(ratios.values()) if ratios else None,
+    }
+    if "a" in runs and "b" in runs:
+        figures["aa"] = aa(args.out / "a", args.out / "b")
+    print(f"\n{'operator':<28} {'kind':<14} {'st':<7} {'wall':>6} {'first':>6} {'meas':>6} {'budget':>6} "
+          f"{'eff':>5} {'timer':>6} {'gap':>5}")
+    for op in ops:
+        f = main_pass.get(op) or {}
+        print(f"{op:<28} {kinds.get(op, {}).get('kind', '-'):<14} {str(f.get('status')):<7} "
+              + " ".join(f"{(f.get(k) if f.get(k) is not None else float('nan')):>{w}.{p}f}" for k, w, p in (
+                  ("wall_s", 6, 1), ("first_call_s", 6, 1), ("measure_s", 6, 1), ("budget_s", 6, 1),
+                  ("efficiency", 5, 2), ("timer_s", 6, 1), ("gap_s", 5, 1))))
+    for key in ("measure_efficiency_median", "measure_efficiency_max", "pointwise_wall_median_s", "wall_median_s",
+                "projected_corpus_h", "kernel_over_zlbench_median"):
+        print(f"{key:<32} {figures[key]}")
+    print(f"kernel mode / zlbench per operator: {ratios}")
+    if "aa" in figures:
+        print(f"A/A: {json.dumps({k: v for k, v in figures['aa'].items() if k != 'not_same'})}")
+        for row in figures["aa"]["not_same"]:
+            print(f"   not SAME: {row}")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
+    return figures
 
 
 def main() -> int:
@@ -127,83 +254,34 @@ def main() -> int:
     parser.add_argument("--flaggems-dir", default=os.environ.get("FLAGGEMS_DIR"))
     parser.add_argument("--backend", default="cuda")
     parser.add_argument("--device", default="0")
-    parser.add_argument("--ops", default=None, help="comma list (default: the cheap list, --count of them)")
-    parser.add_argument("--count", type=int, default=20)
-    parser.add_argument("--dtypes", default="float16")
-    parser.add_argument("--timeout", type=float, default=180.0, help="per operator and pass")
-    parser.add_argument("--upstream-shapes", action="store_true", help="the corpus' own core shapes")
-    parser.add_argument("--warm", action="store_true",
-                        help="a worker-mode pass first, to fill the kernel and tuner caches")
-    parser.add_argument("--reference-s-per-op", type=float, default=REFERENCE_S_PER_OP)
+    parser.add_argument("--ops", default=None, help="comma list instead of the stratified sample")
+    parser.add_argument("--kinds", type=int, default=KINDS)
+    parser.add_argument("--per-kind", type=int, default=PER_KIND)
+    parser.add_argument("--passes", default="warm,a,b,kernel,report")
+    parser.add_argument("--kernel-ops", type=int, default=6, help="operators FlagGems' kernel mode runs")
+    parser.add_argument("--timeout", type=float, default=120.0, help="per operator and pass")
     parser.add_argument("--out", type=Path, default=Path(f"runs/screen-throughput-{time.strftime('%Y%m%d-%H%M%S')}"))
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
     corpus = corpus_operators(args)
-    if args.ops:
-        ops = [o for o in args.ops.split(",") if o]
-    else:
-        ops = [o for o in CANDIDATES if o in corpus][:args.count]
+    kinds = operator_kinds(args.flaggems_dir)
+    ops = [o for o in args.ops.split(",") if o] if args.ops else sample(corpus, kinds, args.kinds, args.per_kind)
     missing = [o for o in ops if o not in corpus]
-    if missing:
-        print(f"not in the corpus: {', '.join(missing)}", file=sys.stderr)
+    if missing or not ops:
+        print(f"not in the corpus: {', '.join(missing)}" if missing else "empty sample (no operators.yaml?)",
+              file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    shape_file = None
-    if not args.upstream_shapes:
-        shape_file = args.out / "shapes.yaml"
-        shape_file.write_text(SMALL_SHAPES)
-    print(f"{len(ops)} operators ({', '.join(ops)}), {args.dtypes}, "
-          f"{'upstream' if args.upstream_shapes else 'small'} shapes; corpus has {len(corpus)}")
-
-    started = time.monotonic()
-    if args.warm:
-        batch(args, ops, args.out / "warm", "worker", shape_file)
-    fresh = batch(args, ops, args.out / "fresh", "fresh", shape_file)
-    worker = batch(args, ops, args.out / "worker", "worker", shape_file)
-
-    both_ok = [o for o in ops if fresh["rows"].get(o, {}).get("status") == "ok"
-               and worker["rows"].get(o, {}).get("status") == "ok"]
-    over_fresh = _floats(fresh["rows"], "overhead_s", both_ok)
-    over_worker = _floats(worker["rows"], "overhead_s", both_ok)
-    med_fresh = statistics.median(over_fresh) if over_fresh else None
-    med_worker = statistics.median(over_worker) if over_worker else None
-    gap = aa_gap(args.out / "fresh", args.out / "worker")
-    mean_worker = (statistics.mean(_floats(worker["rows"], "duration_s", both_ok))
-                   if both_ok else None)
-    per_op_ref = (args.reference_s_per_op - med_fresh + med_worker
-                  if med_fresh is not None and med_worker is not None else None)
-    figures = {
-        "operators": len(ops), "ok_in_both": len(both_ok), "corpus_operators": len(corpus),
-        "fresh_wall_s": round(fresh["wall_s"], 1), "worker_wall_s": round(worker["wall_s"], 1),
-        "median_fixed_cost_fresh_s": med_fresh, "median_fixed_cost_worker_s": med_worker,
-        "aa_graph_pairs": gap["graph_pairs"], "aa_median_abs_gain": gap["median_abs_gain"],
-        "aa_p95_abs_gain": gap["p95_abs_gain"], "aa_max_abs_gain": gap["max_abs_gain"],
-        "projected_corpus_h_from_reference": (round(len(corpus) * per_op_ref / 3600, 2)
-                                              if per_op_ref is not None else None),
-        "projected_corpus_h_from_sample": (round(len(corpus) * mean_worker / 3600, 2)
-                                           if mean_worker is not None else None),
-        "reference_s_per_op_fresh": round(args.reference_s_per_op, 2),
-        "script_wall_s": round(time.monotonic() - started, 1),
-    }
-    print()
-    for key, value in figures.items():
-        print(f"{key:<36} {round(value, 5) if isinstance(value, float) else value}")
-    overhead_met = med_worker is not None and med_worker <= OVERHEAD_GOAL_S
-    gap_met = gap["median_abs_gain"] is None or gap["median_abs_gain"] <= GAP_GOAL
-    print(f"goal: median fixed cost per operator in worker mode <= {OVERHEAD_GOAL_S:g} s: "
-          f"{'MET' if overhead_met else 'NOT MET'} ({med_worker} s; fresh {med_fresh} s)")
-    print(f"goal: A/A median |gain| worker vs fresh on graph-timed rows <= {100 * GAP_GOAL:g}%: "
-          + ("no graph-timed rows" if gap["median_abs_gain"] is None else
-             f"{'MET' if gap_met else 'NOT MET'} ({100 * gap['median_abs_gain']:.3f}% over "
-             f"{gap['graph_pairs']} rows)"))
-    print(f"projected wall time of the whole corpus ({len(corpus)} operators) on one device in "
-          f"worker mode: {figures['projected_corpus_h_from_reference']} h from the reference "
-          f"{args.reference_s_per_op:.1f} s/operator of a fresh screen; "
-          f"{figures['projected_corpus_h_from_sample']} h if every operator were like this sample")
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
-    return 0 if overhead_met and gap_met else 1
+    print(f"{len(ops)} operators: {', '.join(ops)}; corpus has {len(corpus)}", flush=True)
+    passes = [p for p in args.passes.split(",") if p]
+    for name in passes:
+        if name in ("warm", "a", "b"):
+            run_batch(args, ops, args.out / name, args.timeout)
+        elif name == "kernel":
+            run_kernel_mode(args, ops[: args.kernel_ops], args.out / "kernel")
+    figures = report(args, ops, corpus, kinds) if "report" in passes else {}
+    return 0 if figures or "report" not in passes else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""benchmarks/screen_throughput.py on CPU over the bundled sample: both modes side by
-side, the figures it prints and their agreement with the batches' own records."""
+"""benchmarks/screen_throughput.py: the stratified sample's rule, and a CPU smoke run over
+the bundled sample whose figures agree with the batches' own records."""
 
 import csv
+import importlib.util
 import json
 import os
 import subprocess
@@ -13,26 +14,50 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "screen_throughput.py"
 
 
+def _script():
+    spec = importlib.util.spec_from_file_location("screen_throughput", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_sample_is_the_smallest_hashes_of_the_largest_kinds_every_time(tmp_path):
+    st = _script()
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    ops = [{"id": f"m{i}", "kind": ["Math"], "labels": ["pointwise"]} for i in range(9)]
+    ops += [{"id": f"t{i}", "kind": ["Tensor"]} for i in range(5)]
+    ops += [{"id": "b0", "kind": "BLAS"}, {"id": "no_kind"}]
+    (conf / "operators.yaml").write_text(json.dumps({"ops": ops}))  # JSON is YAML
+    kinds = st.operator_kinds(str(tmp_path))
+    assert kinds["m0"] == {"kind": "Math", "pointwise": True} and kinds["b0"]["kind"] == "BLAS"
+    assert "no_kind" not in kinds
+    corpus = [o["id"] for o in ops] + ["unlisted"]
+    picked = st.sample(corpus, kinds, 2, 3)
+    assert len(picked) == 6 and {kinds[o]["kind"] for o in picked} == {"Math", "Tensor"}
+    maths = sorted((o for o in corpus if o.startswith("m")), key=st.stable_hash)[:3]
+    assert picked[:3] == maths  # the smallest SHA-1 names of the largest kind, in order
+    assert st.sample(list(reversed(corpus)), kinds, 2, 3) == picked  # the corpus' order does not matter
+
+
 @pytest.mark.slow
-def test_both_modes_side_by_side_with_fixed_costs_gap_and_projection(tmp_path):
+def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_path):
     env = {**os.environ}
     env.pop("FLAGGEMS_DIR", None)
     out = tmp_path / "st"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--ops", "abs,add",
-                           "--dtypes", "float32", "--out", str(out),
-                           "--json", str(tmp_path / "st.json")],
+                           "--passes", "a,b,report", "--out", str(out), "--json", str(tmp_path / "st.json")],
                           env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     figures = json.loads((tmp_path / "st.json").read_text())
-    assert figures["operators"] == figures["ok_in_both"] == 2, proc.stdout + proc.stderr
-    for mode in ("fresh", "worker"):
-        with open(out / mode / "ops_status.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
-        assert {r["run_mode"] for r in rows} == {mode}
-        costs = sorted(float(r["overhead_s"]) for r in rows)
-        assert figures[f"median_fixed_cost_{mode}_s"] == pytest.approx(sum(costs) / 2, abs=0.01)
-    # The warm worker saves the interpreter and torch start-up that fresh pays per operator.
-    assert figures["median_fixed_cost_worker_s"] < figures["median_fixed_cost_fresh_s"]
-    assert figures["aa_graph_pairs"] == 0 and figures["aa_median_abs_gain"] is None   # no graph timer on CPU
-    assert figures["corpus_operators"] == 11 and figures["projected_corpus_h_from_sample"] is not None
-    assert "goal: median fixed cost per operator in worker mode <= 2 s" in proc.stdout
-    assert "projected wall time of the whole corpus (11 operators)" in proc.stdout
+    assert figures["ok_in_every_pass"] == 2 and figures["corpus_operators"] == 11
+    with open(out / "a" / "ops_status.csv", newline="") as f:
+        status = {r["operator"]: r for r in csv.DictReader(f)}
+    for op in ("abs", "add"):
+        mine = figures["per_operator"][op]["a"]
+        assert mine["wall_s"] == pytest.approx(float(status[op]["duration_s"]))
+        records = (out / "a" / status[op]["run_dir"] / "row_stats.jsonl").read_text().splitlines()
+        assert mine["timings"] == len(records) and mine["budget_s"] > 0
+        assert mine["efficiency"] == pytest.approx(mine["measure_s"] / mine["budget_s"], abs=0.01)
+    assert figures["aa"]["pairs"] > 0 and figures["projected_corpus_h"] > 0
+    assert "measure_efficiency_median" in proc.stdout

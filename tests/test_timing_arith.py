@@ -172,3 +172,75 @@ def test_warmup_batch_size_aims_at_one_millisecond():
     assert timing.warmup_batch_size(0.001) == 1000
     assert timing.warmup_batch_size(0.25) == 4
     assert timing.warmup_batch_size(10.0) == 1
+
+
+# --- warm-up and replay rules (issue: a night at real settings) ------------------------
+
+
+def test_settle_ends_warmup_once_batches_agree_long_before_the_callers_budget():
+    rule = timing.WarmupRule("settle", 1000)
+    stable = [0.0102, 0.0100, 0.0101]
+    assert rule.verdict(stable, elapsed_ms=2) is None  # not yet WARMUP_MIN_MS
+    assert rule.verdict(stable, elapsed_ms=timing.WARMUP_MIN_MS) == "settled"
+    assert rule.verdict([0.02, 0.015, 0.0101], elapsed_ms=50) is None  # still drifting
+    assert rule.verdict([0.02, 0.015, 0.0101], elapsed_ms=1000) == "cap"  # the budget caps it
+
+
+def test_settle_waits_for_the_device_clock_and_asks_only_when_batches_agree():
+    asked = []
+
+    def ready():
+        asked.append(1)
+        return len(asked) > 2
+
+    rule = timing.WarmupRule("settle", 1000)
+    assert rule.verdict([0.03, 0.02, 0.01], 50, ready) is None and not asked
+    assert rule.verdict([0.01] * 3, 50, ready) is None
+    assert rule.verdict([0.01] * 4, 51, ready) is None
+    assert rule.verdict([0.01] * 5, 52, ready) == "settled" and len(asked) == 3
+
+
+def test_budget_rule_spends_the_callers_warmup_as_zlbench_did_before():
+    rule = timing.WarmupRule("budget", 1000)
+    assert rule.verdict([0.01] * 3, 900) is None
+    assert rule.verdict([0.01] * 3, 1000) == "settled"
+    assert rule.verdict([0.01] * timing.WARMUP_MAX_BATCHES, 300) == "max_batches"
+    assert rule.verdict([0.01, 0.02, 0.03], 4000) == "cap"
+    assert timing.warmup_settled([0.01] * 3, 1000, 1000) and not timing.warmup_settled([0.01] * 3, 10, 1000)
+
+
+def test_replay_rule_first_round_then_the_budget_only_when_not_pinned():
+    rule = timing.ReplayRule(0.005)
+    assert rule.first_round(100, 8) == timing.FIRST_ROUND_PER_PLACEMENT
+    assert rule.first_round(100, 1) == timing.FIRST_ROUND_SAMPLES  # one graph
+    assert rule.first_round(100, 2) == 10  # at least FIRST_ROUND_SAMPLES in all
+    assert rule.first_round(5, 1) == 5  # never more than the budget holds
+    assert rule.pinned(sorted([1.0, 1.001, 0.999] * 8))
+    assert not rule.pinned(sorted([1.0, 1.1, 0.9] * 8))
+    assert rule.second_round(100, 8, 3) == 13 - 3  # the budget split, less what was done
+    assert rule.second_round(10, 8, 5) == 0
+    off = timing.ReplayRule(0)
+    assert off.first_round(100, 8) == 13 and off.pinned([5.0, 1.0])
+
+
+def test_interleaving_needs_every_copy_in_l2_and_long_segments():
+    from zlbench.plugins.graph_timer import interleave
+    from zlbench.plugins.placement import Placements
+
+    class T:
+        def __init__(self, nbytes):
+            self.data = self
+            self._n = nbytes
+
+        def untyped_storage(self):
+            return self
+
+        def nbytes(self):
+            return self._n
+
+    small = Placements([T(8 << 10)], 8)
+    assert interleave(small, 650, 50 << 20)
+    assert not interleave(small, 40, 50 << 20)  # segments of 5 calls: too short
+    assert not interleave(small, 650, None)  # L2 unknown
+    assert not interleave(Placements([T(4 << 20)], 8), 650, 50 << 20)  # 32 MB of copies
+    assert not interleave(Placements([T(8 << 10)], 1), 650, 50 << 20)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import click
 
-from zlbench.timing import DEFAULT_NOISE_TARGET, DIRECT_MODES
+from zlbench.timing import DEFAULT_NOISE_TARGET, DIRECT_MODES, WARMUP_RULES
 
 from . import backends
 
@@ -74,6 +74,12 @@ def _percent(knob: "Knob", raw: str) -> float:
     if not 0 < value < 100:
         raise KnobError(knob, raw, "must be above 0 and below 100 (percent)")
     return value
+
+
+def _percent_or_off(knob: "Knob", raw: str) -> float:
+    if raw.strip() in ("0", "0.0", "off"):
+        return 0.0
+    return _percent(knob, raw)
 
 
 def _choice(choices: Tuple[str, ...]) -> Callable[["Knob", str], str]:
@@ -328,6 +334,28 @@ KNOBS: List[Knob] = [
         "Graph timer: time each row over N placements of its inputs in device memory "
         "(the inputs where they are, then moved copies), replays pooled, so that a row's "
         "number does not hang on one process's addresses (default 8; 1: where they are).",
+    ),
+    Knob(
+        "graph_noise",
+        "ZL_GRAPH_NOISE",
+        "--graph-noise",
+        DEFAULT_NOISE_TARGET * 100,
+        _percent_or_off,
+        True,
+        "Graph timer: after a first round of replays at every placement, stop once the pooled "
+        "median's 95% confidence half-width is within this many percent of it; otherwise fill "
+        "the caller's rep budget (default 0.5; 0: always fill it, as before this rule).",
+    ),
+    Knob(
+        "warmup_rule",
+        "ZL_WARMUP_RULE",
+        "--warmup-rule",
+        "settle",
+        _choice(WARMUP_RULES),
+        True,
+        "How long each timing warms up after its first call: 'settle' (default) until per-call "
+        "time stops drifting and the device is at its working clock, FlagGems' --warmup as the "
+        "cap; 'budget' FlagGems' --warmup at least (1,000 ms per timing).",
     ),
     Knob(
         "parallel_warmup_gpus",

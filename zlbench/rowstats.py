@@ -6,14 +6,17 @@ n-th record of a key going with the n-th printed row of that key. A line:
 
     {"op": "abs", "dtype": "torch.float16", "shape": "[torch.Size([64])]",
      "side": "gems", "timer": "graph", "median_ms": 0.0011, "samples": 200,
-     "spread": 0.0012, "stop": "graph", "device": {"before": {...}, "after": {...}},
+     "spread": 0.0012, "stop": "noise", "device": {"before": {...}, "after": {...}},
      "throttled": null}
 
 ``spread`` is the relative half-width of the median's 95% confidence interval
 (``zlbench.timing.relative_spread``); None where the timer had no samples of its own
 (do_bench mode). ``throttled`` names why the device was slow during the row, or null.
 Optional: ``clock`` (the direct timer's), ``placements`` (the graph timer's input
-placements), ``autotune`` (``{"<kernel> <key>": config}`` from the autotune plugin).
+placements), ``autotune`` (``{"<kernel> <key>": config}`` from the autotune plugin),
+``cost_ms`` (the graph timer's steps in ms and how they ended), ``gap_ms`` (the
+benchmark's own work since the previous timing). A graph row's ``stop`` is ``noise``
+(pinned after the first round of replays) or ``budget`` (the caller's rep filled).
 Nothing here imports torch.
 """
 

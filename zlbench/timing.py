@@ -139,6 +139,7 @@ class Measured(NamedTuple):
     spread: Optional[float]  # relative half-width of the median's 95% CI
     stop: str  # noise | time_cap | max_samples | graph | do_bench
     placements: int = 1  # graph timer: input placements its replays were pooled over
+    cost: Optional[dict] = None  # where the timing's own time went (ms per step, how it ended)
 
 
 def measured_from(times: Sequence[float], quantiles, return_mode: str, stop: str) -> Measured:
@@ -248,7 +249,7 @@ MAX_REPLAYS = 200
 TARGET_REPLAY_MS = 1.0  # one replay: long against event resolution, short in memory
 
 
-def plan_graph(per_call_ms: float, rep_ms: float) -> GraphPlan:
+def plan_graph(per_call_ms: float, rep_ms: float, replay_ms: float = TARGET_REPLAY_MS) -> GraphPlan:
     """How many calls to unroll into the graph and how many replays to time.
 
     A replay should last about a millisecond, so event resolution (~1 us) is noise while
@@ -257,28 +258,72 @@ def plan_graph(per_call_ms: float, rep_ms: float) -> GraphPlan:
     """
     per_call_ms = max(float(per_call_ms), 1e-6)
     rep_ms = max(float(rep_ms), 1e-3)
-    calls = int(min(MAX_CALLS_PER_GRAPH, max(1, round(TARGET_REPLAY_MS / per_call_ms))))
+    calls = int(min(MAX_CALLS_PER_GRAPH, max(1, round(replay_ms / per_call_ms))))
     replays = int(min(MAX_REPLAYS, max(MIN_REPLAYS, round(rep_ms / (calls * per_call_ms)))))
     return GraphPlan(calls, replays)
 
 
-# --- explicit warmup ------------------------------------------------------------------
+# --- warm-up: until it has done its job ------------------------------------------------
 
 WARMUP_WINDOW = 3  # consecutive batches that must agree
 WARMUP_TOLERANCE = 0.05  # relative spread allowed among them
 WARMUP_MAX_BATCHES = 200
+WARMUP_RULES = ("settle", "budget")
+# settle: eager calls for at least this long after the first call, even when the first
+# batches already agree (a clock ramping up moves the next batch, not the first three).
+WARMUP_MIN_MS = 10.0
+WARMUP_CAP_MS = 500.0  # budget: stop waiting for stable eager times after max(this, 4x)
 
 
-def warmup_settled(batch_ms_per_call: Sequence[float], elapsed_ms: float, warmup_ms: float) -> bool:
-    """Warmup may stop once the budget is spent and the last batches agree.
+class WarmupRule(NamedTuple):
+    """When a timer's warm-up (eager calls after the first, which compiles and tunes) ends.
 
-    The first call (JIT, autotuning) is excluded by the caller; what remains must show
-    that per-call time no longer drifts, so nothing left to compile or tune can leak
-    into the captured graph.
+    ``settle`` (the default): once the last WARMUP_WINDOW batches agree within
+    WARMUP_TOLERANCE, at least WARMUP_MIN_MS went by and the device is at its working
+    clock (where the backend reads clocks); the caller's ``warmup`` (FlagGems: 1,000 ms
+    per timing) is the cap, not the minimum. ``budget``: the caller's ``warmup`` at least,
+    then until the batches agree, capped at max(WARMUP_CAP_MS, 4x warmup): FlagGems' own
+    amount, as zlbench warmed before the settle rule.
     """
-    if len(batch_ms_per_call) >= WARMUP_MAX_BATCHES:
-        return True
-    if elapsed_ms < warmup_ms or len(batch_ms_per_call) < WARMUP_WINDOW:
+
+    rule: str
+    budget_ms: float
+
+    @property
+    def min_ms(self) -> float:
+        return min(WARMUP_MIN_MS, self.budget_ms) if self.rule == "settle" else self.budget_ms
+
+    @property
+    def cap_ms(self) -> float:
+        if self.rule == "settle":
+            return max(self.budget_ms, WARMUP_MIN_MS)
+        return max(WARMUP_CAP_MS, 4 * self.budget_ms)
+
+    def verdict(
+        self,
+        batch_ms_per_call: Sequence[float],
+        elapsed_ms: float,
+        device_ready: Optional[Callable[[], bool]] = None,
+    ) -> Optional[str]:
+        """None to go on, else why warm-up ended: "settled", "cap" or "max_batches".
+
+        ``device_ready`` is asked only once the batches agree (it may read the device's
+        clock, which costs a driver call); False goes on warming until the cap.
+        """
+        if len(batch_ms_per_call) >= WARMUP_MAX_BATCHES:
+            return "max_batches"
+        if elapsed_ms >= self.cap_ms:
+            return "cap"
+        if elapsed_ms < self.min_ms or not batches_agree(batch_ms_per_call):
+            return None
+        if device_ready is not None and not device_ready():
+            return None
+        return "settled"
+
+
+def batches_agree(batch_ms_per_call: Sequence[float]) -> bool:
+    """The last WARMUP_WINDOW batches' per-call times within WARMUP_TOLERANCE."""
+    if len(batch_ms_per_call) < WARMUP_WINDOW:
         return False
     last = batch_ms_per_call[-WARMUP_WINDOW:]
     mid = statistics.median(last)
@@ -287,10 +332,65 @@ def warmup_settled(batch_ms_per_call: Sequence[float], elapsed_ms: float, warmup
     return (max(last) - min(last)) / mid <= WARMUP_TOLERANCE
 
 
+def warmup_settled(batch_ms_per_call: Sequence[float], elapsed_ms: float, warmup_ms: float) -> bool:
+    """The ``budget`` rule without a device check: the budget spent and the last batches
+    agree (or WARMUP_MAX_BATCHES reached)."""
+    return WarmupRule("budget", warmup_ms).verdict(batch_ms_per_call, elapsed_ms) in (
+        "settled",
+        "max_batches",
+    )
+
+
 def warmup_batch_size(per_call_ms: float, batch_target_ms: float = 1.0) -> int:
     """Calls per timed warmup batch, so one batch lasts about ``batch_target_ms``."""
     per_call_ms = max(float(per_call_ms), 1e-6)
     return int(min(1000, max(1, round(batch_target_ms / per_call_ms))))
+
+
+# --- graph replays: until the pooled median is pinned -------------------------------------
+
+
+FIRST_ROUND_PER_PLACEMENT = 3  # replays of each placement's graph before the first look
+# ... and this many in all: the CI of a median over 10 samples is their whole range (one
+# slow replay fails it); over 20 it sits between the 5th and the 16th.
+FIRST_ROUND_SAMPLES = 20
+
+
+class ReplayRule(NamedTuple):
+    """How many replays the graph timer makes of each placement's graph.
+
+    A first round gives every placement FIRST_ROUND_PER_PLACEMENT replays
+    (FIRST_ROUND_SAMPLES at least in all); if the median pooled over them has a 95% CI half-width within
+    ``target`` of it, the row is done ("noise"). Otherwise a second round fills the
+    caller's ``rep`` budget, split over the placements as before ("budget"). ``target`` 0
+    skips the first round: every row fills the budget ("budget"), as zlbench timed before
+    the rule. ``graphs`` is the number of graphs replayed: one per placement, or one for
+    all when the placements are interleaved in one graph.
+    """
+
+    target: float  # relative CI half-width; 0: always fill the budget
+
+    def first_round(self, budget_replays: int, graphs: int) -> int:
+        """Replays per graph in the first round (the whole budget when target is 0)."""
+        budget = replays_per_placement(budget_replays, graphs, MIN_REPLAYS)
+        if self.target <= 0:
+            return budget
+        return min(budget, max(FIRST_ROUND_PER_PLACEMENT, -(-FIRST_ROUND_SAMPLES // max(1, graphs))))
+
+    def pinned(self, ordered: Sequence[float]) -> bool:
+        if self.target <= 0:
+            return True  # the first round was the budget
+        spread = relative_spread(ordered)
+        return spread is not None and spread <= self.target
+
+    def second_round(self, budget_replays: int, graphs: int, done_per_graph: int) -> int:
+        """Replays per graph still owed to the budget (0 when it is spent)."""
+        return max(0, replays_per_placement(budget_replays, graphs, MIN_REPLAYS) - done_per_graph)
+
+
+def replays_per_placement(replays: int, count: int, minimum: int) -> int:
+    """Split the timed replays over the placements, each with at least ``minimum``."""
+    return max(minimum, -(-replays // max(1, count)))
 
 
 # --- error classification -------------------------------------------------------------

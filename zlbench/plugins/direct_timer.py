@@ -19,6 +19,7 @@ import inspect
 import os
 import statistics
 import sys
+import time
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -31,9 +32,11 @@ from zlbench.plugins.keys import ROW_CONTEXT, ROW_LISTENERS, ROW_RECORD_FIELDS
 from zlbench.plugins.percall import NothingTraced, choose_clock, percall_bench
 from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
+    CLOCK_DROP,
     Measured,
     StopRule,
     TimedRow,
+    WarmupRule,
     cpu_share,
     footer_line,
     measured_from,
@@ -107,6 +110,7 @@ class DirectSettings(NamedTuple):
     mode: str  # kernels | percall | do_bench (ZL_DIRECT_TIMER)
     repeat: int  # do_bench mode: whole upstream calls per timing (ZL_DIRECT_REPEAT)
     noise: float  # kernels/percall: target relative CI half-width (ZL_DIRECT_NOISE)
+    warmup_rule: str = "settle"  # kernels/percall: ZL_WARMUP_RULE (timing.WarmupRule)
 
     @classmethod
     def from_env(cls, env=None) -> "DirectSettings":
@@ -115,6 +119,7 @@ class DirectSettings(NamedTuple):
             knobs.env_value("direct_timer", env),
             knobs.env_value("direct_repeat", env),
             knobs.env_value("direct_noise", env) / 100.0,
+            knobs.env_value("warmup_rule", env),
         )
 
 
@@ -189,8 +194,9 @@ class DirectTimer:
         return measured, clock.name, untraced
 
     def _bench(self, fn: Callable, clock: Any, opts: dict, rule: StopRule) -> Tuple[List[float], str]:
+        warmup = WarmupRule(self.settings.warmup_rule, float(opts.get("warmup", 25) or 25))
         return percall_bench(
-            fn, clock, float(opts.get("warmup", 25) or 25), rule, opts.get("grad_to_none"), self.recorder.warm
+            fn, clock, warmup, rule, opts.get("grad_to_none"), self.recorder.warm, self.recorder.device_ready
         )
 
     def _do_bench(self, original, fn, args, kwargs, opts) -> Measured:
@@ -268,6 +274,8 @@ class RowRecorder:
         self.before: Optional[dict] = None
         self.rows_throttled = 0
         self.records = 0
+        self.last_end: Optional[float] = None
+        self.gap_ms: Optional[float] = None
 
     @property
     def state(self):
@@ -288,10 +296,25 @@ class RowRecorder:
 
     def start(self) -> None:
         self.before = None
+        now = time.perf_counter()
+        # The benchmark's own work since the last timing ended (inputs, reference calls,
+        # its table): what a row costs beyond its timer, for the measure phase's account.
+        self.gap_ms = None if self.last_end is None else round((now - self.last_end) * 1e3, 3)
 
     def warm(self) -> None:
         if self.before is None:
             self.before = self._sample()
+
+    def device_ready(self) -> bool:
+        """For a timer's warm-up: is the device at its working clock? The SM clock within
+        CLOCK_DROP of the highest read in the run (True where clocks cannot be read, and
+        before any reference). A True answer's sample is the row's first."""
+        sample = self._sample()
+        mhz = sample.get("sm_mhz")
+        if mhz and self.reference_mhz and mhz < (1.0 - CLOCK_DROP) * self.reference_mhz:
+            return False
+        self.before = sample
+        return True
 
     def _sample(self) -> dict:
         try:
@@ -347,6 +370,10 @@ class RowRecorder:
             record["clock"] = clock
         if timer == "graph":
             record["placements"] = measured.placements
+        if measured.cost is not None:
+            record["cost_ms"] = measured.cost
+        if self.gap_ms is not None:
+            record["gap_ms"] = self.gap_ms
         for provide in self.field_providers:
             record.update(provide(row) or {})
         if before or after:
@@ -355,6 +382,7 @@ class RowRecorder:
         if root is not None:
             rowstats.append(root, record)
             self.records += 1
+        self.last_end = time.perf_counter()
 
     def report(self) -> dict:
         if self._state is None:

@@ -4,14 +4,17 @@ Loaded with ``-p zlbench.plugins.graph_timer`` on backends that can capture. It 
 ``triton.testing.do_bench`` (and ``zlbench.cpu_timer.do_bench``) for the rows FlagGems
 times in kernel mode. For one timing call:
 
-1. warmup: run ``fn`` eagerly on a side stream for at least ``warmup`` ms and until
-   per-call time stops drifting, so JIT and autotuning finish outside the graph;
+1. warmup: run ``fn`` eagerly on a side stream until per-call time stops drifting and
+   the device is at its working clock (ZL_WARMUP_RULE, ``timing.WarmupRule``; the
+   caller's ``warmup`` is the cap), so JIT and autotuning finish outside the graph;
 2. capture: a probe graph sizes the real one (``timing.plan_graph``), both captured
    under a throwaway RNG state so an aborted capture cannot leave the default CUDA
    generator in capturing state;
 3. replay: time each replay with CUDA events; reduce like triton (median by default);
 4. placements: capture and replay again with the inputs moved to fresh copies, up to
-   ZL_GRAPH_PLACEMENTS times (``zlbench.plugins.placement``), the replays pooled.
+   ZL_GRAPH_PLACEMENTS times (``zlbench.plugins.placement``), the replays pooled; a
+   first round of a few replays each, a second filling the caller's ``rep`` only when
+   the pooled median is not yet pinned to ZL_GRAPH_NOISE (``timing.ReplayRule``).
 
 If any phase fails with an error that leaves the context alive (host synchronisation,
 RNG seeding, capture-illegal stream work), the capture is ended, the context checked,
@@ -27,31 +30,36 @@ import statistics
 import time
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 
 from zlbench import knobs
 from zlbench.plugins import print_line
 from zlbench.plugins.direct_timer import DirectSettings, DirectTimer, RowRecorder, TimerSession, call_options
-from zlbench.plugins.placement import Placements, replays_per_placement
+from zlbench.plugins.placement import Placements
 from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
+    DEFAULT_NOISE_TARGET,
     MIN_REPLAYS,
+    TARGET_REPLAY_MS,
     Measured,
+    ReplayRule,
+    WarmupRule,
     clear_grads,
     fallback_decision,
     fallback_marker,
     measured_from,
     plan_graph,
     warmup_batch_size,
-    warmup_settled,
 )
 
 PLUGIN = "graph_timer"
 GRAPH_TARGETS = (("triton.testing", "do_bench"), ("zlbench.cpu_timer", "do_bench"))
-WARMUP_CAP_MS = 500.0  # stop waiting for stable eager times after this
 PROBE_TARGET_MS = 1.0  # the probe graph should last about this long
+LOW_MEMORY_SHARE = 0.25  # empty the allocator's cache before a capture below this much free
+L2_SHARE = 0.5  # interleave placements in one graph when all their copies fit in this much L2
+MIN_SEGMENT = 8  # ... and each placement's segment of the graph holds this many calls
 
 
 class CaptureFailed(Exception):
@@ -60,6 +68,15 @@ class CaptureFailed(Exception):
     def __init__(self, phase: str, error: BaseException):
         super().__init__(f"{phase}: {error}")
         self.phase = phase
+        self.error = error
+
+
+class PlacementFailed(Exception):
+    """Timing at a moved placement (``index``) failed with ``error``."""
+
+    def __init__(self, index: int, error: BaseException):
+        super().__init__(f"placement {index + 1}: {error}")
+        self.index = index
         self.error = error
 
 
@@ -106,13 +123,44 @@ def side_stream(torch):
     return _streams[device]
 
 
-def free_cached_memory(torch, collect: bool = False) -> None:
+def free_cached_memory(torch, collect: bool = False, when_short: bool = False) -> None:
     """What torch.cuda.graph does before each capture: give the graph's private pool
-    (and, after running out of memory, the direct timer) the memory caches hold."""
+    (and, after running out of memory, the direct timer) the memory caches hold.
+
+    ``when_short``: only when less than LOW_MEMORY_SHARE of the device is free. Emptying
+    the cache before every capture made every later allocation a new cudaMalloc (several
+    per placement), which cost more than the capture itself.
+    """
     if collect:  # buffers kept alive only by reference cycles
         gc.collect()
     torch.cuda.synchronize()
+    if when_short:
+        try:
+            free, total = torch.cuda.mem_get_info()
+            if free >= LOW_MEMORY_SHARE * total:
+                return
+        except Exception:  # noqa: BLE001 - no query: empty it, as torch.cuda.graph does
+            pass
     torch.cuda.empty_cache()
+
+
+def l2_bytes(torch) -> Optional[int]:
+    try:
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size) or None
+    except Exception:  # noqa: BLE001 - unknown: never interleave
+        return None
+
+
+def interleave(placements: Placements, calls_per_graph: int, l2: Optional[int]) -> bool:
+    """Time all placements in one graph (segments of consecutive calls at each) where that
+    measures what separate graphs would: every copy stays in L2 (so no segment starts
+    colder than a graph of its own would), and each segment is long enough that the
+    switch is a small part of it. Then one capture replaces one per placement: for a
+    kernel of a microsecond, 650 launches through a library's Python wrapper each."""
+    if placements.count < 2 or not l2:
+        return False
+    fits = placements.count * placements.nbytes <= L2_SHARE * l2
+    return fits and calls_per_graph >= MIN_SEGMENT * placements.count
 
 
 def ensure_not_capturing(torch, stream) -> None:
@@ -123,15 +171,18 @@ def ensure_not_capturing(torch, stream) -> None:
                 raise ContextNotClean("a CUDA stream is still capturing after a failed capture")
 
 
-def capture(torch, fn: Callable, calls: int, stream, grad_to_none):
-    """Capture ``calls`` calls of fn into a new CUDAGraph; the capture always ends."""
-    free_cached_memory(torch)
+def capture(torch, fn: Callable, calls: int, stream, grad_to_none, before_call=None):
+    """Capture ``calls`` calls of fn into a new CUDAGraph; the capture always ends.
+    ``before_call(i)`` runs on the host before call i (an interleaved placement's move)."""
+    free_cached_memory(torch, when_short=True)
     graph = torch.cuda.CUDAGraph()
     error: Optional[BaseException] = None
     with throwaway_rng(torch), torch.cuda.stream(stream):
         graph.capture_begin()
         try:
-            for _ in range(calls):
+            for i in range(calls):
+                if before_call is not None:
+                    before_call(i)
                 clear_grads(grad_to_none)
                 fn()
         except BaseException as exc:  # noqa: BLE001 - re-raised below after cleanup
@@ -171,8 +222,11 @@ def time_replays(torch, graph, replays: int, stream) -> List[float]:
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def warmup(torch, fn: Callable, warmup_ms: float, stream, grad_to_none) -> float:
-    """Eager calls until the budget is spent and per-call time is stable; returns ms."""
+def warmup(
+    torch, fn: Callable, rule: WarmupRule, stream, grad_to_none, device_ready=None
+) -> Tuple[float, str, int]:
+    """Eager calls until ``rule`` says warm-up has done its job (``timing.WarmupRule``);
+    returns (per-call ms of the last batches, why it ended, batches)."""
     with torch.cuda.stream(stream):
         clear_grads(grad_to_none)
         fn()  # JIT compilation and autotuning happen here
@@ -190,9 +244,31 @@ def warmup(torch, fn: Callable, warmup_ms: float, stream, grad_to_none) -> float
             end.synchronize()
             batches.append(start.elapsed_time(end) / calls)
             calls = warmup_batch_size(batches[-1])
-            elapsed = (time.perf_counter() - begin) * 1e3
-            if warmup_settled(batches, elapsed, warmup_ms) or elapsed > max(WARMUP_CAP_MS, 4 * warmup_ms):
-                return statistics.median(batches[-3:])
+            stop = rule.verdict(batches, (time.perf_counter() - begin) * 1e3, device_ready)
+            if stop is not None:
+                return statistics.median(batches[-3:]), stop, len(batches)
+
+
+class Cost:
+    """Where one timing's own time went: milliseconds per step, and how steps ended."""
+
+    def __init__(self) -> None:
+        self.begin = time.perf_counter()
+        self.mark = self.begin
+        self.ms: Dict[str, float] = {"warmup": 0.0, "capture": 0.0, "replay": 0.0, "move": 0.0}
+        self.notes: Dict[str, Any] = {}
+
+    def lap(self, step: str) -> None:
+        """The time since the last lap goes to ``step``."""
+        now = time.perf_counter()
+        self.ms[step] = self.ms.get(step, 0.0) + (now - self.mark) * 1e3
+        self.mark = now
+
+    def report(self) -> dict:
+        out: Dict[str, Any] = {k: round(v, 3) for k, v in self.ms.items()}
+        out["total"] = round((time.perf_counter() - self.begin) * 1e3, 3)
+        out.update(self.notes)
+        return out
 
 
 def graph_bench(
@@ -205,56 +281,110 @@ def graph_bench(
     on_warm: Optional[Callable[[], None]] = None,
     places: int = 1,
     on_placed: Optional[Callable[[int, Optional[str]], None]] = None,
+    warmup_rule: str = "settle",
+    noise: float = DEFAULT_NOISE_TARGET,
+    device_ready: Optional[Callable[[], bool]] = None,
+    replay_ms: float = TARGET_REPLAY_MS,
 ) -> Measured:
     """Time fn by graph replay over up to ``places`` placements of its inputs
-    (``zlbench.plugins.placement``); raises CaptureFailed(phase, error) on any failure."""
+    (``zlbench.plugins.placement``): warm-up by ``warmup_rule`` (capped at ``warmup_ms``
+    under "settle"), then replays by ``timing.ReplayRule(noise)`` within ``rep_ms``;
+    raises CaptureFailed(phase, error) on any failure."""
     import torch
 
     if not torch.cuda.is_available():
         raise CaptureFailed("capture", RuntimeError("CUDA is not available in this process"))
+    cost = Cost()
     stream = side_stream(torch)
     stream.wait_stream(torch.cuda.current_stream())
     phase = "warmup"
     graph = None
     placements = Placements.plan(torch, fn, places)
     timed_placements = 0
+    rule = ReplayRule(noise)
     try:
-        eager_ms = warmup(torch, fn, warmup_ms, stream, grad_to_none)
+        eager_ms, warm_stop, batches = warmup(
+            torch, fn, WarmupRule(warmup_rule, warmup_ms), stream, grad_to_none, device_ready
+        )
+        cost.notes.update(warmup_stop=warm_stop, warmup_batches=batches, rep_ms=rep_ms)
         if on_warm is not None:
             on_warm()
+        cost.lap("warmup")
         phase = "capture"
         probe_calls = max(1, min(100, round(PROBE_TARGET_MS / max(eager_ms, 1e-6))))
         graph = capture(torch, fn, probe_calls, stream, grad_to_none)
+        cost.lap("capture")
         phase = "replay"
         per_call = statistics.median(time_replays(torch, graph, 3, stream)) / probe_calls
-        plan = plan_graph(per_call, rep_ms)
+        cost.lap("replay")
+        plan = plan_graph(per_call, rep_ms, replay_ms)
         if plan.calls_per_graph != probe_calls:
             graph = None  # free the probe's buffers before the real capture
             phase = "capture"
             graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none)
+            cost.lap("capture")
             phase = "replay"
-        # Each placement gets at least MIN_REPLAYS: no more placements than the budget holds.
-        placements.limit(max(1, plan.replays // MIN_REPLAYS), "the replay budget")
-        per_placement = replays_per_placement(plan.replays, placements.count, MIN_REPLAYS)
-        times = [t / plan.calls_per_graph for t in time_replays(torch, graph, per_placement, stream)]
-        timed_placements = 1
-        graph = None  # placement 0 (where the inputs are) is timed
-        for index in range(1, placements.count):
+        interleaved = interleave(placements, plan.calls_per_graph, l2_bytes(torch))
+        if interleaved:
+            graph = None  # the probe's buffers go before the real capture
             try:
-                phase = "capture"
-                times += replay_elsewhere(
-                    torch, fn, placements, index, plan.calls_per_graph, per_placement, stream, grad_to_none
+                times, timed_placements, more = replay_interleaved(
+                    torch, fn, placements, plan, rule, stream, grad_to_none, cost
                 )
-            except ContextNotClean:
-                raise
-            except Exception as exc:  # noqa: BLE001 - an extra placement failing costs only itself
+            except PlacementFailed as failed:
+                # As with separate graphs, a moved placement failing costs only itself:
+                # the row is timed where its inputs are.
                 torch.cuda.synchronize()  # a dead context raises here, handled below
                 placements.restore()
-                placements.fewer(f"placement {index + 1} failed: {type(exc).__name__}")
-                if isinstance(exc, torch.cuda.OutOfMemoryError):
+                placements.limit(1, f"placement {failed.index + 1} failed: {type(failed.error).__name__}")
+                if isinstance(failed.error, torch.cuda.OutOfMemoryError):
                     free_cached_memory(torch, collect=True)
-                break
-            timed_placements = index + 1
+                interleaved = False
+                phase = "capture"
+                graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none)
+                cost.lap("capture")
+                phase = "replay"
+        if not interleaved:
+            # Each placement gets at least MIN_REPLAYS of the budget: no more placements than it holds.
+            placements.limit(max(1, plan.replays // MIN_REPLAYS), "the replay budget")
+            per_placement = rule.first_round(plan.replays, placements.count)
+            times = [t / plan.calls_per_graph for t in time_replays(torch, graph, per_placement, stream)]
+            cost.lap("replay")
+            graph = None  # placement 0 (where the inputs are) is timed
+            timed_placements = replay_round(
+                torch,
+                fn,
+                placements,
+                range(1, placements.count),
+                plan.calls_per_graph,
+                per_placement,
+                stream,
+                grad_to_none,
+                times,
+                cost,
+            )
+            pinned = rule.pinned(sorted(times))
+            more = 0 if pinned else rule.second_round(plan.replays, timed_placements, per_placement)
+            if more:
+                replay_round(
+                    torch,
+                    fn,
+                    placements,
+                    range(timed_placements),
+                    plan.calls_per_graph,
+                    more,
+                    stream,
+                    grad_to_none,
+                    times,
+                    cost,
+                )
+            cost.notes["interleaved"] = False
+        cost.notes.update(
+            calls_per_graph=plan.calls_per_graph,
+            replays=len(times),
+            rounds=2 if more else 1,
+            replay_stop="noise" if rule.target > 0 and not more else "budget",
+        )
     except ContextNotClean:
         raise
     except BaseException as exc:  # noqa: BLE001 - classified by the caller
@@ -278,18 +408,106 @@ def graph_bench(
         on_placed(timed_placements, placements.why_fewer)
     # Each replay is one sample of the per-call time, pooled over the placements: the
     # row's spread includes how much the inputs' addresses move it.
-    return measured_from(times, quantiles, return_mode, "graph")._replace(placements=timed_placements)
+    measured = measured_from(times, quantiles, return_mode, cost.notes["replay_stop"])
+    return measured._replace(placements=timed_placements, cost=cost.report())
+
+
+def replay_interleaved(torch, fn, placements: Placements, plan, rule: ReplayRule, stream, grad_to_none, cost):
+    """All placements in one graph, ``plan.calls_per_graph`` calls in equal segments, one
+    per placement; every replay is one sample over all of them. Returns (per-call times,
+    placements, replays of the second round)."""
+    count = placements.count
+    placements.prepare(count)  # the copies exist before the capture: it may only swap storage
+    stream.wait_stream(torch.cuda.current_stream())
+    cost.lap("move")
+    calls = plan.calls_per_graph
+    current = [0]
+
+    def before_call(i: int) -> None:
+        index = i * count // calls
+        if index != current[0]:
+            placements.move(index)
+            current[0] = index
+
+    try:
+        graph = capture(torch, fn, calls, stream, grad_to_none, before_call)
+    except ContextNotClean:
+        raise
+    except Exception as exc:  # noqa: BLE001 - at placement 0 it is the row's own failure
+        if current[0] == 0:
+            raise
+        raise PlacementFailed(current[0], exc) from exc
+    finally:
+        placements.move(0)
+    cost.lap("capture")
+    first = rule.first_round(plan.replays, 1)
+    times = [t / calls for t in time_replays(torch, graph, first, stream)]
+    more = 0 if rule.pinned(sorted(times)) else rule.second_round(plan.replays, 1, first)
+    if more:
+        times += [t / calls for t in time_replays(torch, graph, more, stream)]
+    cost.lap("replay")
+    cost.notes["interleaved"] = True
+    return times, count, more
+
+
+def replay_round(
+    torch,
+    fn: Callable,
+    placements: Placements,
+    indices,
+    calls: int,
+    replays: int,
+    stream,
+    grad_to_none,
+    times: List[float],
+    cost: Cost,
+) -> int:
+    """Replays at each placement of ``indices`` in turn, appended to ``times``; returns
+    the placements timed so far (1 + the last index that worked). A placement that fails
+    ends the round and keeps what was timed (an extra placement costs only itself)."""
+    timed = indices.start if indices.start > 0 else 0
+    for index in indices:
+        try:
+            times += replay_elsewhere(
+                torch, fn, placements, index, calls, replays, stream, grad_to_none, cost
+            )
+        except ContextNotClean:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            torch.cuda.synchronize()  # a dead context raises here, handled by the caller
+            placements.restore()
+            placements.fewer(f"placement {index + 1} failed: {type(exc).__name__}")
+            if isinstance(exc, torch.cuda.OutOfMemoryError):
+                free_cached_memory(torch, collect=True)
+            break
+        timed = index + 1
+    return max(timed, 1)
 
 
 def replay_elsewhere(
-    torch, fn: Callable, placements: Placements, index: int, calls: int, replays: int, stream, grad_to_none
+    torch,
+    fn: Callable,
+    placements: Placements,
+    index: int,
+    calls: int,
+    replays: int,
+    stream,
+    grad_to_none,
+    cost: Optional[Cost] = None,
 ) -> List[float]:
     """Per-call times of ``replays`` replays with the inputs at placement ``index``."""
     placements.move(index)
     stream.wait_stream(torch.cuda.current_stream())  # the copies are made there
+    if cost is not None:
+        cost.lap("move")
     graph = capture(torch, fn, calls, stream, grad_to_none)
+    if cost is not None:
+        cost.lap("capture")
     # time_replays synchronises the stream: the copies outlive every replay that reads them.
-    return [t / calls for t in time_replays(torch, graph, replays, stream)]
+    times = [t / calls for t in time_replays(torch, graph, replays, stream)]
+    if cost is not None:
+        cost.lap("replay")
+    return times
 
 
 # --- the plugin ------------------------------------------------------------------------
@@ -301,8 +519,12 @@ class GraphTimer:
         self.direct = DirectTimer(settings, recorder, row_context)
         try:
             self.places = knobs.env_value("graph_placements")
+            self.noise = knobs.env_value("graph_noise") / 100.0
+            self.warmup_rule = knobs.env_value("warmup_rule")
         except knobs.KnobError as e:
             raise pytest.UsageError(f"{PLUGIN}: {e}") from None
+        self.replay_stops: Dict[str, int] = {}  # timings per how their replays ended
+        self.warmup_stops: Dict[str, int] = {}  # timings per how their warm-up ended
         self.placement_counts: Dict[int, int] = {}  # timings per placements pooled
         self.fewer_placements: Dict[str, int] = {}  # timings per reason for fewer than asked
         self.recorder = recorder
@@ -326,6 +548,9 @@ class GraphTimer:
                 self.recorder.warm,
                 self.places,
                 self.note_placements,
+                self.warmup_rule,
+                self.noise,
+                self.recorder.device_ready,
             )
         except CaptureFailed as failed:
             decision = fallback_decision(failed.phase, failed.error)
@@ -349,6 +574,11 @@ class GraphTimer:
             self.row_modes.setdefault(timing.row_id, set()).add("direct")
             return self.direct.measure(original, fn, args, kwargs)
         self.timings_graph += 1
+        for counts, key in (
+            (self.replay_stops, measured.stop),
+            (self.warmup_stops, measured.cost["warmup_stop"]),
+        ):
+            counts[key] = counts.get(key, 0) + 1
         self.row_modes.setdefault(timing.row_id, set()).add("graph")
         self.recorder.finish(timing.row, measured, "graph")
         return measured.value
@@ -375,6 +605,10 @@ class GraphTimer:
             "timings_direct_fallback": self.timings_fallback,
             "direct_stops": dict(self.direct.stops),
             "fallbacks": self.fallbacks,
+            "warmup_rule": self.warmup_rule,
+            "warmup_stops": dict(self.warmup_stops),
+            "noise_target_pct": round(self.noise * 100, 4),
+            "replay_stops": dict(self.replay_stops),
             "placements_wanted": self.places,
             "timings_per_placements": {str(k): v for k, v in sorted(self.placement_counts.items())},
             "timings_fewer_placements": sum(self.fewer_placements.values()),

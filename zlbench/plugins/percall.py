@@ -1,7 +1,8 @@
 """The per-call direct timer: every call timed on its own, until the median is pinned.
 
-After one call (JIT, autotuning) and ``warmup`` ms of calls, each call is timed on its
-own by a clock, in batches. Two clocks on devices:
+After one call (JIT, autotuning) and a warm-up (``timing.WarmupRule``: until per-call
+time settles, the caller's ``warmup`` ms as the cap; or that budget at least), each call
+is timed on its own by a clock, in batches. Two clocks on devices:
 
 - ``TracedClock`` (mode ``kernels``): the device time of the kernels and copies the call
   ran, summed from the profiler's activity trace (torch.profiler: CUPTI on CUDA). The
@@ -25,9 +26,9 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple, Union
 
-from zlbench.timing import StopRule, batch_calls, clear_grads
+from zlbench.timing import StopRule, WarmupRule, batch_calls, clear_grads
 
 WARMUP_MAX_CALLS = 10_000
 
@@ -177,21 +178,27 @@ def choose_clock(torch_device: Optional[str], activity: Optional[str] = None) ->
 def percall_bench(
     fn: Callable[[], Any],
     clock: Any,
-    warmup_ms: float,
+    warmup: Union[float, WarmupRule],
     rule: StopRule,
     grad_to_none=None,
     on_warm: Optional[Callable[[], None]] = None,
+    device_ready: Optional[Callable[[], bool]] = None,
 ) -> Tuple[List[float], str]:
-    """(per-call times in ms, why it stopped)."""
+    """(per-call times in ms, why it stopped). ``warmup``: a ``timing.WarmupRule``, or
+    plain milliseconds (the ``budget`` rule)."""
+    if not isinstance(warmup, WarmupRule):
+        warmup = WarmupRule("budget", float(warmup))
     clear_grads(grad_to_none)
     fn()  # JIT compilation and autotuning happen here, outside every sample
     clock.sync()
     begin = time.perf_counter()
     calls, warm = 1, []
+    batches: List[float] = []  # median per-call time of each warm-up batch
     warmup_clock = getattr(clock, "warmup_clock", clock)
     while True:
         warm = warmup_clock.run(fn, calls, grad_to_none)
-        if (time.perf_counter() - begin) * 1e3 >= warmup_ms:
+        batches.append(sorted(warm)[len(warm) // 2])
+        if warmup.verdict(batches, (time.perf_counter() - begin) * 1e3, device_ready) is not None:
             break
         calls = min(calls * 2, WARMUP_MAX_CALLS)
     per_call = sorted(warm)[len(warm) // 2]

@@ -24,6 +24,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, List, Optional, Tuple
 
+from zlbench.timing import replays_per_placement  # noqa: F401 - the split lives with the replay rule
+
 MAX_DEPTH = 4  # closure -> args tuple -> list -> tensor, with one level to spare
 MEMORY_SHARE = 0.25  # the extra placements may hold at most this share of free memory
 
@@ -105,11 +107,6 @@ def placement_count(wanted: int, input_bytes: int, free_bytes: Optional[int]) ->
     return max(1, min(wanted, 1 + extra))
 
 
-def replays_per_placement(replays: int, count: int, minimum: int) -> int:
-    """Split the timed replays over the placements, each with at least ``minimum``."""
-    return max(minimum, -(-replays // max(1, count)))
-
-
 class Placements:
     """The inputs of one timed function at their own place (index 0) and at moved ones.
 
@@ -117,13 +114,21 @@ class Placements:
     until ``restore``); ``restore()`` puts the original storage back, also after an error.
     """
 
-    def __init__(self, tensors: List[Any], count: int, why_fewer: Optional[str] = None):
+    def __init__(
+        self,
+        tensors: List[Any],
+        count: int,
+        why_fewer: Optional[str] = None,
+        clone: Optional[Callable[[Any], Any]] = None,
+    ):
         self.tensors = tensors
         self.count = count if tensors else 1
         self.why_fewer = why_fewer  # why fewer placements than asked for, if so
         self.originals = [t.data for t in tensors]
         self.moved = [False] * len(tensors)
         self.copies: List[List[Any]] = []
+        self.clone = clone or (lambda t: t.clone())
+        self.nbytes = sum(t.untyped_storage().nbytes() for t in tensors)
 
     @classmethod
     def plan(cls, torch: Any, fn: Callable, wanted: int) -> "Placements":
@@ -145,7 +150,8 @@ class Placements:
         except Exception:  # noqa: BLE001 - a backend without the query: trust the wanted count
             free = None
         count = placement_count(wanted, size, free)
-        return cls(tensors, count, None if count == wanted else f"free memory holds {count - 1} copies")
+        why_fewer = None if count == wanted else f"free memory holds {count - 1} copies"
+        return cls(tensors, count, why_fewer, native_clone(torch))
 
     def limit(self, most: int, why: str) -> None:
         """At most ``most`` placements, for the reason given."""
@@ -160,11 +166,16 @@ class Placements:
         if index == 0:
             self._put_back()
             return
-        while len(self.copies) < index:
-            self.copies.append([original.clone() for original in self.originals])
+        self.prepare(index + 1)
         for i, (t, copy) in enumerate(zip(self.tensors, self.copies[index - 1])):
             t.data = copy
             self.moved[i] = True
+
+    def prepare(self, count: int) -> None:
+        """Make the copies of placements 1 .. count-1 now (a device copy each), so that
+        ``move`` only swaps storage: inside a graph capture no copy may run."""
+        while len(self.copies) < count - 1:
+            self.copies.append([self.clone(original) for original in self.originals])
 
     def _put_back(self) -> None:
         # Only tensors that did move: one that refused its copy never left.
@@ -176,3 +187,25 @@ class Placements:
     def restore(self) -> None:
         self._put_back()
         self.copies.clear()
+
+
+def native_clone(torch: Any) -> Callable[[Any], Any]:
+    """A copy by torch's own device copy, never a library's override of ``aten::copy_``.
+
+    Inside FlagGems' ``use_gems()`` (around every gems-side timing) ``clone`` runs
+    FlagGems' copy kernel, whose first use in a process loads or compiles it: about 3 s
+    on an H200, charged to the first row of every operator. Redispatching ``copy_`` to
+    CompositeExplicitAutograd reaches torch's copy (FlagGems falls back the same way).
+    """
+    try:
+        keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
+        copy = torch.ops.aten.copy_.default
+    except Exception:  # noqa: BLE001 - an older torch: the plain clone
+        return lambda t: t.clone()
+
+    def clone(t: Any) -> Any:
+        out = torch.empty_like(t)
+        copy.redispatch(keys, out, t, False)
+        return out
+
+    return clone
