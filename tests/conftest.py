@@ -52,26 +52,53 @@ def sample_screen(tmp_path_factory):
     return out
 
 
+def _cannot_run_slurm(reason):
+    """Skip, or fail under CI=true: .ci/run installs what the Slurm tests need."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def _check_slurm_can_run(namespaces=False):
+    from slurm_cluster import missing_binaries, namespaces_unavailable
+
+    missing = missing_binaries()
+    if missing:
+        _cannot_run_slurm(f"Slurm tests need Debian's slurm-wlm and munge (missing: "
+                          f"{', '.join(missing)}): apt-get install -y slurm-wlm munge")
+    if os.geteuid() != 0:
+        _cannot_run_slurm("the Slurm test cluster runs slurmd, which starts jobs, as root")
+    why = namespaces_unavailable() if namespaces else None
+    if why:
+        _cannot_run_slurm(f"the several-node Slurm cluster gives each slurmd its own "
+                          f"namespaces: {why}")
+
+
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
     """A one-node Slurm cluster (munged, slurmctld, slurmd) on loopback for this session;
     clients reach it through ``slurm.env``. Skipped where Debian's slurm-wlm and munge are
     not installed; a failure under CI=true, which installs them (.ci/run)."""
-    from slurm_cluster import SlurmCluster, missing_binaries
+    from slurm_cluster import SlurmCluster
 
-    missing = missing_binaries()
-    if missing:
-        reason = (f"Slurm tests need Debian's slurm-wlm and munge (missing: "
-                  f"{', '.join(missing)}): apt-get install -y slurm-wlm munge")
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    if os.geteuid() != 0:
-        reason = "the Slurm test cluster runs slurmd, which starts jobs, as root"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+    _check_slurm_can_run()
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def slurm_nodes(tmp_path_factory):
+    """A three-node Slurm cluster (zln1..zln3, each slurmd in its own UTS and mount
+    namespace with its own hostname, port and home dir) under one slurmctld, for one
+    test module: its tests lose nodes."""
+    from slurm_cluster import SlurmCluster
+
+    _check_slurm_can_run(namespaces=True)
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm-nodes"), nodes=3)
     cluster.start()
     try:
         yield cluster

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import hmac
 import io
 import json
 import os
 import re
 import shutil
+import stat
 import threading
 import time
 from pathlib import Path
@@ -323,34 +323,19 @@ def status_path(batch_dir: Path) -> Path:
     return batch_dir / STATUS_FILE
 
 
-def seal(key: bytes, event: Mapping[str, Any]) -> str:
-    """HMAC-SHA256 of a journal event (without its own "mac"), hex."""
-    body = json.dumps(
-        {k: v for k, v in event.items() if k != "mac"}, sort_keys=True, default=str, separators=(",", ":")
-    )
-    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
-
-
 class Journal:
-    """attempts.jsonl: append-only, one JSON object per line. With a ``key`` (the
-    driver's, kept outside the batch dir), each line carries a "mac": a line an
-    operator's process appended cannot pass for the driver's."""
+    """attempts.jsonl: append-only, one JSON object per line, written by the batch
+    driver. Nothing in it is secret: what resume may believe of it is in
+    ``accepted_runs`` (docs/design.md, "What the batch does not believe")."""
 
-    def __init__(self, batch_dir: Path, session: str, key: Optional[bytes] = None):
+    def __init__(self, batch_dir: Path, session: str):
         self.path = batch_dir / JOURNAL_FILE
         self.session = session
-        self.key = key
         self._lock = threading.Lock()
 
     def record(self, event: str, **fields: object) -> None:
-        doc: Dict[str, Any] = json.loads(
-            json.dumps(
-                {"t": round(time.time(), 3), "session": self.session, "event": event, **fields}, default=str
-            )
-        )
-        if self.key is not None:
-            doc["mac"] = seal(self.key, doc)
-        line = json.dumps(doc) + "\n"
+        doc = {"t": round(time.time(), 3), "session": self.session, "event": event, **fields}
+        line = json.dumps(doc, default=str) + "\n"
         with self._lock:
             # One write() of one line with O_APPEND: a killed driver leaves whole lines.
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -360,7 +345,7 @@ class Journal:
                 os.close(fd)
 
 
-def read_journal(batch_dir: Path, key: Optional[bytes] = None) -> Iterator[dict]:
+def read_journal(batch_dir: Path) -> Iterator[dict]:
     """The events of a batch's attempts.jsonl (lines cut by a crash are skipped)."""
     try:
         text, _ = read_text_capped(batch_dir / JOURNAL_FILE)
@@ -372,11 +357,78 @@ def read_journal(batch_dir: Path, key: Optional[bytes] = None) -> Iterator[dict]
             event = json.loads(line)
         except ValueError:
             continue  # a line cut by a crash, or not a journal line at all
-        if isinstance(event, dict) and (
-            key is None or hmac.compare_digest(str(event.get("mac", "")), seal(key, event))
-        ):
+        if isinstance(event, dict):
             out.append(event)
     return iter(out)
+
+
+# --- what a batch proves about its own run dirs ----------------------------------------
+
+# The files of a run dir that summary and ab read: the driver records their digests
+# in an ok attempt's "result" line (after every process of the attempt is stopped), and
+# resume keeps the run dir only while they are still those files.
+PROOF_FILES = (COMPLETE, IDENTITY, RUN_LOG, ROW_STATS)
+_NOT_A_FILE = "not a regular file"
+
+
+def _file_digest(path: Path) -> Optional[str]:
+    """SHA-256 of a regular file (hex); None when absent. A FIFO or a device is never
+    opened for reading (O_NONBLOCK, fstat first)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _NOT_A_FILE
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return _NOT_A_FILE
+        digest = hashlib.sha256()
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return digest.hexdigest()
+            digest.update(chunk)
+    except OSError:
+        return _NOT_A_FILE
+    finally:
+        os.close(fd)
+
+
+def run_proof(run_dir: Path) -> Dict[str, Optional[str]]:
+    """{file name: sha256 or None when absent} of a run dir's PROOF_FILES."""
+    return {name: _file_digest(Path(run_dir) / name) for name in PROOF_FILES}
+
+
+def accepted_runs(events: Iterable[Mapping[str, Any]]) -> Dict[str, Mapping[str, Any]]:
+    """Per operator whose last result says ok, that "result" event. Only a result
+    naming an attempt that an "attempt" event of the same session started before it
+    counts. The run dir it accepted is still that run when ``proof_mismatch`` finds
+    nothing."""
+    started = set()
+    last: Dict[str, Mapping[str, Any]] = {}
+    for ev in events:
+        key = (ev.get("session"), ev.get("op"), ev.get("attempt"))
+        if ev.get("event") == "attempt":
+            started.add(key)
+        elif ev.get("event") == "result" and isinstance(ev.get("op"), str) and key in started:
+            last[ev["op"]] = ev  # a result no attempt line started is not the driver's
+    return {op: ev for op, ev in last.items() if ev.get("status") == "ok"}
+
+
+def proof_mismatch(run_dir: Path, result: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """Why the run dir is not the run the journal's accepted ``result`` (see
+    ``accepted_runs``) recorded; None when it is."""
+    if not result:
+        return "no attempt of this batch ended ok for it"
+    proof = result.get("proof")
+    if not isinstance(proof, dict) or set(proof) != set(PROOF_FILES):
+        return "its accepted result records no digests of its files (a journal of an older zlbench)"
+    now = run_proof(run_dir)
+    changed = [name for name in PROOF_FILES if now[name] != proof[name]]
+    if changed:
+        return f"{', '.join(changed)} changed since its attempt was accepted"
+    return None
 
 
 def plan_path(batch_dir: Path) -> Path:

@@ -1,4 +1,5 @@
-"""Tuner caches: isolating a run's FlagGems/Triton caches, and comparing Triton caches.
+"""Tuner caches: isolating a run's FlagGems/Triton caches, keeping FlagGems' per host in a
+screen over several hosts, and comparing Triton caches.
 
 Why isolate: FlagGems' LibTuner keeps winners in a sqlite DB under FLAGGEMS_CACHE_DIR
 (default ~/.flaggems) shared by every run on the host. The second side of an A/B then
@@ -82,6 +83,32 @@ def shared_cache_path(environ: Mapping[str, str]) -> str:
         return str(Path(cache_dir).expanduser())
     home = environ.get("HOME")
     return str((Path(home) if home else Path.home()) / ".flaggems")
+
+
+# ---- caches across hosts ---------------------------------------------------------
+
+# Under FlagGems' default cache dir: one dir per host for the shards of a screen.
+HOSTS_DIR = "hosts"
+
+
+def per_host_flaggems_cache(environ: Mapping[str, str], host: str) -> Dict[str, str]:
+    """What a host shard adds to its children's environment so that FlagGems' tuning DB
+    is this host's own: ``FLAGGEMS_CACHE_DIR=<FlagGems' default>/hosts/<host>``, or
+    nothing where the caller chose FLAGGEMS_CACHE_DIR or FLAGGEMS_DB_URL themselves.
+
+    Why: FlagGems names its sqlite DB by vendor and Triton version only
+    (``TunedConfig_<vendor>_triton_<x>_<y>.db``), not by GPU model, so a home dir shared
+    by the nodes of a cluster hands one model's winners to another; and sqlite's locks
+    over a network file system are only as good as its lock daemon, across hosts at
+    worst. Triton's cache needs nothing: its entries are content-addressed (the hash of
+    source, options, target and version) and written by rename, so hosts may share it.
+    """
+    if environ.get("FLAGGEMS_CACHE_DIR") or environ.get("FLAGGEMS_DB_URL"):
+        return {}
+    home = environ.get("HOME")
+    base = (Path(home) if home else Path.home()) / ".flaggems"
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", host) or "unknown-host"
+    return {"FLAGGEMS_CACHE_DIR": str(base / HOSTS_DIR / name)}
 
 
 def plan_tuner_cache(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
-from .. import backends, knobs, proc, providers, rundir
+from .. import backends, knobs, proc, providers, rundir, tuner_cache
 from ..backends import DeviceError
 from ..markers import WORKER_FORK_REFUSED, format_marker
 from ..safe_read import describe_error, read_bytes_capped
@@ -30,7 +30,7 @@ from .execute import ATTEMPT_TAG, BATCH_TAG, ExecContext, Stopper, child_environ
 from .oplist import check_op_name, check_seconds, dedupe, load_dismiss, op_name_problem, read_op_list
 from .plan import OpPlan, Plan, make_plan
 from .progress import Progress
-from .state import BatchError, DriverLock, journal_key, last_attempts, read_durations
+from .state import BatchError, DriverLock, last_attempts, read_durations
 from .workers import WorkerSlot
 
 PLAN_FORMAT = 1
@@ -366,8 +366,6 @@ def _prepare_resume(
     timer: str,
     log,
     keep_failed: bool = False,
-    key: Optional[bytes] = None,
-    key_how: str = "unavailable",
 ) -> List[OpPlan]:
     """Stop what a killed driver left running, keep complete runs, set partial ones aside.
     ``keep_failed``: also keep operators whose row says failed/timeout/crashed (a shard
@@ -380,33 +378,24 @@ def _prepare_resume(
             show=True,
         )
     rows = status.read()
-    # Only the driver's own journal lines count (sealed with the key): a line or a
-    # .complete an operator's process wrote is not the batch's word.
-    if key is None:
-        events = list(rundir.read_journal(batch_dir))
-        accepted = None
-        log(
-            "resume: no journal key on this host's state dir: .complete files are trusted as found", show=True
-        )
-    else:
-        events = list(rundir.read_journal(batch_dir, key)) if key_how == "found" else []
-        if key_how != "found":
-            log(
-                "resume: this batch's journal key is not on this host: no earlier result can "
-                "be verified, every operator runs again",
-                show=True,
-            )
-        accepted = {e.get("op"): e.get("status") for e in events if e.get("event") == "result"}
+    # A .complete is the batch's only where its journal accepted that attempt and the
+    # run dir still holds the files it accepted (rundir.accepted_runs, proof_mismatch):
+    # what the batch dir proves, on whichever host or container resumes it.
+    events = list(rundir.read_journal(batch_dir))
+    accepted = rundir.accepted_runs(events)
     attempts = last_attempts(events)
     todo, restored = [], []
     failed_kept = 0
     for item in plan.ops:
         run_dir = batch_dir / item.op
-        if rundir.is_complete(run_dir) and accepted is not None and accepted.get(item.op) != "ok":
+        unproven = (
+            rundir.proof_mismatch(run_dir, accepted.get(item.op)) if rundir.is_complete(run_dir) else None
+        )
+        if unproven:
             moved = rundir.set_aside(batch_dir, item.op, f"resume-{session}-unverified")
             log(
-                f"{item.op}: a .complete no accepted attempt of this batch wrote; not trusted, "
-                f"set aside in {moved.relative_to(batch_dir)}",
+                f"{item.op}: its .complete is not trusted ({unproven}); set aside in "
+                f"{moved.relative_to(batch_dir)}, to run again",
                 show=True,
             )
             todo.append(item)
@@ -601,8 +590,7 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str], s
         _keep_unasked(prep.doc, saved)
     rundir.write_plan(batch_dir, prep.doc)
 
-    key, key_how = journal_key(batch_dir)
-    journal = rundir.Journal(batch_dir, session, key)
+    journal = rundir.Journal(batch_dir, session)
     journal.record("session", pid=os.getpid(), resume=bool(saved))
     status = rundir.StatusFile(batch_dir)
     status.update(
@@ -632,8 +620,6 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str], s
             prep.timer,
             log,
             config.keep_failed,
-            key,
-            key_how,
         )
         if saved
         else list(plan.ops)
@@ -648,6 +634,15 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str], s
     )
     stopper = Stopper()
     env = child_environ(environ, batch_dir, config.extra_env)
+    if config.shard.count > 1:
+        # A screen's hosts may share a home dir: FlagGems' tuning DB stays per host.
+        per_host = tuner_cache.per_host_flaggems_cache(env, socket.gethostname())
+        env.update(per_host)
+        if per_host:
+            log(
+                f"FlagGems tuning DB per host: FLAGGEMS_CACHE_DIR={per_host['FLAGGEMS_CACHE_DIR']} "
+                "(set FLAGGEMS_CACHE_DIR or FLAGGEMS_DB_URL to choose another)"
+            )
     slots: Dict[str, WorkerSlot] = {}
     ctx = ExecContext(
         batch_dir=batch_dir,

@@ -231,6 +231,9 @@ def run_attempt(
         mode=mode,
         escaped=escaped,
         **phases,
+        # What resume checks the run dir against: every process of the attempt is
+        # stopped by now, so these are the files the batch accepted.
+        **({"proof": rundir.run_proof(ctx.batch_dir / item.op)} if outcome.status == classify.OK else {}),
     )
     if slot is not None and mode == "worker":
         slot.after_attempt(_trouble(outcome, done, len(escaped)))

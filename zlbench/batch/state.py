@@ -4,13 +4,12 @@ tail of an attempt's log."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import stat
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List
 
 from filelock import FileLock, Timeout
 
@@ -19,42 +18,6 @@ from .. import rundir
 
 class BatchError(Exception):
     """A batch that cannot start or continue; the message says what to change."""
-
-
-KEY_BYTES = 32
-
-
-def key_dir() -> Path:
-    """Where drivers keep their batches' journal keys: the user's state dir, never a
-    batch dir (its operators' processes are told where the batch dir is)."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "zlbench" / "batch-keys"
-
-
-def journal_key(batch_dir: Path) -> Tuple[Optional[bytes], str]:
-    """(the batch's journal key, how it was found): "found", "created" (a new batch, or
-    one whose key is not on this host), or "unavailable" (key None: the state dir
-    cannot be written; the journal goes unsealed)."""
-    path = key_dir() / hashlib.sha256(str(Path(batch_dir).resolve()).encode()).hexdigest()
-    try:
-        key = path.read_bytes()
-        if len(key) == KEY_BYTES:
-            return key, "found"
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return None, "unavailable"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        key = os.urandom(KEY_BYTES)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, key)
-        finally:
-            os.close(fd)
-        return key, "created"
-    except OSError:
-        return None, "unavailable"
 
 
 class DriverLock:
