@@ -6,9 +6,12 @@ same path against real triton is tests/test_precompile_gpu.py)."""
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
+import os
 import sys
 import threading
+import time
 import types
 from concurrent.futures import as_completed
 
@@ -98,10 +101,12 @@ class Desc:
         return ("desc", tuple(self.block_shape or ()))
 
 
-def make_jit(compile_work, knobs=None):
+def make_jit(compile_work, cache_dir, log_path, knobs=None):
     """A JITFunction class in its own module (with ``_async_compile``, as triton's jit
     module has): run() binds the arguments on the calling thread, compiles through the
-    active async mode when there is one, and launches unless warmup."""
+    active async mode when there is one, and launches unless warmup. Compiles land in a
+    file cache laid out as triton's (``<dir>/<sha256 of key>/__grp__*``) and each real
+    compile appends ``pid thread ok key`` to a log, from whichever process ran it."""
     mod = types.ModuleType(JIT_MODULE)
     mod._async_compile = make_async_compile()
 
@@ -109,9 +114,7 @@ def make_jit(compile_work, knobs=None):
         def __init__(self, fn):
             self.fn, self.arg_names = fn, list(fn.__code__.co_varnames[: fn.__code__.co_argcount])
             self.kernel_cache = {}
-            self.compiled = []  # (spec, thread name, ok)
             self.launched = []
-            self._lock = threading.Lock()
 
         def run(self, *args, grid, warmup, **kwargs):
             spec = tuple(a.spec() if isinstance(a, Desc) else a for a in args) + tuple(sorted(kwargs.items()))
@@ -121,7 +124,7 @@ def make_jit(compile_work, knobs=None):
                 mode = async_compile.active_mode.get() if async_compile is not None else None
                 if mode is not None:
                     kernel = mode.submit(
-                        spec, lambda: self._compile(spec), lambda k: self.kernel_cache.__setitem__(spec, k)
+                        repr(spec), lambda: self._compile(spec), lambda k: self.kernel_cache.__setitem__(spec, k)
                     )
                 else:
                     kernel = self._compile(spec)
@@ -133,20 +136,26 @@ def make_jit(compile_work, knobs=None):
             return kernel
 
         def _compile(self, spec):
-            ok = False
-            try:
-                seconds = compile_work(spec)
-                ok = True
-            finally:
-                with self._lock:
-                    self.compiled.append((spec, threading.current_thread().name, ok))
+            entry = cache_dir / hashlib.sha256(repr(spec).encode()).hexdigest()
+            hit = (entry / "__grp__k.json").exists()
+            seconds = 0.0
+            if not hit:
+                ok = False
+                try:
+                    seconds = compile_work(spec)
+                    ok = True
+                finally:
+                    with open(log_path, "a") as log:
+                        log.write(f"{os.getpid()} {threading.current_thread().name} {int(ok)} {spec!r}\n")
+                entry.mkdir(parents=True, exist_ok=True)
+                (entry / "__grp__k.json").write_text("{}")
             if knobs is not None and knobs.compilation.listener is not None:
                 knobs.compilation.listener(
                     src=None,
                     metadata={},
                     metadata_group={},
                     times=types.SimpleNamespace(total=int(seconds * 1e6)),
-                    cache_hit=False,
+                    cache_hit=hit,
                 )
             return ("kernel", spec)
 
@@ -228,18 +237,25 @@ def timing_by_block(config):
 def world(tmp_path, monkeypatch):
     """Builds sessions over fresh stand-in classes; every session is closed after."""
     monkeypatch.setenv("ZL_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
     sessions = []
 
     class World:
-        def session(self, workers, compile_work, name="run"):
+        log = tmp_path / "compiles.log"
+        parent = os.getpid()
+
+        def session(self, workers, compile_work, name="run", pool="processes", cache="triton-cache"):
+            monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / cache))
             knobs_mod = types.SimpleNamespace(compilation=types.SimpleNamespace(listener=None))
-            jit_mod = make_jit(compile_work, knobs_mod)
+            jit_mod = make_jit(compile_work, tmp_path / cache, self.log, knobs_mod)
             monkeypatch.setitem(sys.modules, JIT_MODULE, jit_mod)
             Autotuner, LibTuner = make_tuners()
             run_dir = tmp_path / name
             session = plugin.AutotuneSession(
                 plugin.AutotuneSettings(run_dir, "record", None, "0", workers), emit=lambda line: None
             )
+            session.precompiler.processes = pool == "processes"
             session.start()
             tuners = types.ModuleType("zl_standin_tuners")
             tuners.Autotuner, tuners.LibTuner = Autotuner, LibTuner
@@ -250,6 +266,19 @@ def world(tmp_path, monkeypatch):
 
         def tuner(self, cls, configs=CONFIGS, timing=timing_by_block):
             return cls(self.jit_mod.JITFunction(kernel_fn), configs, ["n"], timing)
+
+        def compiles(self):
+            """(where, ok, key) of every real compile so far: where is "pool" (a child
+            process or a pool thread) or "main" (the benchmark's own thread)."""
+            if not self.log.exists():
+                return []
+            out = []
+            for line in self.log.read_text().splitlines():
+                pid, thread, ok, key = line.split(" ", 3)
+                pool = int(pid) != self.parent or thread.startswith("zlbench-compile")
+                out.append(("pool" if pool else "main", ok == "1", key))
+            self.log.unlink()
+            return out
 
     yield World()
     for s in sessions:
@@ -264,91 +293,140 @@ def instant(spec):
     return 0.0
 
 
-@pytest.mark.parametrize("kind", ["Autotuner", "LibTuner"])
-def test_candidates_compile_concurrently_then_benchmark_one_by_one(world, kind):
-    # Four compiles that each wait for the other three: they only finish if all four
-    # run at the same time (a serial compile loop breaks the barrier).
-    barrier = threading.Barrier(len(CONFIGS), timeout=10)
+def block_of(spec):
+    return dict(spec[2:])["BLOCK"]
 
-    def together(spec):
-        barrier.wait()
+
+def barrier(directory, parties, timeout=10.0):
+    """A compile that waits until ``parties`` compiles have started, in any thread or
+    process: it only finishes if they all run at the same time."""
+
+    def compile_work(spec):
+        directory.mkdir(exist_ok=True)
+        (directory / f"{block_of(spec)}").touch()
+        deadline = time.monotonic() + timeout
+        while len(list(directory.iterdir())) < parties:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the other compiles never started: not concurrent")
+            time.sleep(0.005)
         return 0.0
 
-    session = world.session(4, together)
+    return compile_work
+
+
+POOLS = ["processes", "threads"]
+
+
+@pytest.mark.parametrize("pool", POOLS)
+@pytest.mark.parametrize("kind", ["Autotuner", "LibTuner"])
+def test_candidates_compile_concurrently_then_benchmark_one_by_one(world, tmp_path, kind, pool):
+    session = world.session(4, barrier(tmp_path / "arrived", len(CONFIGS)), pool=pool)
     tuner = world.tuner(getattr(world, kind))
     launch(tuner, "x", 1000)
-    jit = tuner.fn
     assert tuner.best_config is CONFIGS[2]
-    assert all(t.startswith("zlbench-compile") and ok for _, t, ok in jit.compiled)
-    assert len(jit.compiled) == len(CONFIGS)  # each once: _bench found every one compiled
+    compiles = world.compiles()
+    # Each candidate compiled once, on the pool, all at the same time; the benchmarks
+    # found every one compiled.
+    assert sorted(where for where, ok, _ in compiles if ok) == ["pool"] * len(CONFIGS), compiles
     # The benchmarks ran one by one, in the tuner's order, then the winner launched.
-    assert [dict(s[2:])["BLOCK"] for s in jit.launched] == [64, 128, 256, 512, 256]
+    assert [dict(s[2:])["BLOCK"] for s in tuner.fn.launched] == [64, 128, 256, 512, 256]
     report = session.report()
-    assert report["precompile"]["passes"] == 1 and report["precompile"]["submitted"] == 4
+    assert report["precompile"]["pool"] == pool
+    assert (report["precompile"]["passes"], report["precompile"]["submitted"]) == (1, 4)
+    assert (report["compiles"], report["pool_compiles"]) == (4, 4)
     assert report["compile_workers"] == 4
 
 
 def test_same_winner_and_benchmark_order_with_the_pool_on_and_off(world):
-    order = {}
+    seen = {}
     for workers in (1, 4):
-        world.session(workers, instant, name=f"w{workers}")
+        world.session(workers, instant, name=f"w{workers}", cache=f"cache{workers}")
         tuner = world.tuner(world.LibTuner)
         for n in (1000, 4000, 1000):
             launch(tuner, "x", n)
-        order[workers] = (tuner.fn.launched, tuner.cache, [t for _, t, _ in tuner.fn.compiled])
-    assert order[1][0] == order[4][0]
-    assert {k: v.kwargs for k, v in order[1][1].items()} == {k: v.kwargs for k, v in order[4][1].items()}
-    assert all(t == "MainThread" for t in order[1][2])
-    assert all(t.startswith("zlbench-compile") for t in order[4][2])
+        seen[workers] = (tuner.fn.launched, {k: v.kwargs for k, v in tuner.cache.items()}, world.compiles())
+    assert seen[1][:2] == seen[4][:2]
+    assert {where for where, _, _ in seen[1][2]} == {"main"} and len(seen[1][2]) == 8
+    assert {where for where, _, _ in seen[4][2]} == {"pool"} and len(seen[4][2]) == 8
 
 
-def test_a_candidate_that_fails_to_compile_fails_as_it_does_today(world):
+@pytest.mark.parametrize("pool", POOLS)
+def test_a_candidate_that_fails_to_compile_fails_as_it_does_today(world, pool):
     def fails_for_128(spec):
-        if dict(spec[2:])["BLOCK"] == 128:
+        if block_of(spec) == 128:
             raise CompileFailure("BLOCK=128")
         return 0.0
 
     results = {}
     for workers in (1, 4):
-        session = world.session(workers, fails_for_128, name=f"w{workers}")
+        session = world.session(workers, fails_for_128, name=f"w{workers}", pool=pool, cache=f"c{workers}")
         tuner = world.tuner(world.Autotuner)
         launch(tuner, "x", 1000)
-        failed = [t for s, t, ok in tuner.fn.compiled if not ok]
+        failed = sorted(where for where, ok, _ in world.compiles() if not ok)
         results[workers] = (tuner.best_config, failed, session.report()["precompile"])
     assert results[1][0] is results[4][0] is CONFIGS[2]
-    assert results[1][1] == ["MainThread"]
+    assert results[1][1] == ["main"]
     # On the pool it failed too, and its _bench compiled it again on the benchmark's
     # thread, where the tuner scored it as before.
-    pool, main = sorted(results[4][1], key=lambda t: t == "MainThread")
-    assert pool.startswith("zlbench-compile") and main == "MainThread"
+    assert results[4][1] == ["main", "pool"]
     assert results[4][2]["failed"] == 1 and results[4][2]["submitted"] == 4
 
 
 def test_a_compile_error_the_tuner_does_not_catch_still_reaches_the_caller(world):
     def broken(spec):
-        if dict(spec[2:])["BLOCK"] == 512:
+        if block_of(spec) == 512:
             raise RuntimeError("backend crashed")
         return 0.0
 
     for workers in (1, 4):
-        world.session(workers, broken, name=f"w{workers}")
+        world.session(workers, broken, name=f"w{workers}", cache=f"c{workers}")
         tuner = world.tuner(world.Autotuner)
         with pytest.raises(RuntimeError, match="backend crashed"):
             launch(tuner, "x", 1000)
 
 
-def test_a_pre_hook_runs_before_each_candidate_is_specialised(world):
+def test_a_child_that_dies_leaves_its_candidates_to_the_benchmark_process(world):
+    parent = os.getpid()
+
+    def dies_in_a_child(spec):
+        if block_of(spec) == 512 and os.getpid() != parent:
+            os._exit(3)
+        return 0.0
+
+    session = world.session(4, dies_in_a_child)
+    tuner = world.tuner(world.Autotuner)
+    launch(tuner, "x", 1000)
+    assert tuner.best_config is CONFIGS[2]
+    compiles = world.compiles()
+    assert sorted(where for where, ok, _ in compiles if ok) == ["main", "pool", "pool", "pool"]
+    assert session.report()["precompile"]["failed"] == 0
+
+
+def test_candidates_already_in_the_triton_cache_fork_nothing(world):
+    world.session(4, instant)
+    launch(world.tuner(world.Autotuner), "x", 1000)
+    assert len(world.compiles()) == 4
+    session = world.session(4, lambda spec: pytest.fail("compiled again"), name="again")
+    tuner = world.tuner(world.Autotuner)  # a fresh process's JIT: nothing in memory
+    launch(tuner, "x", 1000)
+    assert tuner.best_config is CONFIGS[2] and world.compiles() == []
+    got = session.report()
+    assert (got["precompile"]["submitted"], got["precompile"]["cached"], got["pool_compiles"]) == (4, 4, 0)
+    assert got["compile_cache_hits"] == 0  # loads while waiting on the pool count as the wait
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_a_pre_hook_runs_before_each_candidate_is_specialised(world, pool):
     # FlagGems' TMA configs set the descriptors' block shape in a pre_hook: compiling
     # without it would build kernels the benchmarks never use (each compiled twice).
     def set_block(nargs):
         nargs["x"].block_shape = [nargs["BLOCK"], 16]
 
     configs = [Config({"BLOCK": b}, pre_hook=set_block) for b in (64, 128, 256)]
-    world.session(4, instant)
+    world.session(4, instant, pool=pool)
     tuner = world.tuner(world.Autotuner, configs, timing=lambda c: c.kwargs["BLOCK"])
     launch(tuner, Desc(), 1000)
-    assert len(tuner.fn.compiled) == 3
-    assert all(t.startswith("zlbench-compile") for _, t, _ in tuner.fn.compiled)
+    assert [where for where, _, _ in world.compiles()] == ["pool"] * 3
 
 
 def test_a_policy_benchmarking_configs_of_its_own_compiles_them_itself(world):
@@ -361,7 +439,7 @@ def test_a_policy_benchmarking_configs_of_its_own_compiles_them_itself(world):
 
     tuner = world.tuner(Proposer)
     launch(tuner, "x", 1000)
-    assert all(t == "MainThread" for _, t, _ in tuner.fn.compiled)
+    assert {where for where, _, _ in world.compiles()} == {"main"}
     assert session.report()["precompile"]["skipped"] == {"not_a_pruned_candidate": 1}
 
 
@@ -422,7 +500,7 @@ def test_with_the_pool_compile_seconds_are_the_wait_not_the_sum(world):
         clock.advance(0.5)  # the benchmark's thread waits 0.5 s per compile in all
         return 1.0  # what the compiler says each compile took on its own thread
 
-    session = world.session(4, half_a_second_of_wall)
+    session = world.session(4, half_a_second_of_wall, pool="threads")
     session.clock.now = clock
     tuner = world.tuner(world.Autotuner, timing=lambda c: clock.advance(0.25) or timing_by_block(c))
     launch(tuner, "x", 1000)

@@ -346,9 +346,10 @@ KNOBS: List[Knob] = [
         _nonneg_int,
         False,
         "Autotuned kernels: compile the candidate configs an autotuner is about to "
-        "benchmark on a pool of N threads, then benchmark them one by one as before, so the "
-        "same config wins and only the wait changes (1: triton's own way, each compiled "
-        "inside the benchmark loop; default 0: min(8, half the CPUs the process may use)).",
+        "benchmark in N forked processes at once (threads where the OS cannot fork), then "
+        "benchmark them one by one as before, so the same config wins and only the wait "
+        "changes (1: triton's own way, each compiled inside the benchmark loop; default 0: "
+        "min(8, half the CPUs the process may use)).",
     ),
     Knob(
         "pytest_plugins",

@@ -26,8 +26,8 @@ replay; ``AUTOTUNE_REPLAY_MISMATCH knob=USE_FLAGTUNE`` when the records were mad
 another USE_FLAGTUNE.
 
 Cold caches: it also wraps the tuners' ``prune_configs`` and ``_bench``. At a tuning
-pass's first ``_bench`` the candidates from there on are compiled at once on a pool of
-ZL_COMPILE_WORKERS threads (``zlbench.plugins.precompile``), then benchmarked one by one
+pass's first ``_bench`` the candidates from there on are compiled at once in up to
+ZL_COMPILE_WORKERS forked processes (``zlbench.plugins.precompile``), then benchmarked one by one
 as before. It times compiling (triton's compilation listener) and tuning per row
 (``compile_s``, ``tune_s`` in the row's record) and per run.
 
@@ -590,7 +590,8 @@ class AutotuneSession:
         return (
             f"zlbench[autotune] compile_s={compiled} tune_s={figures['tune_s']:.2f} "
             f"tunings={figures['tunings']} compiles={figures['compiles']} "
-            f"compile_workers={self.precompiler.workers} precompiled={self.precompiler.submitted}"
+            f"compile_workers={self.precompiler.workers} ({self.precompiler.kind}) "
+            f"precompiled={self.precompiler.submitted}"
         )
 
     def report(self) -> Dict[str, Any]:

@@ -5,11 +5,18 @@ compiles each candidate config lazily, inside the serial loop that benchmarks th
 cold cache pays every compile one after another. The autotune plugin hands the
 candidates of a tuning pass to ``Precompiler.compile_candidates`` at the pass's first
 ``_bench``: each is started through triton's own async compile (``AsyncCompileMode``:
-the JIT binds and specialises the arguments on the calling thread, only ``compile`` runs
-on the pool), all are waited for, and then the tuner benchmarks them one by one exactly
-as before, each finding its kernel compiled. Which config wins does not change; how
-long the wait is does. A candidate that fails to compile on the pool is left alone: its
-``_bench`` compiles it again on the calling thread and fails as it always did.
+the JIT binds and specialises the arguments on the calling thread, only ``compile`` is
+handed to the pool), all are waited for, and then the tuner benchmarks them one by one
+exactly as before, each finding its kernel compiled. Which config wins does not change;
+how long the wait is does. A candidate that fails to compile on the pool is left alone:
+its ``_bench`` compiles it again on the calling thread and fails as it always did.
+
+The pool is processes where the OS can fork (``ForkPool``): triton 3.6's compiler holds
+the GIL through its Python front end and its MLIR/LLVM passes (a Python loop on another
+thread ran at 11-16% of its speed while one compile ran), so threads overlap little
+beyond ptxas. Each forked child compiles its share of the candidates into the Triton
+cache (it inherits the JIT's state and touches no device) and says which compiled;
+the parent then loads each from the cache. Elsewhere the pool is threads.
 
 ``TuningClock`` keeps the two figures the batch reports (per row and per run):
 ``compile_s``, wall seconds the benchmark's thread spent in triton's compiler or
@@ -23,11 +30,15 @@ module reads (``<jit module>._async_compile``), found from the tuner's JITFuncti
 
 from __future__ import annotations
 
+import hashlib
 import os
+import signal
+import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 # Workers when ZL_COMPILE_WORKERS is 0: half the usable CPUs (the other half runs the
 # benchmark and its siblings on the host), at most this many.
@@ -80,6 +91,7 @@ class TuningClock:
         self.rows: Dict[Hashable, List[float]] = {}  # row key -> [compile_s, tune_s]
         self._lock = threading.Lock()
         self._depth = 0
+        self.waiting = False  # the benchmark's thread is waiting on the pool
 
     def _row_add(self, index: int, seconds: float) -> None:
         key = self.row_key()
@@ -88,15 +100,25 @@ class TuningClock:
 
     def on_compile(self, seconds: float, cache_hit: bool) -> None:
         """One compile finished (triton's listener; a cache hit is a quick load)."""
+        on_pool = threading.current_thread() is not self.main
+        if not on_pool and self.waiting:
+            return  # loading what the pool compiled: part of the wait, counted once
         with self._lock:
             self.compiles += 1
             self.compile_cache_hits += bool(cache_hit)
-            if threading.current_thread() is not self.main:
+            if on_pool:
                 self.pool_compiles += 1
                 self.pool_compile_s += seconds
                 return
             self.compile_s += seconds
         self._row_add(0, seconds)
+
+    def on_pool_compiles(self, seconds: Sequence[float]) -> None:
+        """Compiles that finished in the pool's processes (as their children said)."""
+        with self._lock:
+            self.compiles += len(seconds)
+            self.pool_compiles += len(seconds)
+            self.pool_compile_s += sum(seconds)
 
     def add_compile_wall(self, seconds: float) -> None:
         """The benchmark's thread waited this long on the compile pool."""
@@ -221,17 +243,25 @@ def index_of(config: Any, configs: Sequence[Any]) -> Optional[int]:
 class Precompiler:
     """The bounded pool and what it did (the plugin report's ``precompile``)."""
 
-    def __init__(self, workers: int, clock: TuningClock):
+    def __init__(self, workers: int, clock: TuningClock, processes: Optional[bool] = None):
         self.workers = workers
         self.clock = clock
+        self.processes = hasattr(os, "fork") if processes is None else processes
         self._pool: Optional[ThreadPoolExecutor] = None
         self.passes = 0  # tuning passes whose candidates went to the pool
         self.submitted = 0  # candidates started on the pool
+        self.cached = 0  # of those, already in the Triton cache: loaded, no child forked
         self.failed = 0  # of those, compiles that raised (compiled again by _bench)
         self.errors = 0  # candidates the JIT refused before compiling (left to _bench)
         self.skipped: Dict[str, int] = {}  # why a tuning pass compiled serially
 
-    def pool(self) -> ThreadPoolExecutor:
+    @property
+    def kind(self) -> str:
+        return "processes" if self.processes else "threads"
+
+    def pool(self) -> Any:
+        if self.processes:
+            return ForkPool(self.workers)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="zlbench-compile")
         return self._pool
@@ -261,15 +291,25 @@ class Precompiler:
         nargs = getattr(tuner, "nargs", None) or {}
         started = self.clock.now()
         mode = None
+        pool = self.pool()
+        self.clock.waiting = True
         try:
-            with async_compile.AsyncCompileMode(self.pool(), ignore_errors=True) as mode:
-                for config in configs:
-                    self._start(tuner, config, args, meta, nargs)
+            with async_compile.AsyncCompileMode(pool, ignore_errors=True) as mode:
+                try:
+                    for config in configs:
+                        self._start(tuner, config, args, meta, nargs)
+                    if isinstance(pool, ForkPool):
+                        # Inside the mode, whose exit waits for every future.
+                        self.cached += pool.run(in_triton_cache, self.clock)
+                finally:
+                    if isinstance(pool, ForkPool):
+                        pool.abandon()
         except Exception:
             # Finishing a compile raised (a hook of the library's): what did not
             # finish is compiled by _bench, on this thread, as before.
             self.errors += 1
         finally:
+            self.clock.waiting = False
             self.clock.add_compile_wall(self.clock.now() - started)
         self.passes += 1
         for future in getattr(mode, "raw_futures", None) or ():
@@ -295,9 +335,157 @@ class Precompiler:
 
     def report(self) -> Dict[str, Any]:
         return {
+            "pool": self.kind,
             "passes": self.passes,
             "submitted": self.submitted,
+            "cached": self.cached,
             "failed": self.failed,
             "errors": self.errors,
             "skipped": dict(sorted(self.skipped.items())),
         }
+
+
+# ---- the process pool -------------------------------------------------------------
+
+
+class CompileFailedInChild(Exception):
+    """A candidate's compile raised in the pool's child; _bench compiles it again."""
+
+
+def in_triton_cache(key: Any) -> bool:
+    """Whether triton's file cache already holds the compile of this async-compile key
+    (``<cache dir>/<sha256 of key>/__grp__*``, what ``compile`` looks up first). False
+    when unsure (another cache manager): the candidate is then compiled in a child."""
+    if not isinstance(key, str) or os.environ.get("TRITON_CACHE_MANAGER"):
+        return False
+    root = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
+        os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache"
+    )
+    entry = os.path.join(root, hashlib.sha256(key.encode("utf-8")).hexdigest())
+    try:
+        return any(name.startswith("__grp__") for name in os.listdir(entry))
+    except OSError:
+        return False
+
+
+class ForkPool:
+    """What ``AsyncCompileMode`` submits to, for one tuning pass: ``submit`` only
+    collects the compiles; ``run`` forks up to ``workers`` children that compile their
+    shares into the Triton cache, waits for them, then runs each compile here (now a
+    cache hit) to hand the mode its kernel. A compile that failed in a child is not
+    repeated here (its _bench repeats it); one a child did not report is run here."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.jobs: List[Tuple[Callable[[], Any], Future]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        self.jobs.append(((lambda: fn(*args, **kwargs)) if args or kwargs else fn, future))
+        return future
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
+
+    def run(self, cached: Callable[[Any], bool], clock: Optional[TuningClock] = None) -> int:
+        """Compile what was submitted; returns how many were already cached."""
+        jobs = self.jobs
+        fresh = [i for i, (_, future) in enumerate(jobs) if not cached(getattr(future, "_key", None))]
+        reports: Dict[int, Tuple[bool, float]] = {}
+        if fresh:
+            got = compile_in_children([jobs[i][0] for i in fresh], self.workers)
+            reports = {fresh[i]: report for i, report in got.items()}
+            if clock is not None:
+                clock.on_pool_compiles([sec for ok, sec in reports.values() if ok])
+        for i, (fn, future) in enumerate(jobs):
+            if not reports.get(i, (True, 0.0))[0]:
+                future.set_exception(CompileFailedInChild("the compile raised in the pool's child"))
+                continue
+            try:
+                future.set_result(fn())
+            except Exception as e:  # the mode ignores it; _bench meets it again
+                future.set_exception(e)
+        self.jobs = []
+        return len(jobs) - len(fresh)
+
+    def abandon(self) -> None:
+        """Interrupted before ``run`` finished: nothing left pending (the mode waits)."""
+        for _, future in self.jobs:
+            if not future.done():
+                future.set_exception(CompileFailedInChild("not compiled: the pass was interrupted"))
+        self.jobs = []
+
+
+def compile_in_children(fns: Sequence[Callable[[], Any]], workers: int) -> Dict[int, Tuple[bool, float]]:
+    """Run ``fns`` in up to ``workers`` forked children (round-robin shares); each
+    child writes ``<ok> <seconds>`` per function to its pipe. {index: (ok, seconds)} for
+    every function a child reported on."""
+    count = max(1, min(workers, len(fns)))
+    children: List[Tuple[int, int, List[int]]] = []
+    reports: Dict[int, Tuple[bool, float]] = {}
+    try:
+        for k in range(count):
+            share = list(range(k, len(fns), count))
+            read_fd, write_fd = os.pipe()
+            pid = _fork()
+            if pid == 0:
+                os.close(read_fd)
+                _compile_child(write_fd, [fns[i] for i in share])  # never returns
+            os.close(write_fd)
+            children.append((pid, read_fd, share))
+        while children:
+            pid, read_fd, share = children[0]
+            lines = _read_all(read_fd).decode("ascii", "replace").splitlines()
+            os.waitpid(pid, 0)
+            children.pop(0)
+            os.close(read_fd)
+            for i, line in zip(share, lines):
+                ok, _, seconds = line.partition(" ")
+                try:
+                    reports[i] = (ok == "1", float(seconds))
+                except ValueError:
+                    continue
+    finally:
+        for pid, read_fd, _ in children:  # interrupted: leave no child behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            os.close(read_fd)
+    return reports
+
+
+def _fork() -> int:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with warnings.catch_warnings():
+        # Python 3.12 warns about fork() in a process with threads; the child only
+        # compiles (no device, no lock another thread could hold) and then _exits.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
+def _compile_child(write_fd: int, fns: Sequence[Callable[[], Any]]) -> None:
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for fn in fns:
+            started = time.perf_counter()
+            ok = "1"
+            try:
+                fn()
+            except BaseException:  # noqa: BLE001 - reported, and compiled again by _bench
+                ok = "0"
+            os.write(write_fd, f"{ok} {time.perf_counter() - started:.6f}\n".encode("ascii"))
+    finally:
+        os._exit(0)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks: List[bytes] = []
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
