@@ -1,15 +1,21 @@
 """Cold caches against warm, with the parallel compile of autotune candidates on and off.
 
-On one GPU with a FlagGems checkout (FLAGGEMS_DIR), in one call, four `zlbench batch`
+On one GPU with a FlagGems checkout (FLAGGEMS_DIR), in one call, three `zlbench batch`
 passes over the same operators (default: the autotune-heavy baddbmm, bmm, addmm, mm,
 softmax, layer_norm, conv2d), each one batch:
 
-  cold-on   --isolate-tuner-cache 1 --compile-workers N (default 0: auto): every
-            operator's run gets a fresh TRITON_CACHE_DIR and FlagGems tuning DB, and
-            the autotuners' candidates compile on a pool;
-  cold-off  the same with --compile-workers 1: triton's own serial compile;
-  fill      shared caches under <out>/warm-cache (cold the first time), filled;
-  warm      the same shared caches again: nothing left to compile or tune.
+  cold-on   --compile-workers N (default 0: auto) on a fresh TRITON_CACHE_DIR and
+            FlagGems tuning DB of its own (<out>/cache-cold-on): the autotuners'
+            candidates compile in the pool;
+  cold-off  the same with --compile-workers 1 (triton's own serial compile) on fresh
+            caches of its own (<out>/cache-cold-off, removed after the pass);
+  warm      cold-on's caches again: nothing left to compile or tune.
+
+The cold passes' caches are isolated per pass: an operator sharing a kernel with one
+measured before it in the same pass finds it compiled (alike with the pool on and off).
+--isolate-per-operator gives every operator's run its own fresh caches instead
+(--isolate-tuner-cache 1); the warm pass then needs a pass that fills shared caches
+first (`fill`, added by itself), one more batch of GPU time.
 
 It prints and writes (<out>/cold_warm.json, rewritten after every pass, and
 <out>/cold_warm.txt) per operator: the cold wall with the pool on and off, the warm
@@ -21,8 +27,8 @@ ab_cold.txt, says whether the rows agree within the noise). Goal (issue 26): col
 warm <= 1.5 on these operators.
 
 Each pass is its own batch dir under --out; a pass already in cold_warm.json is not run
-again (so the passes can be spread over several calls: --passes cold-on,cold-off then
---passes fill,warm); --redo runs them anyway. --timeout bounds each batch: at the limit
+again (so the passes can be spread over several calls: --passes cold-on,cold-off, then
+--passes warm); --redo runs them anyway. --timeout bounds each batch: at the limit
 the batch is interrupted (SIGINT, its own report), and its finished operators count.
 
 Usage (H200):
@@ -38,6 +44,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,7 +56,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's zlbench, here and in every batch
 HEAVY = ("baddbmm", "bmm", "addmm", "mm", "softmax", "layer_norm", "conv2d")
 SMOKE_OPS = ("mm",)
-PASSES = ("cold-on", "cold-off", "fill", "warm")
+PASSES = ("cold-on", "cold-off", "fill", "warm")  # fill: only with --isolate-per-operator
 GOAL = 1.5
 RESULTS = "cold_warm.json"
 SIGINT_GRACE_S = 60.0
@@ -57,10 +64,11 @@ SIGINT_GRACE_S = 60.0
 
 def pass_command(args, name: str, out: Path) -> List[str]:
     workers = "1" if name == "cold-off" else str(args.workers)
+    per_operator = args.isolate_per_operator and name.startswith("cold")
     cmd = [sys.executable, "-m", "zlbench", "batch", "--backend", args.backend, "--devices", args.device,
            "--ops", ",".join(args.ops), "--progress", "plain", "--dismiss", "none", "--retries", "0",
            "--fallback-dtypes", "none", "--timeout", str(args.op_timeout), "--out", str(out),
-           "--isolate-tuner-cache", "1" if name.startswith("cold") else "0",
+           "--isolate-tuner-cache", "1" if per_operator else "0",
            "--compile-workers", workers]
     if args.flaggems_dir:
         cmd += ["--flaggems-dir", args.flaggems_dir]
@@ -69,18 +77,35 @@ def pass_command(args, name: str, out: Path) -> List[str]:
     return cmd
 
 
+def cache_of(args, name: str) -> Optional[Path]:
+    """The pass's shared cache dir (None: every run isolates its own)."""
+    if name.startswith("cold"):
+        return None if args.isolate_per_operator else args.out / f"cache-{name}"
+    if name in ("fill", "warm"):
+        return args.out / ("cache-fill" if args.isolate_per_operator else "cache-cold-on")
+    return None
+
+
 def pass_env(args, name: str) -> Dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    if name in ("fill", "warm"):
-        # One shared pair of caches for fill and warm, nowhere else.
-        cache = args.out / "warm-cache"
+    cache = cache_of(args, name)
+    if cache is not None:
         env["TRITON_CACHE_DIR"] = str(cache / "triton")
         env["FLAGGEMS_CACHE_DIR"] = str(cache / "flaggems")
         env.pop("FLAGGEMS_DB_URL", None)  # it would win over FLAGGEMS_CACHE_DIR
-        (cache / "triton").mkdir(parents=True, exist_ok=True)
-        (cache / "flaggems").mkdir(parents=True, exist_ok=True)
     return env
+
+
+def fresh_cache(args, name: str) -> None:
+    """A cold pass (and fill) starts on empty caches; warm on what its source left."""
+    cache = cache_of(args, name)
+    if cache is None:
+        return
+    if name != "warm":
+        shutil.rmtree(cache, ignore_errors=True)
+    (cache / "triton").mkdir(parents=True, exist_ok=True)
+    (cache / "flaggems").mkdir(parents=True, exist_ok=True)
 
 
 def run_pass(args, name: str) -> Dict[str, object]:
@@ -88,6 +113,7 @@ def run_pass(args, name: str) -> Dict[str, object]:
     cmd = pass_command(args, name, out)
     print(f"== {name}: {' '.join(cmd[2:])}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
+    fresh_cache(args, name)
     log_path = args.out / f"{name}.log"
     started = time.monotonic()
     timed_out = False
@@ -105,6 +131,8 @@ def run_pass(args, name: str) -> Dict[str, object]:
                 os.killpg(child.pid, signal.SIGKILL)
                 rc = child.wait()
     wall = time.monotonic() - started
+    if name == "cold-off" and cache_of(args, name) is not None:
+        shutil.rmtree(cache_of(args, name), ignore_errors=True)  # nothing reads it again
     tail = log_path.read_text(errors="replace").splitlines()[-6:]
     print("\n".join(tail), flush=True)
     return {"dir": str(out), "exit": rc, "timed_out": timed_out, "wall_s": round(wall, 1),
@@ -242,7 +270,9 @@ def parse(argv=None):
     parser.add_argument("--ops", default=None, help=f"comma list (default: {','.join(HEAVY)})")
     parser.add_argument("--dtypes", default=None, help="default: each operator's own")
     parser.add_argument("--workers", default="0", help="--compile-workers of the pool-on passes (0: auto)")
-    parser.add_argument("--passes", default=",".join(PASSES), help=f"which of {','.join(PASSES)}")
+    parser.add_argument("--passes", default="cold-on,cold-off,warm", help=f"which of {','.join(PASSES)}")
+    parser.add_argument("--isolate-per-operator", action="store_true",
+                        help="cold passes: fresh caches per operator run, not per pass (adds a fill pass)")
     parser.add_argument("--timeout", type=float, default=540.0, help="seconds per batch (pass)")
     parser.add_argument("--op-timeout", type=float, default=900.0, help="the batch's --timeout per operator")
     parser.add_argument("--redo", action="store_true", help="run passes already in cold_warm.json again")
@@ -259,8 +289,14 @@ def parse(argv=None):
     bad = [p for p in args.passes if p not in PASSES]
     if bad:
         parser.error(f"--passes: unknown {', '.join(bad)}; choose from {','.join(PASSES)}")
-    if "warm" in args.passes and "fill" not in args.passes and not (args.out / "warm-cache").is_dir():
+    if "fill" in args.passes and not args.isolate_per_operator:
+        parser.error("--passes fill: only with --isolate-per-operator (warm reuses cold-on's caches)")
+    if (args.isolate_per_operator and "warm" in args.passes and "fill" not in args.passes
+            and not (args.out / "cache-fill").is_dir()):
         args.passes.insert(args.passes.index("warm"), "fill")  # warm needs filled caches
+    if not args.isolate_per_operator and "warm" in args.passes and "cold-on" not in args.passes \
+            and not (args.out / "cache-cold-on" / "triton").is_dir():
+        parser.error("--passes warm reuses cold-on's caches: run cold-on first (same --out)")
     if not args.smoke and args.backend != "cpu" and not args.flaggems_dir:
         parser.error("--flaggems-dir (or FLAGGEMS_DIR) is needed; --smoke runs the sample on CPU")
     return args
@@ -286,8 +322,9 @@ def main(argv=None) -> int:
     print()
     print(text)
     print(f"results: {path}")
-    done = all(results["passes"].get(p) for p in PASSES)
-    measured = all(r["status"].get(p) == "ok" for r in results["table"] for p in PASSES)
+    needed = [p for p in PASSES if p != "fill" or args.isolate_per_operator]
+    done = all(results["passes"].get(p) for p in needed)
+    measured = all(r["status"].get(p) == "ok" for r in results["table"] for p in needed)
     return 0 if done and measured else 1
 
 

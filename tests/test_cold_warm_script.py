@@ -1,7 +1,8 @@
-"""benchmarks/cold_warm.py --smoke: the four passes over the bundled sample on CPU, the
+"""benchmarks/cold_warm.py --smoke: the three passes over the bundled sample on CPU, the
 results written pass by pass (a later call adds to them), and the per-batch timeout."""
 
 import csv
+import importlib.util
 import json
 import os
 import subprocess
@@ -31,16 +32,18 @@ def test_smoke_runs_every_pass_and_adds_to_earlier_results(tmp_path):
     assert rest.returncode == 0, rest.stdout + rest.stderr
     results = json.loads((out / "cold_warm.json").read_text())
     assert results["passes"]["cold-on"] == saved["passes"]["cold-on"]  # not run again
-    assert set(results["passes"]) == {"cold-on", "cold-off", "fill", "warm"}
-    for name, workers in (("cold-on", "0"), ("cold-off", "1"), ("warm", "0")):
+    assert set(results["passes"]) == {"cold-on", "cold-off", "warm"}
+    # Each cold pass on caches of its own; warm on what cold-on left.
+    for name, workers, cache in (("cold-on", "0", "cache-cold-on"), ("cold-off", "1", "cache-cold-off"),
+                                 ("warm", "0", "cache-cold-on")):
         with open(out / name / "ops_status.csv", newline="") as f:
             (row,) = list(csv.DictReader(f))
         assert "compile_s" in row and "tune_s" in row
         identity = json.loads((out / name / "mm" / "run_identity.json").read_text())
         assert identity["compile_workers"] == int(workers)
-        assert identity["tuner_cache"] == ("isolated" if name.startswith("cold") else
-                                           f"shared:{out / 'warm-cache' / 'flaggems'}")
+        assert identity["tuner_cache"] == f"shared:{out / cache / 'flaggems'}"
         assert results["passes"][name]["ops"]["mm"]["duration_s"] == float(row["duration_s"])
+    assert (out / "cache-cold-on").is_dir() and not (out / "cache-cold-off").exists()
     (mm,) = results["table"]
     assert mm["cold_on_over_warm"] == round(mm["cold_on_s"] / mm["warm_s"], 2)
     assert mm["records"] == "no records"  # the sample has no autotuned kernels
@@ -56,3 +59,24 @@ def test_a_batch_over_its_timeout_is_interrupted_and_counted(tmp_path):
     assert proc.returncode == 1
     got = json.loads((out / "cold_warm.json").read_text())["passes"]["cold-off"]
     assert got["timed_out"] is True and got["exit"] != 0
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("cold_warm", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_per_operator_isolation_adds_the_pass_that_fills_the_warm_caches(tmp_path):
+    cold_warm = _load_script()
+    args = cold_warm.parse(["--smoke", "--isolate-per-operator", "--out", str(tmp_path)])
+    assert args.passes == ["cold-on", "cold-off", "fill", "warm"]
+    assert "--isolate-tuner-cache" in (cmd := cold_warm.pass_command(args, "cold-on", tmp_path / "x"))
+    assert cmd[cmd.index("--isolate-tuner-cache") + 1] == "1"
+    assert cold_warm.pass_env(args, "warm")["TRITON_CACHE_DIR"] == str(tmp_path / "cache-fill" / "triton")
+    plain = cold_warm.parse(["--smoke", "--out", str(tmp_path)])
+    assert plain.passes == ["cold-on", "cold-off", "warm"]
+    assert cold_warm.pass_env(plain, "warm")["TRITON_CACHE_DIR"] == str(tmp_path / "cache-cold-on" / "triton")
+    with pytest.raises(SystemExit):  # warm alone has no cold-on caches to reuse
+        cold_warm.parse(["--smoke", "--passes", "warm", "--out", str(tmp_path / "empty")])
