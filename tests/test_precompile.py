@@ -540,3 +540,19 @@ def test_the_closing_report_says_how_much_was_compiling_and_tuning():
     line = next(x for x in lines if "compiling" in x)
     assert "compiling kernels 1:01 (44%)" in line and "autotuning 0:20 (14%)" in line
     assert "over 2 operators" in line and "most: mm 1:00 + 0:20, abs 0:01 + 0:00" in line
+
+
+def test_the_triton_cache_check_is_sure_or_says_no(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
+    key = "source-options-env"
+    entry = tmp_path / hashlib.sha256(key.encode()).hexdigest()
+    assert not precompile.in_triton_cache(key)
+    entry.mkdir()
+    (entry / "k.cubin").write_text("")  # a compile that never finished its group file
+    assert not precompile.in_triton_cache(key)
+    (entry / "__grp__k.json").write_text("{}")
+    assert precompile.in_triton_cache(key)
+    assert not precompile.in_triton_cache(None)
+    monkeypatch.setenv("TRITON_CACHE_MANAGER", "my.cache:Manager")  # another layout: unsure
+    assert not precompile.in_triton_cache(key)
