@@ -53,7 +53,7 @@ def usable_cpus() -> int:
 
 
 def resolve_workers(requested: int, cpus: Optional[int] = None) -> int:
-    """Threads of the compile pool: the knob's value, or for 0 min(8, cpus // 2), at least 1."""
+    """Workers of the compile pool: the knob's value, or for 0 min(8, cpus // 2), at least 1."""
     if requested >= 1:
         return requested
     cpus = usable_cpus() if cpus is None else cpus
@@ -222,8 +222,6 @@ def _jit_class(cls: type) -> Optional[type]:
 
 def async_compile_of(jit_fn: Any) -> Any:
     """The async-compile module the kernel's jit module reads (triton 3.4+), or None."""
-    import sys
-
     cls = _jit_class(type(jit_fn)) if jit_fn is not None else None
     module = sys.modules.get(cls.__module__) if cls is not None else None
     found = getattr(module, "_async_compile", None)
@@ -241,7 +239,8 @@ def index_of(config: Any, configs: Sequence[Any]) -> Optional[int]:
 
 
 class Precompiler:
-    """The bounded pool and what it did (the plugin report's ``precompile``)."""
+    """The compile pool of a session (processes, or threads where the OS cannot fork;
+    at most ``workers`` at once) and what it did (the plugin report's ``precompile``)."""
 
     def __init__(self, workers: int, clock: TuningClock, processes: Optional[bool] = None):
         self.workers = workers
