@@ -59,7 +59,7 @@ SMOKE_OPS = ("mm",)
 PASSES = ("cold-on", "cold-off", "fill", "warm")  # fill: only with --isolate-per-operator
 GOAL = 1.5
 RESULTS = "cold_warm.json"
-SIGINT_GRACE_S = 60.0
+SIGINT_GRACE_S = 30.0  # then SIGKILL: a batch stops its attempts in seconds
 
 
 def pass_command(args, name: str, out: Path) -> List[str]:
