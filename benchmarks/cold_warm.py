@@ -130,6 +130,13 @@ def run_pass(args, name: str) -> Dict[str, object]:
             except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)
                 rc = child.wait()
+            # Whatever of the batch outlived it (attempts run in sessions of their own)
+            # would share the GPU with the next pass: stop it by the batch's tag.
+            from zlbench import proc
+
+            left = proc.kill_tagged("ZL_BATCH_DIR", str(out), 5.0)
+            if left:
+                print(f"   stopped {len(left)} leftover process(es) of the {name} batch", flush=True)
     wall = time.monotonic() - started
     if name == "cold-off" and cache_of(args, name) is not None:
         shutil.rmtree(cache_of(args, name), ignore_errors=True)  # nothing reads it again
@@ -280,6 +287,7 @@ def parse(argv=None):
                         help="CPU, the bundled sample corpus (default op: mm), float32")
     parser.add_argument("--out", type=Path, default=Path(f"runs/cold-warm-{time.strftime('%Y%m%d-%H%M%S')}"))
     args = parser.parse_args(argv)
+    args.out = args.out.expanduser().resolve()  # as the batch names its dir (ZL_BATCH_DIR)
     if args.smoke:
         args.backend, args.flaggems_dir = "cpu", None
         args.dtypes = args.dtypes or "float32"
