@@ -556,3 +556,20 @@ def test_the_triton_cache_check_is_sure_or_says_no(tmp_path, monkeypatch):
     assert not precompile.in_triton_cache(None)
     monkeypatch.setenv("TRITON_CACHE_MANAGER", "my.cache:Manager")  # another layout: unsure
     assert not precompile.in_triton_cache(key)
+
+
+def test_a_prune_that_yields_still_hands_the_tuner_every_candidate(world):
+    session = world.session(4, instant)
+
+    class Yielding(world.Autotuner):
+        def prune_configs(self, kwargs):
+            yield from self.configs
+
+    later = types.ModuleType("zl_standin_later")  # a module imported after collection
+    later.Autotuner = world.Autotuner
+    session.patch({"zl_standin_later": later})
+    tuner = world.tuner(Yielding)
+    launch(tuner, "x", 1000)
+    assert tuner.best_config is CONFIGS[2]
+    assert [where for where, _, _ in world.compiles()] == ["pool"] * 4
+    assert session.report()["precompile"]["submitted"] == 4

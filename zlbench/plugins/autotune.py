@@ -389,10 +389,7 @@ class AutotuneSession:
         """``prune_configs`` answered, inside a tuner call: the candidates of this pass."""
         overlay = tuner.__dict__.get("cache")
         if type(overlay) is CacheOverlay and overlay.depth:
-            try:
-                overlay.candidates = list(configs)
-            except TypeError:
-                overlay.candidates = None
+            overlay.candidates = list(configs)
 
     def before_bench(self, tuner: Any, args: tuple, config: Any, meta: Dict[str, Any]) -> None:
         """A tuner is about to benchmark ``config``. At a pass's first benchmark, the
@@ -437,7 +434,8 @@ class AutotuneSession:
 
     def row_fields(self, row: Any) -> Dict[str, Any]:
         """The row record's ``autotune``: ``{"<kernel> <key>": <config_id>}`` for each
-        autotuned kernel key the row ran (``summary --ab`` compares them)."""
+        autotuned kernel key the row ran (``summary --ab`` compares them), and its
+        ``compile_s`` / ``tune_s`` when it compiled or tuned."""
         out: Dict[str, Any] = dict(self.clock.row_fields(_row_key(row)))
         used = self.row_configs.pop(_row_key(row), None)
         if used:
@@ -633,6 +631,8 @@ def _wrap_prune_configs(original: Callable[..., Any], session: "AutotuneSession"
     @functools.wraps(original)
     def prune_configs(self, *args, **kwargs):
         configs = original(self, *args, **kwargs)
+        if not isinstance(configs, (list, tuple)):
+            configs = list(configs)  # read once here: the tuner gets the same list
         session.note_candidates(self, configs)
         return configs
 
