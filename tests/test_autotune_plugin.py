@@ -207,7 +207,8 @@ def test_each_row_record_names_the_configs_its_kernel_keys_ran_with(h):
     kernel = f"{__name__}.add_kernel"
     want = ar.config_id(ar.encode_config(CONFIGS[2]))
     assert h.session.row_fields(small) == {"autotune": {f"{kernel} [64]": want}}
-    assert h.session.row_fields(large) == {"autotune": {f"{kernel} [4096]": want}}
+    # The large row also tuned: its record says for how long (tune_s; test_precompile.py).
+    assert h.session.row_fields(large)["autotune"] == {f"{kernel} [4096]": want}
     assert h.session.row_fields(small) == {}  # taken once, by the row's record
     assert h.session.row_fields(TimedRow("add", "torch.float16", "[64]", "torch")) == {}
     # A get_latency whose row was never recorded (untimed, or it raised) leaves nothing

@@ -367,6 +367,19 @@ KNOBS: List[Knob] = [
         "Shard the autotune sweep over N devices before measuring on one (default 0: off).",
     ),
     Knob(
+        "compile_workers",
+        "ZL_COMPILE_WORKERS",
+        "--compile-workers",
+        0,
+        _nonneg_int,
+        False,
+        "Autotuned kernels: compile the candidate configs an autotuner is about to "
+        "benchmark in N forked processes at once (threads where the OS cannot fork), then "
+        "benchmark them one by one as before, so the same config wins and only the wait "
+        "changes (1: triton's own way, each compiled inside the benchmark loop; default 0: "
+        "min(8, half the CPUs the process may use)).",
+    ),
+    Knob(
         "pytest_plugins",
         "ZL_PYTEST_PLUGINS",
         "--pytest-plugins",

@@ -13,10 +13,12 @@ n-th record of a key going with the n-th printed row of that key. A line:
 (``zlbench.timing.relative_spread``); None where the timer had no samples of its own
 (do_bench mode). ``throttled`` names why the device was slow during the row, or null.
 Optional: ``clock`` (the direct timer's), ``placements`` (the graph timer's input
-placements), ``autotune`` (``{"<kernel> <key>": config}`` from the autotune plugin),
-``cost_ms`` (the graph timer's steps in ms and how they ended), ``gap_ms`` (the
-benchmark's own work since the previous timing). A graph row's ``stop`` is ``noise``
-(pinned after the first round of replays) or ``budget`` (the caller's rep filled).
+placements), ``autotune`` (``{"<kernel> <key>": config}`` from the autotune plugin), and
+from the same plugin ``compile_s`` / ``tune_s``: seconds compiling kernels and
+autotuning while the row was timed (absent when it did neither); ``cost_ms`` (the graph
+timer's steps in ms and how they ended), ``gap_ms`` (the benchmark's own work since the
+previous timing). A graph row's ``stop`` is ``noise`` (pinned after the first round of
+replays) or ``budget`` (the caller's rep filled).
 Nothing here imports torch.
 """
 

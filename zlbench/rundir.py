@@ -217,6 +217,9 @@ COLUMNS = [
     "first_call_s",
     "measure_s",
     "overhead_s",
+    # Of first_call_s + measure_s: compiling kernels, and tuning (autotune plugin's clock).
+    "compile_s",
+    "tune_s",
 ]
 
 

@@ -15,6 +15,7 @@ cache dir or FlagGems' cache dir: something compiled or tuned). From these:
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -185,6 +186,22 @@ def split_phases(times: Mapping[str, float], started: float, ended: float) -> Di
         "measure_s": gap(first if first is not None else collected, finish),
         "overhead_s": None if body is None else round(max(0.0, (ended - started) - body), 3),
     }
+
+
+def tuning_times(run_dir: Path) -> Dict[str, Optional[float]]:
+    """compile_s and tune_s of an attempt, from its autotune plugin report: wall seconds
+    the benchmark spent compiling kernels, and in autotuners benchmarking candidates
+    (less their compiling). None where the report has no such figure (no autotune
+    plugin, a triton without a compile listener) or holds anything but a number >= 0."""
+    report = rundir.read_plugin_reports(run_dir).get("autotune")
+    report = report if isinstance(report, dict) else {}
+    return {name: _seconds_or_none(report.get(name)) for name in ("compile_s", "tune_s")}
+
+
+def _seconds_or_none(value: object) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return round(float(value), 3) if math.isfinite(value) and value >= 0 else None
 
 
 def _size(path: Path) -> int:

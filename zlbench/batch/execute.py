@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from .. import knobs, proc, rundir
 from ..safe_read import read_text_capped
 from . import classify
-from .activity import Activity, phase_times, split_phases
+from .activity import Activity, phase_times, split_phases, tuning_times
 from .classify import Outcome
 from .plan import OpPlan
 from .state import tail_lines
@@ -218,6 +218,7 @@ def run_attempt(
         activity.describe() if done.timed_out else "",
     )
     phases = split_phases(phase_times(_lines(log_path) + _lines(run_log)), started_at, started_at + duration)
+    phases.update(tuning_times(ctx.batch_dir / item.op))
     ctx.journal.record(
         "result",
         op=item.op,

@@ -56,7 +56,35 @@ def time_breakdown(rows: Sequence[Mapping[str, str]]) -> List[str]:
         f"  fixed cost per operator (wall minus the pytest session): median "
         f"{statistics.median(overheads):.2f} s, total {fmt_duration(sum(overheads))}"
         + (f"; ran as {', '.join(f'{m} {n}' for m, n in sorted(modes.items()))}" if modes else ""),
+        *tuning_breakdown(timed, wall),
     ]
+
+
+def tuning_breakdown(rows: Sequence[Mapping[str, str]], wall: float, top: int = 3) -> List[str]:
+    """How much of first call and measurement was compiling kernels and autotuning
+    (ops_status' compile_s, tune_s), and the operators that spent the most on both."""
+    figures = [
+        (r.get("operator") or "?", _cell(r, "compile_s"), _cell(r, "tune_s"))
+        for r in rows
+        if _cell(r, "compile_s") is not None or _cell(r, "tune_s") is not None
+    ]
+    if not figures:
+        return []
+    compiled = sum(c or 0.0 for _, c, _ in figures)
+    tuned = sum(t or 0.0 for _, _, t in figures)
+    if not (compiled or tuned):
+        return []  # nothing compiled or tuned (warm caches, or no triton)
+    heavy = sorted(figures, key=lambda f: (f[1] or 0.0) + (f[2] or 0.0), reverse=True)[:top]
+    heavy = [f for f in heavy if (f[1] or 0.0) + (f[2] or 0.0) > 0]
+    line = (
+        f"  of which compiling kernels {fmt_duration(compiled)} ({100 * compiled / wall:.0f}%), "
+        f"autotuning {fmt_duration(tuned)} ({100 * tuned / wall:.0f}%) over {len(figures)} operators"
+    )
+    if heavy:
+        line += "; most: " + ", ".join(
+            f"{op} {fmt_duration(c or 0.0)} + {fmt_duration(t or 0.0)}" for op, c, t in heavy
+        )
+    return [line]
 
 
 def projected_remaining(

@@ -25,9 +25,16 @@ retry is not a clean self-tune; ``AUTOTUNE_REPLAY_NONE reason=`` when there is n
 replay; ``AUTOTUNE_REPLAY_MISMATCH knob=USE_FLAGTUNE`` when the records were made with
 another USE_FLAGTUNE.
 
+Cold caches: it also wraps the tuners' ``prune_configs`` and ``_bench``. At a tuning
+pass's first ``_bench`` the candidates from there on are compiled at once in up to
+ZL_COMPILE_WORKERS forked processes (``zlbench.plugins.precompile``), then benchmarked one by one
+as before. It times compiling (triton's compilation listener) and tuning per row
+(``compile_s``, ``tune_s`` in the row's record) and per run.
+
 Writes ``$ZL_RUN_DIR/autotune_records/<kernel>.json`` (zlbench.autotune_records) and
 ``$ZL_RUN_DIR/plugins/autotune.json``, and prints the footer
-``autotune: replayed N, fell back M`` or ``autotune: recorded K keys in J kernels``.
+``autotune: replayed N, fell back M`` or ``autotune: recorded K keys in J kernels``, then
+``zlbench[autotune] compile_s=... tune_s=... compile_workers=...``.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from zlbench.markers import (
 )
 from zlbench.plugins import print_line, write_plugin_json
 from zlbench.plugins.keys import PARALLEL_WARMUP_REPLAY, ROW_CONTEXT, ROW_LISTENERS, ROW_RECORD_FIELDS
+from zlbench.plugins.precompile import Precompiler, TuningClock, index_of, install_listener, resolve_workers
 
 MODES = ("record", "replay", "off")
 TUNER_CLASS_NAMES = ("LibTuner", "Autotuner")
@@ -67,6 +75,7 @@ class AutotuneSettings:
     mode: str
     replay_from: Optional[Path]
     use_flagtune: str
+    compile_workers: int = 1  # ZL_COMPILE_WORKERS as given (0: auto)
 
 
 def settings_from_env(environ: Mapping[str, str]) -> Optional[AutotuneSettings]:
@@ -81,7 +90,11 @@ def settings_from_env(environ: Mapping[str, str]) -> Optional[AutotuneSettings]:
     replay_from = knobs.env_value("replay_from", environ)
     use_flagtune = knobs.flag_text(knobs.env_value("use_flagtune", environ))
     return AutotuneSettings(
-        Path(run_dir), mode, records_dir_of(replay_from) if replay_from else None, use_flagtune or "0"
+        Path(run_dir),
+        mode,
+        records_dir_of(replay_from) if replay_from else None,
+        use_flagtune or "0",
+        knobs.env_value("compile_workers", environ),
     )
 
 
@@ -160,11 +173,17 @@ class CacheOverlay:
         self.seen: Dict[Any, Any] = {}  # key -> config object last recorded
         self.noted: Any = None  # (timing, key, config) last noted for a row
         self.binding: Any = None  # the tuner's _Binding, set by the session
+        self.candidates: Optional[List[Any]] = None  # prune_configs' answer this call
+        self.compiled_ahead = False  # this call's candidates went to the compile pool
+        self.benched = 0  # _bench calls this call (it tuned)
 
     def begin(self) -> None:
         self.last_key = None
         self.stored = False
         self.injected = None
+        self.candidates = None
+        self.compiled_ahead = False
+        self.benched = 0
 
     def __contains__(self, key: Any) -> bool:
         self.last_key = key
@@ -254,7 +273,7 @@ class AutotuneSession:
         self.replay_flagtune: List[str] = []  # USE_FLAGTUNE values the replay was recorded with
         self.asked: Set[Tuple[str, str]] = set()
         self.markers: List[str] = []
-        self.patched: List[Tuple[type, Any]] = []
+        self.patched: List[Tuple[type, str, Any]] = []  # (class, method name, original)
         self.overlaid: List[Any] = []
         self.scanned: Set[str] = set()
         self.current_test: Optional[str] = None
@@ -263,6 +282,13 @@ class AutotuneSession:
         self.replaying = settings.mode == "replay"
         # (op, dtype, shape, side) -> {(kernel, key): config} while that row is timed.
         self.row_configs: Dict[Tuple[Any, ...], Dict[Tuple[str, Any], Any]] = {}
+        self.clock = TuningClock(self._timed_row_key)
+        self.precompiler = Precompiler(resolve_workers(settings.compile_workers), self.clock)
+        self._unlisten: Optional[Callable[[], None]] = None
+
+    def _timed_row_key(self) -> Optional[Tuple[Any, ...]]:
+        timing = self.current_row() if self.current_row is not None else None
+        return _row_key(timing.row) if timing is not None else None
 
     # -- lifecycle
 
@@ -295,23 +321,34 @@ class AutotuneSession:
             )
 
     def patch(self, modules: Mapping[str, Any]) -> List[str]:
-        """Wrap ``run`` of every tuner class found in modules not scanned before."""
+        """Wrap ``run`` (and ``prune_configs``, ``_bench``) of every tuner class found in
+        modules not scanned before; put the tuning clock on triton's compile listener."""
         fresh = {n: m for n, m in list(modules.items()) if n not in self.scanned}
         self.scanned.update(fresh)
+        if self._unlisten is None:
+            self._unlisten = install_listener(self.clock, modules)
         newly = []
         for cls in find_tuner_classes(fresh):
-            run = cls.__dict__.get("run")
-            if run is None or hasattr(run, _ORIGINAL):
-                continue
-            setattr(cls, "run", _wrap_run(run, self))
-            self.patched.append((cls, run))
-            newly.append(_class_path(cls))
+            wrapped = False
+            for name, wrap in _WRAPPERS:
+                original = cls.__dict__.get(name)
+                if original is None or hasattr(original, _ORIGINAL):
+                    continue
+                setattr(cls, name, wrap(original, self))
+                self.patched.append((cls, name, original))
+                wrapped = True
+            if wrapped:
+                newly.append(_class_path(cls))
         return newly
 
     def close(self) -> None:
-        for cls, run in reversed(self.patched):
-            setattr(cls, "run", run)
+        for cls, name, original in reversed(self.patched):
+            setattr(cls, name, original)
         self.patched.clear()
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+        self.precompiler.close()
         for tuner in self.overlaid:
             overlay = tuner.__dict__.get("cache")
             if type(overlay) is CacheOverlay:
@@ -329,6 +366,7 @@ class AutotuneSession:
         if overlay.depth:  # a subclass's run calling super().run: the outer call counts
             return original(tuner, *args, **kwargs)
         overlay.depth += 1
+        token = self.clock.tuner_enter()
         try:
             overlay.begin()
             try:
@@ -341,10 +379,35 @@ class AutotuneSession:
                 ret = original(tuner, *args, **kwargs)
         finally:
             overlay.depth -= 1
+            self.clock.tuner_exit(token, tuned=overlay.stored or overlay.benched > 0)
         if overlay.last_key is not None:
             self._observe(tuner, overlay, overlay.last_key)
             self._note_row_config(tuner, overlay, overlay.last_key)
         return ret
+
+    def note_candidates(self, tuner: Any, configs: Any) -> None:
+        """``prune_configs`` answered, inside a tuner call: the candidates of this pass."""
+        overlay = tuner.__dict__.get("cache")
+        if type(overlay) is CacheOverlay and overlay.depth:
+            overlay.candidates = list(configs)
+
+    def before_bench(self, tuner: Any, args: tuple, config: Any, meta: Dict[str, Any]) -> None:
+        """A tuner is about to benchmark ``config``. At a pass's first benchmark, the
+        candidates from this one on go to the compile pool (a policy that benchmarks
+        configs of its own, not the pruned ones, is left to compile them itself)."""
+        overlay = tuner.__dict__.get("cache")
+        if type(overlay) is not CacheOverlay or not overlay.depth:
+            return  # warmup() or a benchmark outside run: not a tuning pass of ours
+        overlay.benched += 1
+        if overlay.compiled_ahead:
+            return
+        overlay.compiled_ahead = True
+        candidates = overlay.candidates or []
+        at = index_of(config, candidates)
+        if at is None:
+            self.precompiler.skip("not_a_pruned_candidate")
+            return
+        self.precompiler.compile_candidates(tuner, candidates[at:], args, meta)
 
     def _note_row_config(self, tuner: Any, overlay: CacheOverlay, key: Any) -> None:
         """Remember which config this key ran with for the row being timed (every
@@ -367,19 +430,20 @@ class AutotuneSession:
         """After each get_latency: what its rows' records did not take (an untimed call,
         a row that raised) must not reach a later row with the same key."""
         self.row_configs.clear()
+        self.clock.forget_rows()
 
     def row_fields(self, row: Any) -> Dict[str, Any]:
         """The row record's ``autotune``: ``{"<kernel> <key>": <config_id>}`` for each
-        autotuned kernel key the row ran (``summary --ab`` compares them)."""
+        autotuned kernel key the row ran (``summary --ab`` compares them), and its
+        ``compile_s`` / ``tune_s`` when it compiled or tuned."""
+        out: Dict[str, Any] = dict(self.clock.row_fields(_row_key(row)))
         used = self.row_configs.pop(_row_key(row), None)
-        if not used:
-            return {}
-        return {
-            "autotune": {
+        if used:
+            out["autotune"] = {
                 f"{kernel} {ar.key_id(key)}": ar.config_id(ar.encode_config(config))
                 for (kernel, key), config in used.items()
             }
-        }
+        return out
 
     def _install(self, tuner: Any, inner: Any) -> CacheOverlay:
         binding = tuner.__dict__.get("_zl_binding")
@@ -518,13 +582,28 @@ class AutotuneSession:
     def footer(self) -> str:
         return ar.footer(self.settings.mode, self.counts())
 
+    def time_footer(self) -> str:
+        figures = self.clock.report()
+        compiled = "-" if figures["compile_s"] is None else f"{figures['compile_s']:.2f}"
+        return (
+            f"zlbench[autotune] compile_s={compiled} tune_s={figures['tune_s']:.2f} "
+            f"tunings={figures['tunings']} compiles={figures['compiles']} "
+            f"compile_workers={self.precompiler.workers} ({self.precompiler.kind}) "
+            f"precompiled={self.precompiler.submitted}"
+        )
+
     def report(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {
             "mode": self.settings.mode,
             "use_flagtune": self.settings.use_flagtune,
             "records_dir": str(self.records_dir),
-            "patched": sorted({_class_path(cls) for cls, _ in self.patched}),
+            "patched": sorted({_class_path(cls) for cls, _, _ in self.patched}),
             **self.counts(),
+            **self.clock.report(),
+            "compile_clock": "triton compilation listener" if self.clock.listening else "unavailable",
+            "compile_workers": self.precompiler.workers,
+            "compile_workers_requested": self.settings.compile_workers,
+            "precompile": self.precompiler.report(),
             "kernels": self.coverage.per_kernel(),
             "markers": list(self.markers),
         }
@@ -548,6 +627,32 @@ def _wrap_run(original: Callable[..., Any], session: "AutotuneSession") -> Calla
     return run
 
 
+def _wrap_prune_configs(original: Callable[..., Any], session: "AutotuneSession") -> Callable[..., Any]:
+    @functools.wraps(original)
+    def prune_configs(self, *args, **kwargs):
+        configs = original(self, *args, **kwargs)
+        if not isinstance(configs, (list, tuple)):
+            configs = list(configs)  # read once here: the tuner gets the same list
+        session.note_candidates(self, configs)
+        return configs
+
+    setattr(prune_configs, _ORIGINAL, original)
+    return prune_configs
+
+
+def _wrap_bench(original: Callable[..., Any], session: "AutotuneSession") -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _bench(self, *args, config, **meta):
+        session.before_bench(self, args, config, meta)
+        return original(self, *args, config=config, **meta)
+
+    setattr(_bench, _ORIGINAL, original)
+    return _bench
+
+
+_WRAPPERS = (("run", _wrap_run), ("prune_configs", _wrap_prune_configs), ("_bench", _wrap_bench))
+
+
 # ---- pytest hooks ---------------------------------------------------------------
 
 SESSION = pytest.StashKey[AutotuneSession]()
@@ -567,8 +672,13 @@ class _Hooks:
         self.session.current_test = item.nodeid
         self.session.patch(sys.modules)
 
+    def pytest_runtest_logfinish(self) -> None:
+        # After every test too: an attempt the batch stops keeps its compile/tune figures.
+        self.session.write_report()
+
     def pytest_terminal_summary(self, terminalreporter) -> None:
         terminalreporter.write_line(self.session.footer())
+        terminalreporter.write_line(self.session.time_footer())
 
     def pytest_sessionfinish(self) -> None:
         self.session.write_report()
@@ -595,7 +705,11 @@ def pytest_configure(config) -> None:
     if merged is not None:
         # The parallel warmup swept the shapes already: replay what its shards chose.
         settings = AutotuneSettings(
-            settings.run_dir, "replay", records_dir_of(str(merged)), settings.use_flagtune
+            settings.run_dir,
+            "replay",
+            records_dir_of(str(merged)),
+            settings.use_flagtune,
+            settings.compile_workers,
         )
     session = AutotuneSession(settings)
     session.start()

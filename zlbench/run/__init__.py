@@ -162,6 +162,7 @@ def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, 
             "USE_FLAGTUNE": "1" if s.use_flagtune else "0",
             "ZL_ISOLATE_TUNER_CACHE": "1" if s.isolate_tuner_cache else "0",
             "PARALLEL_WARMUP_GPUS": str(s.parallel_warmup_gpus),
+            "ZL_COMPILE_WORKERS": str(s.compile_workers),
         }
     )
     if plugin_autoload(s):
@@ -217,6 +218,9 @@ def build_identity(plan: RunPlan, run_dir: Path, cache_description: str) -> dict
         "replay_from": str(plan.replay_from) if plan.replay_from else None,
         "use_flagtune": s.use_flagtune,
         "tuner_cache": cache_description,
+        # How long tuning takes, not what it picks (not caliber); the autotune plugin's
+        # report says how many threads it used.
+        "compile_workers": s.compile_workers,
         "level": s.level,
         "dtypes": list(s.dtypes) if s.dtypes else "default",
         "repeat": s.direct_repeat,
