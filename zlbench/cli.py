@@ -70,6 +70,16 @@ class LazyGroup(click.Group):
         module, attr = ref.split(":")
         return getattr(importlib.import_module(module), attr)
 
+    def resolve_command(self, ctx, args):
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in SUBCOMMANDS:
+            from .suggest import close_names
+
+            near = close_names(name, SUBCOMMANDS)
+            hint = f" Did you mean {' or '.join(near)}?" if near else ""
+            ctx.fail(f"No such command {name!r}.{hint} Commands: {', '.join(SUBCOMMANDS)}")
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx, formatter):
         rows = [(name, SUBCOMMANDS[name][1]) for name in self.list_commands(ctx)]
         if rows:

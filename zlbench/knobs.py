@@ -413,6 +413,14 @@ class Settings:
                 out[knob.env] = list(value) if isinstance(value, tuple) else value
         return out
 
+    def origin(self, name: str) -> str:
+        """How an error names where a value came from: ``ZL_BACKEND=cdua`` when the
+        environment gave it, else the flag (``--backend``)."""
+        knob = BY_NAME[name]
+        if self.sources.get(name) == "env":
+            return f"{knob.env}={flag_text(self.values.get(name))}"
+        return knob.flag
+
     def replace(self, **changes: Any) -> "Settings":
         values = dict(self.values)
         sources = dict(self.sources)

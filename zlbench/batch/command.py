@@ -11,6 +11,8 @@ import click
 from click.core import ParameterSource
 
 from .. import knobs
+from ..clihelp import GroupedCommand
+from ..corpus.operators import parse_stages
 from ..rundir import plan_path, shard_dir_name
 from .config import (
     DEFAULT_FALLBACK_DTYPES,
@@ -25,7 +27,8 @@ from .config import (
     parse_devices_flag,
     resolve_shard,
 )
-from .driver import load_plan, run_batch
+from .driver import dry_run_plan, load_plan, run_batch
+from .dryrun import render_dry_run
 from .oplist import default_dismiss_path, parse_op_timeouts, parse_ops_flag
 from .plan import HostShard
 from .report import render_report
@@ -53,8 +56,27 @@ def _given(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
 
 
+_CORPUS_KNOBS = ["provider", "flaggems_dir", "backend"]
+_WORKER_KNOBS = ["parallel_warmup_gpus", "pytest_plugins", "output_cap_mb"]
+OPTION_GROUPS = [
+    ("Common options", ["out", "resume", "devices", "ops", "op_list", "stages", "timeout", "dry_run"]),
+    ("Corpus and operators", [*_CORPUS_KNOBS, "dismiss", "op_timeout"]),
+    (
+        "Measurement caliber (recorded in run_identity.json; see docs/cli.md)",
+        [n for n in knobs.MEASURE_KNOBS if knobs.BY_NAME[n].caliber and n not in _CORPUS_KNOBS],
+    ),
+    ("Failures and retries", ["retries", "fallback_dtypes", "kill_grace", "stall_timeout"]),
+    ("Workers", ["run_mode", "worker_max_ops", "worker_prestart", *_WORKER_KNOBS]),
+    ("Scheduler (several hosts; docs/schedulers.md)", ["shard", "shards", "balance_from"]),
+    ("Output", ["progress"]),
+]
+
+
 @click.command(
-    "batch", short_help="Measure many operators across devices, surviving hangs, crashes and restarts."
+    "batch",
+    cls=GroupedCommand,
+    option_groups=OPTION_GROUPS,
+    short_help="Measure many operators across devices, surviving hangs, crashes and restarts.",
 )
 @knobs.knob_options(knobs.MEASURE_KNOBS)
 @click.option(
@@ -82,6 +104,22 @@ def _given(ctx: click.Context, name: str) -> bool:
     "slots. [default: every device the backend finds; cpu: one slot]",
 )
 @click.option("--ops", "ops", default=None, metavar="a,b,c", help="Only these operators.")
+@click.option(
+    "--stages",
+    "stages",
+    default=None,
+    metavar="stable[,beta,alpha]",
+    help="Only the corpus' operators whose stage in FlagGems' conf/operators.yaml is one of "
+    "these ('all': stable, beta and alpha). [default: every operator of the corpus; "
+    "FlagGems' tools/run_tests.py defaults to stable]",
+)
+@click.option(
+    "--dry-run",
+    "dry_run",
+    is_flag=True,
+    help="Print the plan (operators, devices, timeouts, dismissed ones, settings) and exit; "
+    "nothing runs, nothing is written.",
+)
 @click.option(
     "--op-list",
     "op_list",
@@ -245,23 +283,18 @@ def batch_command(
     worker_prestart,
     balance_from,
     progress,
+    stages,
+    dry_run,
     **flags,
 ):
-    """Measure many operators across devices: every operator of the corpus (or --ops /
-    --op-list), one `zlbench run` each, sharded over --devices, surviving hangs, crashes
-    and restarts.
-
-    --replay-from DIR names an earlier batch dir here: each operator replays
-    DIR/<op>/autotune_records, and one without records runs without replay and says so
-    (AUTOTUNE_REPLAY_NONE).
+    """Measure many operators across devices: every operator of the corpus (or --ops,
+    --op-list, --stages), one `zlbench run` each, sharded over --devices.
 
     \b
-    Writes <out>/ops_status.csv (status ok/failed/timeout/crashed/skipped/dismissed,
-    attempts, dtype level, ...), <out>/plan.json and <out>/<op>/ run dirs; with
-    --shard K/N all of it goes to <out>/shard-K-of-N/ (`zlbench summary <out>` reads
-    the shards as one batch; `zlbench slurm submit` runs them as a Slurm array).
-    Exit codes: 0 every operator ok, skipped or dismissed; 1 some failed, timed out
-    or crashed; 2 the batch could not start; 130 interrupted (continue with --resume).
+    Writes <out>/<op>/ run dirs, ops_status.csv, plan.json and summary.json (FlagGems'
+    run_tests.py format). Exit: 0 all ok, skipped or dismissed; 1 some failed, timed
+    out or crashed; 2 usage error or could not start; 130 interrupted (--resume).
+    Every option, and the caliber knobs in full: docs/cli.md.
     """
     try:
         config = build_config(
@@ -286,7 +319,11 @@ def batch_command(
             worker_max_ops=worker_max_ops,
             worker_prestart=worker_prestart,
             balance_from=balance_from,
+            stages=stages,
         )
+        if dry_run:
+            click.echo(render_dry_run(dry_run_plan(config)))
+            sys.exit(0)
         if config.shard.count > 1:
             how = (
                 " (continuing: operators without a status)"
@@ -332,6 +369,19 @@ def _dismiss_path(flag: Optional[str], saved: Optional[dict]) -> Optional[Path]:
     return Path(flag)
 
 
+def _stages(text: Optional[str], ops: Optional[str], op_list) -> Optional[Tuple[str, ...]]:
+    """--stages stable,beta; None when not given. It selects operators, as --ops and
+    --op-list do: one of the three (FlagGems' run_tests.py: --ops wins silently)."""
+    if text is None:
+        return None
+    if ops or op_list:
+        raise click.UsageError("--stages selects operators, as --ops and --op-list do: give one of them")
+    try:
+        return parse_stages(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--stages") from None
+
+
 def _first_set(*values):
     """The first value that is not None (flag, then the resumed batch's, then default)."""
     return next((v for v in values if v is not None), None)
@@ -371,6 +421,7 @@ def build_config(
     worker_max_ops=None,
     worker_prestart=None,
     balance_from=None,
+    stages=None,
 ) -> BatchConfig:
     """The BatchConfig of batch's flags; ``environ`` (default os.environ) feeds --shard auto."""
     keep_failed = False
@@ -406,6 +457,7 @@ def build_config(
     if out is None:
         out = default_out_dir("batch")
     op_names: Optional[List[str]] = parse_ops_flag(ops) if ops else None
+    stage_names = _stages(stages, ops, op_list) or tuple((saved or {}).get("stages") or ()) or None
     if op_names is None and op_list is None and saved:
         op_names = plan_ops
     if devices is None and saved:
@@ -446,6 +498,7 @@ def build_config(
         worker_max_ops=worker_max_ops or (saved or {}).get("worker_max_ops") or DEFAULT_WORKER_MAX_OPS,
         worker_prestart=_first_set(worker_prestart, (saved or {}).get("worker_prestart"), True),
         balance_from=_balance_from(balance_from, saved),
+        stages=stage_names,
     )
 
 
@@ -481,6 +534,8 @@ def config_from_args(args: Sequence[str]) -> BatchConfig:
             "worker_max_ops",
             "worker_prestart",
             "balance_from",
+            "stages",
         )
     }
+    params.pop("dry_run", None)
     return build_config(ctx, flags=params, **named, **extra)

@@ -8,6 +8,7 @@ from typing import List, Optional, Tuple
 import click
 
 from zlbench import rundir
+from zlbench.clihelp import InputError
 from zlbench.summary.ab import ABResult, pair_summaries
 from zlbench.summary.plot import PlotUnavailable, plot_gains, pyplot
 from zlbench.summary.render import FORMATS, render_csv, render_summary
@@ -28,7 +29,7 @@ def _load_summary(path: str) -> Summary:
     try:
         return summarize(path)
     except SummaryInputError as e:
-        raise click.ClickException(str(e)) from None
+        raise InputError(str(e)) from None
 
 
 def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
@@ -52,7 +53,7 @@ def check_caliber(result: ABResult, allow_mismatch: bool) -> List[str]:
     differently and --allow-caliber-mismatch was not given."""
     warning = caliber_lines(result.caliber)
     if result.caliber.mismatch and not allow_mismatch:
-        raise click.ClickException(
+        raise InputError(
             "\n".join(warning) + "\nRefusing to compare: the gains would mix the build "
             "with the measurement. Re-run one side with the other's settings, or pass "
             "--allow-caliber-mismatch to compare anyway."
