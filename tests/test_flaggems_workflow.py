@@ -76,7 +76,7 @@ def test_stages_are_checked_before_anything_runs(staged_tree, tmp_path):
 
 
 def test_report_families_come_from_kind_where_the_checkout_has_it(staged_tree):
-    from zlbench.report.families import operator_families
+    from zlbench.corpus.families import operator_families
 
     by_kind = operator_families(["abs", "mm", "fft"], [str(staged_tree)], ["head"])
     assert (by_kind.get("abs"), by_kind.get("mm"), by_kind.get("fft")) == ("Math", "BLAS", "LinearAlg")
@@ -305,3 +305,35 @@ def test_docs_cli_explains_every_knob_the_help_shortens():
     text = (Path(__file__).parents[1] / "docs" / "cli.md").read_text()
     missing = [k.flag for k in knobs.KNOBS + knobs.READER_KNOBS if f"`{k.flag}` / `{k.env}`" not in text]
     assert not missing, f"docs/cli.md lacks {missing}"
+
+
+def test_summary_groups_by_family_kind_first_class_scan_otherwise(sample_screen, staged_tree, tmp_path):
+    scanned = json.loads(zlbench("summary", sample_screen, "--format", "json", "--out", tmp_path / "a.csv",
+                                 check=True).stdout)
+    assert "Benchmark classes" in scanned["families"]["source"]
+    assert scanned["families"]["of"]["mm"] == "Blas"
+    screen = tmp_path / "screen"
+    shutil.copytree(sample_screen, screen)
+    for ident in screen.glob("*/run_identity.json"):
+        doc = json.loads(ident.read_text())
+        doc["corpus_root"] = str(staged_tree)
+        ident.write_text(json.dumps(doc))
+    by_kind = json.loads(zlbench("summary", screen, "--format", "json", check=True).stdout)
+    assert "operators.yaml" in by_kind["families"]["source"]
+    assert by_kind["families"]["of"] == {"abs": "Math", "add": "other", "mm": "BLAS", "softmax": "other"}
+    assert {a["group"] for a in by_kind["by_family"]} == {"Math", "BLAS", "other"}
+    table = zlbench("summary", screen, check=True).stdout
+    assert "By family (kind in" in table
+
+
+def test_record_json_is_asked_only_of_corpora_that_take_it(tmp_path):
+    assert fg.records_json(Path(__file__).parents[1] / "zlbench" / "sample_corpus")
+    # --record without --output (a corpus of another shape), and trees without --record.
+    for name in ("hostile_corpus", "faulty_corpus", "flaggems_head", "flaggems_v502"):
+        assert not fg.records_json(FIXTURES / name), name
+    root = tmp_path / "c"
+    (root / "benchmark").mkdir(parents=True)
+    (root / "benchmark" / "conftest.py").write_text(
+        'def pytest_addoption(parser):\n    parser.addoption("--record", choices=["none", "log"])\n'
+        '    parser.addoption("--output")\n')
+    assert not fg.records_json(root)  # no json among its choices

@@ -67,13 +67,15 @@ class ResultFileError(Exception):
 
 
 def records_json(root: Path) -> bool:
-    """Whether the corpus' benchmark/conftest.py registers ``--record`` (FlagGems HEAD and
-    the sample do; an older tree would refuse the flag)."""
+    """Whether the corpus' benchmark/conftest.py registers ``--record`` (with ``json``
+    among its choices, where it lists any) and ``--output``, as FlagGems HEAD and the
+    sample corpus do; an older or other tree would refuse the flags."""
     try:
         conftest = Path(root) / bench_dir_name(Path(root)) / "conftest.py"
         tree = ast.parse(conftest.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, TreeError):
         return False
+    options: Dict[str, ast.Call] = {}
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Call)
@@ -81,10 +83,16 @@ def records_json(root: Path) -> bool:
             and node.func.attr == "addoption"
             and node.args
             and isinstance(node.args[0], ast.Constant)
-            and node.args[0].value == "--record"
+            and isinstance(node.args[0].value, str)
         ):
-            return True
-    return False
+            options[node.args[0].value] = node
+    record = options.get("--record")
+    if record is None or "--output" not in options:
+        return False
+    for kw in record.keywords:
+        if kw.arg == "choices" and isinstance(kw.value, (ast.List, ast.Tuple)):
+            return any(isinstance(e, ast.Constant) and e.value == "json" for e in kw.value.elts)
+    return True
 
 
 def record_args(output: Path) -> List[str]:

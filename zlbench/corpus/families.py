@@ -1,4 +1,4 @@
-"""Operator families for the report's plots and tables.
+"""Operator families for summary's and the report's tables and plots.
 
 Where the corpus the batch ran is a FlagGems checkout with conf/operators.yaml, an
 operator's family is its ``kind`` there (Math, NeuralNetwork, Tensor, LinearAlg, BLAS,
@@ -43,7 +43,7 @@ def family_of_chain(chain: Sequence[str]) -> str:
 
 
 def _from_scan(root: Path) -> Dict[str, str]:
-    from zlbench.corpus.scan import scan_tree
+    from .scan import scan_tree
 
     out: Dict[str, str] = {}
     for entry in scan_tree(root):
@@ -53,7 +53,7 @@ def _from_scan(root: Path) -> Dict[str, str]:
 
 
 def _from_inventory(name: str) -> Dict[str, str]:
-    from zlbench.corpus.inventory import load_inventory
+    from .inventory import load_inventory
 
     out: Dict[str, str] = {}
     for op, entry in (load_inventory(name).get("ops") or {}).items():
@@ -69,7 +69,7 @@ def operator_families(
 ) -> Families:
     """Families of ``ops``, from the first corpus root that is on this machine, else the
     inventory of the recorded layout."""
-    from zlbench.corpus.operators import kinds, operators_yaml
+    from .operators import kinds, operators_yaml
 
     wanted = set(ops)
     notes: List[str] = []
