@@ -337,3 +337,21 @@ def test_record_json_is_asked_only_of_corpora_that_take_it(tmp_path):
         'def pytest_addoption(parser):\n    parser.addoption("--record", choices=["none", "log"])\n'
         '    parser.addoption("--output")\n')
     assert not fg.records_json(root)  # no json among its choices
+
+
+def test_short_help_names_real_knobs():
+    from zlbench import knobs
+
+    assert set(knobs.SHORT_HELP) <= set(knobs.BY_NAME)
+    assert all(len(text) <= 130 for text in knobs.SHORT_HELP.values())
+
+
+def test_history_records_a_run_tests_output_dir_as_a_night_of_its_own_caliber(tmp_path):
+    results = tmp_path / "weekly"
+    shutil.copytree(RESULTS, results)
+    db = tmp_path / "h.sqlite"
+    added = zlbench("history", "add", results, "--db", db, check=True).stdout
+    # Its night is summary.json's time, its caliber FlagGems' timer on its device.
+    assert "recorded night '2026-11-30 03:12 weekly': 9 rows" in added
+    assert "level=core timer=flaggems do_bench" in added and "device model=NVIDIA H200" in added
+    assert added.count("caliber ") == 1

@@ -20,20 +20,18 @@ _SENTENCE_END = re.compile(r"(?<=[a-z0-9)\]])\. (?=[A-Z0-9(])")
 
 
 def brief(text: str, limit: int = BRIEF_CHARS) -> str:
-    """The help as given when short, else its first sentence; the ``Env: X.`` and
-    ``[default: ...]`` tails that knob_options appends are kept."""
-    tail = ""
-    m = re.search(r"\s*(Env: [A-Z0-9_]+\.)?\s*(\[default: [^\]]*\])?\s*$", text)
-    if m and m.group(0).strip():
-        tail = " " + " ".join(g for g in m.groups() if g)
-        text = text[: m.start()]
-    if len(text) > limit:
-        cut = _SENTENCE_END.search(text)
+    """The help as given when short, else its first sentence (or words up to ``limit``);
+    the ``Env: X.`` and bracketed tails (``[default: ...]``, click's ``[x>=1]``) are kept."""
+    m = re.search(r"(\s*Env: [A-Z0-9_]+\.)?((?:\s*\[[^\[\]]*\])*)\s*$", text)
+    tail = " ".join(part.strip() for part in m.groups() if part and part.strip()) if m else ""
+    body = text[: m.start()] if m and tail else text
+    if len(body) > limit:
+        cut = _SENTENCE_END.search(body)
         if cut and cut.start() < limit:
-            text = text[: cut.start() + 1]
+            body = body[: cut.start() + 1]
         else:
-            text = text[: limit - 1].rsplit(" ", 1)[0] + "…"
-    return (text + tail).strip()
+            body = body[: limit - 1].rsplit(" ", 1)[0] + "…"
+    return f"{body} {tail}".strip()
 
 
 class InputError(click.ClickException):

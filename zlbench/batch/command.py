@@ -84,14 +84,12 @@ OPTION_GROUPS = [
     "out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Batch dir: <out>/<op>/ per operator, ops_status.csv, plan.json. "
-    "[default: $ZL_OUT/batch-<timestamp>, ZL_OUT defaulting to ./runs]",
+    help="The batch dir. [default: $ZL_OUT/batch-<timestamp>, ZL_OUT defaulting to ./runs]",
 )
 @click.option(
     "--resume",
     is_flag=True,
-    help="Continue the batch in --out: complete operators are kept, partial run dirs "
-    "set aside, the rest run. Settings come from its plan.json.",
+    help="Continue the batch in --out with its plan.json's settings: complete operators kept, the rest run.",
 )
 @click.option(
     "--devices",
@@ -99,9 +97,8 @@ OPTION_GROUPS = [
     "devices",
     default=None,
     metavar="0,1,...",
-    help="Devices in your numbering (within any visibility variable already set); "
-    "operators are sharded over them by a stable hash of their name. cpu: worker "
-    "slots. [default: every device the backend finds; cpu: one slot]",
+    help="Devices in your numbering (within any visibility variable set); cpu: worker slots. "
+    "[default: every device found; cpu: one slot]",
 )
 @click.option("--ops", "ops", default=None, metavar="a,b,c", help="Only these operators.")
 @click.option(
@@ -109,33 +106,29 @@ OPTION_GROUPS = [
     "stages",
     default=None,
     metavar="stable[,beta,alpha]",
-    help="Only the corpus' operators whose stage in FlagGems' conf/operators.yaml is one of "
-    "these ('all': stable, beta and alpha). [default: every operator of the corpus; "
-    "FlagGems' tools/run_tests.py defaults to stable]",
+    help="Only operators of these stages in FlagGems' conf/operators.yaml ('all': the three). "
+    "[default: the whole corpus; FlagGems' run_tests.py: stable]",
 )
 @click.option(
     "--dry-run",
     "dry_run",
     is_flag=True,
-    help="Print the plan (operators, devices, timeouts, dismissed ones, settings) and exit; "
-    "nothing runs, nothing is written.",
+    help="Print the plan (operators per device, timeouts, dismissed, settings); run and write nothing.",
 )
 @click.option(
     "--op-list",
     "op_list",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="File of operators, one a line, optionally with a timeout in seconds "
-    "('mm 1800'); '#' starts a comment.",
+    help="File of operators, one a line, optionally with a timeout ('mm 1800'); '#' comments.",
 )
 @click.option(
     "--dismiss",
     "dismiss",
     default=None,
     metavar="FILE",
-    help="Dismiss list (YAML list of {operator, reason, verified}); listed operators are "
-    "not run and show as 'dismissed' with their reason. 'none': no list. "
-    "[default: ops/dismiss.yaml when it exists]",
+    help="Dismiss list: its operators are not run, shown as 'dismissed'. 'none': no list. "
+    "[default: ops/dismiss.yaml if present]",
 )
 @click.option(
     "--timeout",
@@ -143,8 +136,7 @@ OPTION_GROUPS = [
     type=FINITE_SECONDS,
     default=None,
     metavar="SECONDS",
-    help=f"Per operator and attempt; the whole process group is stopped (SIGTERM, then "
-    f"SIGKILL). 0: no limit. [default: {DEFAULT_TIMEOUT_S:g}]",
+    help=f"Per operator and attempt (its process group is stopped); 0: none. [default: {DEFAULT_TIMEOUT_S:g}]",
 )
 @click.option(
     "--op-timeout",
@@ -158,17 +150,14 @@ OPTION_GROUPS = [
     "retries",
     type=click.IntRange(min=0),
     default=None,
-    help="Extra attempts for failures that look transient (timeout, signal, CUDA launch "
-    "failure); a failure that repeats identically stops retrying. "
-    f"[default: {DEFAULT_RETRIES}]",
+    help=f"Extra attempts for failures that look transient (timeout, signal). [default: {DEFAULT_RETRIES}]",
 )
 @click.option(
     "--fallback-dtypes",
     "fallback_dtypes",
     multiple=True,
     metavar="DTYPES",
-    help="Dtype lists tried, in order, after a deterministic failure with the default "
-    "dtypes (repeatable; 'none' disables). [default: float32, then float16]",
+    help="Dtype lists tried after a deterministic failure (repeatable; 'none'). [default: float32, then float16]",
 )
 @click.option(
     "--kill-grace",
@@ -183,12 +172,8 @@ OPTION_GROUPS = [
     "shard",
     default=None,
     metavar="K/N|auto",
-    help="Run host shard K of N (0 <= K < N) of a screen spread over hosts: the "
-    "operators whose stable hash is K mod N, into <out>/shard-K-of-N/; running "
-    "it again resumes it. auto: K (and N) from a Slurm array task "
-    "(SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) or a Kubernetes indexed job "
-    "(JOB_COMPLETION_INDEX, with --shards N). Needs --out. Run again, a shard "
-    "measures only operators without a status; with --resume, failed ones too.",
+    help="Host shard K of N of a screen, into <out>/shard-K-of-N/; auto: from the Slurm array "
+    "task or Kubernetes index. Needs --out.",
 )
 @click.option(
     "--shards",
@@ -196,9 +181,7 @@ OPTION_GROUPS = [
     type=click.IntRange(min=1),
     default=None,
     metavar="N",
-    help="With --shard auto: the screen's shard count (required for Kubernetes; "
-    "for Slurm it wins over SLURM_ARRAY_TASK_COUNT, e.g. when a resubmission "
-    "runs only some array indices).",
+    help="With --shard auto: the screen's shard count (Kubernetes needs it; wins over Slurm's).",
 )
 @click.option(
     "--stall-timeout",
@@ -207,9 +190,8 @@ OPTION_GROUPS = [
     default=None,
     metavar="SECONDS",
     envvar="ZL_STALL_TIMEOUT",
-    help="Also stop an attempt after this many seconds without progress: no output "
-    "line, no row timed, no new kernel or tuner cache entry (reported as "
-    "timeout_no_progress). 0: off. Env: ZL_STALL_TIMEOUT. [default: 0]",
+    help="Stop an attempt after this long without output, rows or cache growth; 0: off. "
+    "Env: ZL_STALL_TIMEOUT. [default: 0]",
 )
 @click.option(
     "--run-mode",
@@ -217,10 +199,8 @@ OPTION_GROUPS = [
     type=click.Choice(RUN_MODES),
     default=None,
     envvar="ZL_RUN_MODE",
-    help="worker: one warm worker per device (torch, triton, pytest imported once) "
-    "forks each attempt, saving the interpreter start-up per operator; fresh: a "
-    "new `zlbench run` process per attempt. Same run dirs and statuses either way. "
-    "Env: ZL_RUN_MODE. [default: worker]",
+    help="worker: a warm worker per device forks each attempt; fresh: a new `zlbench run` "
+    "each. Env: ZL_RUN_MODE. [default: worker]",
 )
 @click.option(
     "--worker-max-ops",
@@ -228,20 +208,15 @@ OPTION_GROUPS = [
     type=click.IntRange(min=1),
     default=None,
     envvar="ZL_WORKER_MAX_OPS",
-    help="Replace a worker after this many attempts (it is also replaced after a "
-    "crash, a timeout or leftovers). Env: ZL_WORKER_MAX_OPS. "
-    f"[default: {DEFAULT_WORKER_MAX_OPS}]",
+    help=f"Replace a worker after this many attempts. Env: ZL_WORKER_MAX_OPS. [default: {DEFAULT_WORKER_MAX_OPS}]",
 )
 @click.option(
     "--worker-prestart/--no-worker-prestart",
     "worker_prestart",
     default=None,
     envvar="ZL_WORKER_PRESTART",
-    help="Worker mode: while one operator runs, ready the next one's benchmark process "
-    "with the library under test (flag_gems) imported, so its start-up is off the "
-    "clock; it holds a device context meanwhile. Used only when the next run's "
-    "environment matches (not with isolated tuner caches). Env: ZL_WORKER_PRESTART. "
-    "[default: on]",
+    help="Ready the next operator's process, library imported, while one runs. "
+    "Env: ZL_WORKER_PRESTART. [default: on]",
 )
 @click.option(
     "--balance-from",
@@ -249,9 +224,7 @@ OPTION_GROUPS = [
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     metavar="DIR",
-    help="An earlier batch dir: plan devices longest-first from its ops_status.csv "
-    "durations (deterministic: the same durations give the same plan on side A "
-    "and side B). [default: the stable hash of each name]",
+    help="Plan devices longest-first from an earlier batch's durations. [default: stable hash]",
 )
 @click.option(
     "--progress",

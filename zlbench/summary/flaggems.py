@@ -50,6 +50,10 @@ def _identity(doc: dict, op: str, level: str) -> dict:
     torch_env = env.get("torch") if isinstance(env.get("torch"), dict) else {}
     gems = env.get("flag_gems") if isinstance(env.get("flag_gems"), dict) else {}
     identity: Dict[str, Any] = {"op": op, "timer": TIMER, "source": "FlagGems tools/run_tests.py"}
+    stamp = doc.get("timestamp")
+    if isinstance(stamp, str) and stamp:
+        # run_tests.py writes its end time as "%Y-%m-%d %H:%M:%S" (local time).
+        identity["started"] = stamp.replace(" ", "T", 1)
     if level:
         identity["level"] = level
     if torch_env.get("device_name"):
@@ -70,6 +74,9 @@ def read_results(path: Path):
     runs: List[RunLog] = []
     rows: List[Row] = []
     statuses: Dict[str, Dict[str, Any]] = {}
+    # summary.json's own data does not say the level: the dir's records do.
+    levels = {r.level for result in ops for r in result.rows if r.level}
+    dir_level = next(iter(levels)) if len(levels) == 1 else ""
     for result in ops:
         status = STATUS.get(result.status, "failed")
         statuses[result.op] = rundir.status_row(
@@ -90,7 +97,7 @@ def read_results(path: Path):
                     source=result.source,
                 )
             )
-        level = next((r.level for r in result.rows if r.level), "")
+        level = next((r.level for r in result.rows if r.level), dir_level)
         run_dir = path / result.op
         run = RunLog(Path(result.source), run_dir, result.op, _identity(doc, result.op, level), True)
         runs.append(run)
