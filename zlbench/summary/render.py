@@ -67,7 +67,7 @@ def issue_record(issue: Issue) -> Dict[str, object]:
 
 
 def render_json(summary: Summary) -> str:
-    doc = {
+    doc: Dict[str, object] = {
         "input": str(summary.input),
         "runs": [
             {"run_dir": str(r.run_dir), "has_identity": r.identity is not None, "complete": r.complete}
