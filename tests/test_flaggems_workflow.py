@@ -355,3 +355,21 @@ def test_history_records_a_run_tests_output_dir_as_a_night_of_its_own_caliber(tm
     assert "recorded night '2026-11-30 03:12 weekly': 9 rows" in added
     assert "level=core timer=flaggems do_bench" in added and "device model=NVIDIA H200" in added
     assert added.count("caliber ") == 1
+
+
+def test_a_sharded_screen_gets_one_summary_json(tmp_path):
+    screen = tmp_path / "screen"
+    for k in (0, 1):
+        zlbench("batch", "--provider", "sample", "--backend", "cpu", "--ops", "abs,mm,add", "--dtypes", "float32",
+                "--shard", f"{k}/2", "--out", screen, "--progress", "off", "--dismiss", "none",
+                timeout=300, check=True)
+    shard_docs = [json.loads(p.read_text()) for p in screen.glob("shard-*-of-2/summary.json")]
+    assert len(shard_docs) == 2
+    zlbench("summary", screen, check=True)
+    doc = json.loads((screen / "summary.json").read_text())
+    assert sorted(doc["result"]) == ["abs", "add", "mm"]
+    for op, item in doc["result"].items():
+        assert item["performance"]["status"] == "Passed"
+        assert (screen / item["performance"]["data_file"]).is_file()
+        assert item["performance"]["data_file"].startswith("shard-")
+    assert sorted(op for d in shard_docs for op in d["result"]) == ["abs", "add", "mm"]

@@ -156,3 +156,30 @@ def write_summary(
     path = rundir.fg_summary_path(batch_dir)
     write_json_atomic(path, build_summary(batch_dir, rows, devices, wall_s))
     return path
+
+
+def _seconds(text: object) -> float:
+    """run_tests.py's "H:MM:SS" (str of a timedelta) in seconds; 0 when unreadable."""
+    try:
+        parts = [float(p) for p in str(text).split(":")]
+    except ValueError:
+        return 0.0
+    return sum(v * 60**i for i, v in enumerate(reversed(parts))) if len(parts) == 3 else 0.0
+
+
+def write_screen_summary(
+    root: Path, rows: Mapping[str, Mapping[str, str]], shard_dirs: Sequence[Path]
+) -> Path:
+    """The summary.json of a sharded screen (rows merged, run_dir below ``root``): its
+    duration the longest shard's, its devices every shard's."""
+    wall, devices = 0.0, []
+    for shard in shard_dirs:
+        path = rundir.fg_summary_path(shard)
+        try:
+            doc = fg.read_summary(path) if path.is_file() else {}
+        except fg.ResultFileError:
+            doc = {}
+        wall = max(wall, _seconds(doc.get("total_duration")))
+        count = ((doc.get("env") or {}).get("torch") or {}).get("device_count")
+        devices += [f"{shard.name}:{i}" for i in range(count if isinstance(count, int) else 0)]
+    return write_summary(root, rows, devices, wall)

@@ -42,6 +42,7 @@ def is_results_dir(path: Path) -> bool:
         and rundir.fg_summary_path(path).is_file()
         and not os.path.lexists(rundir.status_path(path))
         and not os.path.lexists(rundir.plan_path(path))
+        and not any(rundir.SHARD_DIR_RE.match(p.name) for p in path.iterdir())
     )
 
 
