@@ -131,6 +131,10 @@ def test_an_error_names_the_variable_the_value_came_from(tmp_path):
     mode = zlbench("batch", "--provider", "sample", "--backend", "cpu", "--ops", "abs", "--out", out,
                    env={"ZL_RUN_MODE": "frsh"})
     assert mode.returncode == 2 and "ZL_RUN_MODE='frsh'" in mode.stderr, mode.stderr
+    level = zlbench("batch", "--provider", "sample", "--backend", "cpu", "--dry-run", "--out", out,
+                    env={"BENCH_LEVEL": "cor"})
+    assert level.returncode == 2
+    assert "BENCH_LEVEL='cor' (from the environment; the flag is --level): choose one of" in level.stderr
     flag = zlbench("batch", "--provider", "sample", "--backend", "cdua", "--ops", "abs", "--out", out)
     assert flag.returncode == 2 and "--backend: unknown backend" in flag.stderr
     assert not out.exists()

@@ -30,10 +30,16 @@ KNOWN_DTYPES = ("float16", "float32", "bfloat16", "int16", "int32", "bool", "cfl
 class KnobError(click.UsageError, ValueError):
     """A knob value that cannot be used; the message names flag, variable and fix."""
 
-    def __init__(self, knob: "Knob", value: object, why: str):
+    def __init__(self, knob: "Knob", value: object, why: str, from_env: bool = False):
         self.knob = knob
         self.value = value
-        super().__init__(f"{knob.flag} / {knob.env}={value!r}: {why}", ctx=None)
+        self.why = why
+        where = (
+            f"{knob.env}={value!r} (from the environment; the flag is {knob.flag})"
+            if from_env
+            else f"{knob.flag} / {knob.env}={value!r}"
+        )
+        super().__init__(f"{where}: {why}", ctx=None)
 
 
 def _text(knob: "Knob", raw: str) -> Optional[str]:
@@ -467,7 +473,11 @@ def resolve(
         if flag_value is not None:
             values[knob.name], sources[knob.name] = knob.parse_value(flag_value), "flag"
         elif environ.get(knob.env) not in (None, ""):
-            values[knob.name], sources[knob.name] = knob.parse_value(environ[knob.env]), "env"
+            try:
+                values[knob.name], sources[knob.name] = knob.parse_value(environ[knob.env]), "env"
+            except KnobError as e:
+                # The user never typed the flag: lead with the variable that gave the value.
+                raise KnobError(knob, e.value, e.why, from_env=True) from None
         else:
             values[knob.name], sources[knob.name] = knob.default, "default"
     if values.get("shape_mode") is None and "shape_mode" in values:
