@@ -377,3 +377,15 @@ def test_a_sharded_screen_gets_one_summary_json(tmp_path):
         assert (screen / item["performance"]["data_file"]).is_file()
         assert item["performance"]["data_file"].startswith("shard-")
     assert sorted(op for d in shard_docs for op in d["result"]) == ["abs", "add", "mm"]
+
+
+def test_dry_run_of_a_resume_marks_complete_operators_and_refuses_changed_settings(sample_screen, tmp_path):
+    batch = tmp_path / "batch"
+    shutil.copytree(sample_screen, batch)
+    before = sorted(p.name for p in batch.rglob("*"))
+    plan = zlbench("batch", "--resume", "--out", batch, "--dry-run", check=True).stdout
+    assert "(resumed: operators already complete there are kept)" in plan
+    assert plan.count("complete: kept if the batch's journal accepts it") == 4
+    changed = zlbench("batch", "--resume", "--out", batch, "--dry-run", "--direct-noise", "1")
+    assert changed.returncode == 2 and "direct_noise: 0.5 -> 1.0" in changed.stderr
+    assert sorted(p.name for p in batch.rglob("*")) == before  # nothing written, no lock taken

@@ -581,7 +581,13 @@ def dry_run_plan(config: BatchConfig) -> DryRun:
     batch_dir = Path(config.out).expanduser().resolve()
     _check_batch_dir(batch_dir, config.resume)
     notes: List[str] = []
+    saved = load_plan(batch_dir) if config.resume else None
+    if config.resume and saved is None:
+        raise BatchError(f"--resume {batch_dir}: no plan.json there, so nothing to continue")
     prepared = _prepare(config, batch_dir, environ, lambda line, show=False: notes.append(line))
+    if saved:
+        # As the real resume: a changed caliber setting is refused, a device change noted.
+        notes.extend(_check_resume(saved, prepared.doc, batch_dir))
     return DryRun(batch_dir, config.resume, config, prepared, notes)
 
 

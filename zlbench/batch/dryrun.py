@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import List
 
+from .. import rundir
 from .driver import DryRun
 
 
@@ -45,6 +46,8 @@ def render_dry_run(dry: DryRun) -> str:
                 extra.append(f"replays {item.replay_from}")
             if item.replay_note:
                 extra.append("no autotune records to replay")
+            if dry.resume and rundir.is_complete(dry.out / item.op):
+                extra.append("complete: kept if the batch's journal accepts it")
             lines.append(f"    {item.op}" + (f"  ({'; '.join(extra)})" if extra else ""))
     if plan.dismissed:
         lines.append(f"dismissed ({len(plan.dismissed)}), not run:")
