@@ -22,15 +22,11 @@ def _open(db: Optional[str], create: bool = True):
     path = knobs.history_db_path(db)
     if not create and not db_exists(path):
         # A command that reads never creates the file it was asked to read.
-        given = (
-            f"--db {db}"
-            if db
-            else ("ZL_HISTORY_DB" if knobs.resolve({}, names=["history_db"]).history_db else "")
-        )
+        settings = knobs.resolve({"history_db": db}, names=["history_db"])
+        where = f" ({settings.origin('history_db')})" if settings.sources["history_db"] != "default" else ""
         raise InputError(
-            f"no history database at {path}"
-            + (f" (from {given})" if given else "")
-            + ": record a screen with zlbench history add DIR, or give the file with --db FILE / ZL_HISTORY_DB"
+            f"no history database at {path}{where}: record a screen with zlbench history add DIR, "
+            "or give the file with --db FILE / ZL_HISTORY_DB"
         )
     try:
         return path, open_db(path)
