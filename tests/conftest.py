@@ -47,7 +47,9 @@ SAMPLE_OPS = "abs,add,mm,softmax"
 @pytest.fixture(scope="session")
 def sample_screen(tmp_path_factory):
     out = tmp_path_factory.mktemp("screen") / "batch"
-    zlbench("batch", "--backend", "cpu", "--ops", SAMPLE_OPS, "--dtypes", "float32",
+    # --provider sample: the bundled corpus even where FLAGGEMS_DIR is set (for the tests
+    # that read FlagGems' tools).
+    zlbench("batch", "--provider", "sample", "--backend", "cpu", "--ops", SAMPLE_OPS, "--dtypes", "float32",
             "--devices", "0,1", "--progress", "off", "--out", out, timeout=600, check=True)
     return out
 

@@ -117,6 +117,9 @@ def test_two_nights_a_step_and_the_same_night_counted_once(nights, tmp_path):
 
     per_row = zlbench("history", "show", "--db", db, "--op", "mm", check=True).stdout
     assert per_row.count("STEP night 2: +50.0%") == mm_rows
+    # A misspelt operator is a usage error with the near names, not an empty answer.
+    typo = zlbench("history", "show", "--db", db, "--op", "softmx")
+    assert typo.returncode == 2 and "--op softmx (did you mean softmax?)" in typo.stderr, typo.stderr
 
 
 def test_screens_of_another_caliber_are_another_series(nights, sample_screen, tmp_path):
@@ -175,11 +178,16 @@ def test_unfinished_screens_are_refused(sample_screen, tmp_path):
     kept = [line for line in status if not line.startswith("mm,")]
     (out / "ops_status.csv").write_text("\n".join(kept) + "\n")
     proc = zlbench("history", "add", out, "--db", tmp_path / "h.sqlite")
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "not a finished screen (1 operators not run" in proc.stderr
     assert "zlbench batch --resume --out" in proc.stderr
 
 
-def test_show_on_an_empty_database_says_what_to_do(tmp_path):
+def test_show_on_a_missing_database_says_what_to_do_and_creates_nothing(tmp_path):
     proc = zlbench("history", "show", "--db", tmp_path / "empty.sqlite")
-    assert proc.returncode == 1 and "zlbench history add DIR" in proc.stderr
+    assert proc.returncode == 2 and "zlbench history add DIR" in proc.stderr
+    assert "no history database at" in proc.stderr
+    assert not (tmp_path / "empty.sqlite").exists()
+    nested = tmp_path / "no" / "such" / "dir" / "h.sqlite"
+    assert zlbench("history", "show", "--db", nested).returncode == 2
+    assert not (tmp_path / "no").exists()

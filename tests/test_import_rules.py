@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "zlbench"
 RUN_FILES = {rundir.RUN_LOG, rundir.IDENTITY, rundir.COMPLETE, rundir.SHAPES, rundir.RECORDS_DIR,
              rundir.STATUS_FILE, rundir.JOURNAL_FILE, rundir.PLAN_FILE, rundir.SET_ASIDE_DIR,
              rundir.BATCH_LOG, rundir.DRIVER_LOCK, rundir.DRIVER_INFO, rundir.SUMMARY_CSV,
-             rundir.AB_JSON, rundir.SHARD_LOG, rundir.ROW_STATS}
+             rundir.AB_JSON, rundir.SHARD_LOG, rundir.ROW_STATS, rundir.FG_SUMMARY,
+             rundir.FG_PERF_RESULT}
 # Names only a reader of FlagGems files uses (its shape file, its base modules), and
 # words of the table it prints (in a pattern or a comparison).
 FLAGGEMS_NAMES = {"core_shapes.yaml", "performance_utils", "performance_utils.py",

@@ -162,5 +162,5 @@ def test_missing_libraries_are_one_line(monkeypatch, tmp_path):
 
 def test_bad_input_is_one_line(tmp_path):
     proc = zlbench("report", tmp_path / "nope", "-o", tmp_path / "r.html")
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "does not exist" in proc.stderr

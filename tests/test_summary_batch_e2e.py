@@ -75,6 +75,6 @@ def test_ab_refuses_real_batches_once_a_caliber_knob_differs(two_batches, tmp_pa
     ident["knobs"]["ZL_DIRECT_REPEAT"] = 5
     ident_path.write_text(json.dumps(ident))
     done = zlbench_summary("--ab", a, changed)
-    assert done.returncode == 1 and done.stdout == ""
+    assert done.returncode == 2 and done.stdout == ""  # refused: a usage error
     assert "[softmax] repeat: A=1 B=5" in done.stderr
     assert "[softmax] knobs.ZL_DIRECT_REPEAT: A=1 B=5" in done.stderr

@@ -78,7 +78,7 @@ def test_markdown_format_lists_rows_aggregates_and_issues(tmp_path):
 
 def test_input_without_run_log_fails_with_the_path_and_the_fix(tmp_path):
     result = invoke(tmp_path)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"no run.log under {tmp_path}" in result.stderr
     assert "batch dir" in result.stderr
 
@@ -107,7 +107,7 @@ def _pair(tmp_path, b_ident):
 def test_ab_refuses_a_caliber_mismatch_unless_allowed(tmp_path):
     a, b = _pair(tmp_path, identity(level="comprehensive", tuner_cache="shared"))
     refused = invoke("--ab", a, b)
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert refused.stdout == ""
     assert "CALIBER MISMATCH" in refused.stderr
     assert "level: A=core B=comprehensive" in refused.stderr
@@ -184,4 +184,4 @@ def test_real_process_exit_codes(tmp_path):
     assert ok.stdout.count("\n") == 31
     bad = subprocess.run([sys.executable, "-c", entry, str(tmp_path / "missing")],
                          capture_output=True, text=True)
-    assert bad.returncode == 1 and "does not exist" in bad.stderr
+    assert bad.returncode == 2 and "does not exist" in bad.stderr

@@ -208,6 +208,10 @@ def test_shard_args_swap_shape_file_and_timing_keep_selection():
                    "--warmup", "1", "--iter", "1", "--shape_file", "/w/s0.yaml", "--color=no"]
     slow = w.shard_args(["x.py", "--shape_file", "a", "--warmup", "5"], Path("b"), fast_timing=False)
     assert slow == ["x.py", "--warmup", "5", "--shape_file", "b", "--color=no"]
+    # The run's --record json file is its own: a shard writing it too would race the others.
+    recorded = w.shard_args(["x.py", "--record", "json", "--output", "/r/performance_result.json"],
+                            Path("b"), fast_timing=False)
+    assert recorded == ["x.py", "--shape_file", "b", "--color=no"]
     assert w.option_value(args, "--level") == "core"
     assert w.option_value(["--level=comprehensive"], "--level") == "comprehensive"
 

@@ -321,8 +321,9 @@ def without_options(args: Sequence[str], names: Sequence[str]) -> List[str]:
 
 def shard_args(args: Sequence[str], shape_file: Path, fast_timing: bool) -> List[str]:
     """The main run's pytest arguments for a shard: same nodes, level and dtypes; its own
-    shape file; the shortest timing the corpus accepts; no colour codes in its log."""
-    drop = ["--shape_file"] + (list(FAST_TIMING) if fast_timing else [])
+    shape file; the shortest timing the corpus accepts; no colour codes in its log; no
+    --record/--output (the shards would write, concurrently, the run's own result file)."""
+    drop = ["--shape_file", "--record", "--output"] + (list(FAST_TIMING) if fast_timing else [])
     out = [a for a in without_options(args, drop) if not a.startswith("--color")]
     if fast_timing:
         for name, value in FAST_TIMING.items():

@@ -70,6 +70,16 @@ class LazyGroup(click.Group):
         module, attr = ref.split(":")
         return getattr(importlib.import_module(module), attr)
 
+    def resolve_command(self, ctx, args):
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in SUBCOMMANDS:
+            from .suggest import close_names
+
+            near = close_names(name, SUBCOMMANDS)
+            hint = f" Did you mean {' or '.join(near)}?" if near else ""
+            ctx.fail(f"No such command {name!r}.{hint} Commands: {', '.join(SUBCOMMANDS)}")
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx, formatter):
         rows = [(name, SUBCOMMANDS[name][1]) for name in self.list_commands(ctx)]
         if rows:
@@ -96,9 +106,36 @@ def main():
 
 # -- run ---------------------------------------------------------------------
 from . import knobs  # noqa: E402  (after the group: keeps the import order readable)
+from .clihelp import GroupedCommand  # noqa: E402
+
+_RUN_COMMON = [
+    "op",
+    "op_file",
+    "test_node",
+    "flaggems_dir",
+    "provider",
+    "backend",
+    "device",
+    "out",
+    "run_dir",
+]
+RUN_OPTION_GROUPS = [
+    ("Common options", _RUN_COMMON),
+    (
+        "Measurement caliber (recorded in run_identity.json; see docs/cli.md)",
+        [k.name for k in knobs.KNOBS if k.caliber and k.name not in _RUN_COMMON],
+    ),
+    ("The benchmark process", ["parallel_warmup_gpus", "pytest_plugins", "output_cap_mb", "echo"]),
+]
 
 
-@click.command("run", short_help=RUN_HELP, context_settings={"show_default": False})
+@click.command(
+    "run",
+    cls=GroupedCommand,
+    option_groups=RUN_OPTION_GROUPS,
+    short_help=RUN_HELP,
+    context_settings={"show_default": False},
+)
 @knobs.knob_options([k.name for k in knobs.KNOBS])
 @click.option(
     "--run-dir",

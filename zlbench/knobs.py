@@ -30,10 +30,16 @@ KNOWN_DTYPES = ("float16", "float32", "bfloat16", "int16", "int32", "bool", "cfl
 class KnobError(click.UsageError, ValueError):
     """A knob value that cannot be used; the message names flag, variable and fix."""
 
-    def __init__(self, knob: "Knob", value: object, why: str):
+    def __init__(self, knob: "Knob", value: object, why: str, from_env: bool = False):
         self.knob = knob
         self.value = value
-        super().__init__(f"{knob.flag} / {knob.env}={value!r}: {why}", ctx=None)
+        self.why = why
+        where = (
+            f"{knob.env}={value!r} (from the environment; the flag is {knob.flag})"
+            if from_env
+            else f"{knob.flag} / {knob.env}={value!r}"
+        )
+        super().__init__(f"{where}: {why}", ctx=None)
 
 
 def _text(knob: "Knob", raw: str) -> Optional[str]:
@@ -403,6 +409,29 @@ KNOBS: List[Knob] = [
     Knob("out", "ZL_OUT", "--out", "runs", _text, False, "Root under which run dirs are created."),
 ]
 
+# What --help says of a knob whose explanation is long (the whole text: docs/cli.md,
+# generated from Knob.help); a knob not listed shows its help as is.
+SHORT_HELP: Dict[str, str] = {
+    "provider": "sample (the bundled corpus) or flaggems (a checkout); default: flaggems when a "
+    "FlagGems dir is given.",
+    "shape_mode": "file: use --shape-file; upstream: the corpus' core_shapes.yaml (default: file "
+    "when a shape file is given).",
+    "replay_from": "autotune_records/ dir (or a run dir) whose configs to replay; in batch, an "
+    "earlier batch dir.",
+    "direct_timer": "kernels (traced device time per call), percall (device events per call) or "
+    "do_bench (FlagGems' kernel mode).",
+    "direct_noise": "kernels/percall: stop once the median's 95% CI half-width is within this many percent.",
+    "cpu_threads": "cpu backend: torch (and OMP/MKL) threads of the benchmark process.",
+    "cpu_keep_memory": "cpu backend: 1 keeps freed memory for the next allocation (mallopt), so "
+    "rows are not timed with page faults.",
+    "graph_placements": "Graph timer: time each row over N placements of its inputs in device "
+    "memory, replays pooled.",
+    "pytest_plugins": "Third-party pytest plugins the benchmark process loads (comma list; "
+    "'autoload': all installed).",
+    "output_cap_mb": "Most MiB of a benchmark's output kept in run.log (head and tail kept, "
+    "OUTPUT_TRUNCATED between).",
+}
+
 # Settings of the commands that read results, not of a run: never in run_identity.json,
 # and not flags of `run` or `batch`.
 READER_KNOBS: List[Knob] = [
@@ -454,6 +483,14 @@ class Settings:
                 out[knob.env] = list(value) if isinstance(value, tuple) else value
         return out
 
+    def origin(self, name: str) -> str:
+        """How an error names where a value came from: ``ZL_BACKEND=cdua`` when the
+        environment gave it, else the flag (``--backend``)."""
+        knob = BY_NAME[name]
+        if self.sources.get(name) == "env":
+            return f"{knob.env}={flag_text(self.values.get(name))}"
+        return knob.flag
+
     def replace(self, **changes: Any) -> "Settings":
         values = dict(self.values)
         sources = dict(self.sources)
@@ -477,7 +514,11 @@ def resolve(
         if flag_value is not None:
             values[knob.name], sources[knob.name] = knob.parse_value(flag_value), "flag"
         elif environ.get(knob.env) not in (None, ""):
-            values[knob.name], sources[knob.name] = knob.parse_value(environ[knob.env]), "env"
+            try:
+                values[knob.name], sources[knob.name] = knob.parse_value(environ[knob.env]), "env"
+            except KnobError as e:
+                # The user never typed the flag: lead with the variable that gave the value.
+                raise KnobError(knob, e.value, e.why, from_env=True) from None
         else:
             values[knob.name], sources[knob.name] = knob.default, "default"
     if values.get("shape_mode") is None and "shape_mode" in values:
@@ -499,7 +540,8 @@ def env_value(name: str, environ: Optional[Mapping[str, str]] = None) -> Any:
 
 def knob_options(names: Iterable[str]):
     """Click decorator adding the flags of these knobs; values stay raw strings (or
-    None when not given) so that resolve() can apply precedence and validation."""
+    None when not given) so that resolve() can apply precedence and validation. The
+    help is SHORT_HELP's where a knob has one (docs/cli.md has the whole text)."""
     knobs = [BY_NAME[n] for n in names]
 
     def decorate(fn):
@@ -510,7 +552,7 @@ def knob_options(names: Iterable[str]):
                 knob.name,
                 default=None,
                 metavar=knob.env,
-                help=f"{knob.help} Env: {knob.env}.{default_text}",
+                help=f"{SHORT_HELP.get(knob.name, knob.help)} Env: {knob.env}.{default_text}",
             )(fn)
         return fn
 

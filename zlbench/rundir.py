@@ -83,6 +83,11 @@ SHARD_DIR_RE = re.compile(r"^shard-(\d+)-of-(\d+)$")
 # --- what summary and ab add -----------------------------------------------------------
 SUMMARY_CSV = "summary.csv"
 AB_JSON = "ab.json"
+# FlagGems' own result files (tools/run_tests.py): a batch writes summary.json in its
+# format, and each run dir keeps the benchmark's `--record json` output under the name
+# run_tests.py gives it, so FlagGems' tools (psum_text, psum_html, psum_web) read both.
+FG_SUMMARY = "summary.json"
+FG_PERF_RESULT = "performance_result.json"
 
 # Every name the batch (and summary, ab) write at a batch dir's top level: no operator
 # may take one, nor one of their lock files (a run dir named plan.json would corrupt the
@@ -97,6 +102,7 @@ BATCH_NAMES = RESERVED | {
     SLURM_DIR,
     SUMMARY_CSV,
     AB_JSON,
+    FG_SUMMARY,
 }
 
 
@@ -132,6 +138,16 @@ def run_log_path(run_dir: Path) -> Path:
 
 def shapes_path(run_dir: Path) -> Path:
     return run_dir / SHAPES
+
+
+def perf_result_path(run_dir: Path) -> Path:
+    """The benchmark's own ``--record json`` output (FlagGems' format) in a run dir or,
+    for a run_tests.py output dir, in ``<dir>/<op>/``."""
+    return Path(run_dir) / FG_PERF_RESULT
+
+
+def fg_summary_path(batch_dir: Path) -> Path:
+    return Path(batch_dir) / FG_SUMMARY
 
 
 def row_stats_path(run_dir: Path) -> Path:

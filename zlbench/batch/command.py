@@ -11,6 +11,8 @@ import click
 from click.core import ParameterSource
 
 from .. import knobs
+from ..clihelp import GroupedCommand
+from ..corpus.operators import parse_stages
 from ..rundir import plan_path, shard_dir_name
 from .config import (
     DEFAULT_FALLBACK_DTYPES,
@@ -25,7 +27,8 @@ from .config import (
     parse_devices_flag,
     resolve_shard,
 )
-from .driver import load_plan, run_batch
+from .driver import dry_run_plan, load_plan, run_batch
+from .dryrun import render_dry_run
 from .oplist import default_dismiss_path, parse_op_timeouts, parse_ops_flag
 from .plan import HostShard
 from .report import render_report
@@ -53,8 +56,27 @@ def _given(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
 
 
+_CORPUS_KNOBS = ["provider", "flaggems_dir", "backend"]
+_WORKER_KNOBS = ["parallel_warmup_gpus", "pytest_plugins", "output_cap_mb"]
+OPTION_GROUPS = [
+    ("Common options", ["out", "resume", "devices", "ops", "op_list", "stages", "timeout", "dry_run"]),
+    ("Corpus and operators", [*_CORPUS_KNOBS, "dismiss", "op_timeout"]),
+    (
+        "Measurement caliber (recorded in run_identity.json; see docs/cli.md)",
+        [n for n in knobs.MEASURE_KNOBS if knobs.BY_NAME[n].caliber and n not in _CORPUS_KNOBS],
+    ),
+    ("Failures and retries", ["retries", "fallback_dtypes", "kill_grace", "stall_timeout"]),
+    ("Workers", ["run_mode", "worker_max_ops", "worker_prestart", *_WORKER_KNOBS]),
+    ("Scheduler (several hosts; docs/schedulers.md)", ["shard", "shards", "balance_from"]),
+    ("Output", ["progress"]),
+]
+
+
 @click.command(
-    "batch", short_help="Measure many operators across devices, surviving hangs, crashes and restarts."
+    "batch",
+    cls=GroupedCommand,
+    option_groups=OPTION_GROUPS,
+    short_help="Measure many operators across devices, surviving hangs, crashes and restarts.",
 )
 @knobs.knob_options(knobs.MEASURE_KNOBS)
 @click.option(
@@ -62,14 +84,12 @@ def _given(ctx: click.Context, name: str) -> bool:
     "out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Batch dir: <out>/<op>/ per operator, ops_status.csv, plan.json. "
-    "[default: $ZL_OUT/batch-<timestamp>, ZL_OUT defaulting to ./runs]",
+    help="The batch dir. [default: $ZL_OUT/batch-<timestamp>, ZL_OUT defaulting to ./runs]",
 )
 @click.option(
     "--resume",
     is_flag=True,
-    help="Continue the batch in --out: complete operators are kept, partial run dirs "
-    "set aside, the rest run. Settings come from its plan.json.",
+    help="Continue the batch in --out with its plan.json's settings: complete operators kept, the rest run.",
 )
 @click.option(
     "--devices",
@@ -77,27 +97,38 @@ def _given(ctx: click.Context, name: str) -> bool:
     "devices",
     default=None,
     metavar="0,1,...",
-    help="Devices in your numbering (within any visibility variable already set); "
-    "operators are sharded over them by a stable hash of their name. cpu: worker "
-    "slots. [default: every device the backend finds; cpu: one slot]",
+    help="Devices in your numbering (within any visibility variable set); cpu: worker slots. "
+    "[default: every device found; cpu: one slot]",
 )
 @click.option("--ops", "ops", default=None, metavar="a,b,c", help="Only these operators.")
+@click.option(
+    "--stages",
+    "stages",
+    default=None,
+    metavar="stable[,beta,alpha]",
+    help="Only operators of these stages in FlagGems' conf/operators.yaml ('all': the three). "
+    "[default: the whole corpus; FlagGems' run_tests.py: stable]",
+)
+@click.option(
+    "--dry-run",
+    "dry_run",
+    is_flag=True,
+    help="Print the plan (operators per device, timeouts, dismissed, settings); run and write nothing.",
+)
 @click.option(
     "--op-list",
     "op_list",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="File of operators, one a line, optionally with a timeout in seconds "
-    "('mm 1800'); '#' starts a comment.",
+    help="File of operators, one a line, optionally with a timeout ('mm 1800'); '#' comments.",
 )
 @click.option(
     "--dismiss",
     "dismiss",
     default=None,
     metavar="FILE",
-    help="Dismiss list (YAML list of {operator, reason, verified}); listed operators are "
-    "not run and show as 'dismissed' with their reason. 'none': no list. "
-    "[default: ops/dismiss.yaml when it exists]",
+    help="Dismiss list: its operators are not run, shown as 'dismissed'. 'none': no list. "
+    "[default: ops/dismiss.yaml if present]",
 )
 @click.option(
     "--timeout",
@@ -105,8 +136,7 @@ def _given(ctx: click.Context, name: str) -> bool:
     type=FINITE_SECONDS,
     default=None,
     metavar="SECONDS",
-    help=f"Per operator and attempt; the whole process group is stopped (SIGTERM, then "
-    f"SIGKILL). 0: no limit. [default: {DEFAULT_TIMEOUT_S:g}]",
+    help=f"Per operator and attempt (its process group is stopped); 0: none. [default: {DEFAULT_TIMEOUT_S:g}]",
 )
 @click.option(
     "--op-timeout",
@@ -120,17 +150,14 @@ def _given(ctx: click.Context, name: str) -> bool:
     "retries",
     type=click.IntRange(min=0),
     default=None,
-    help="Extra attempts for failures that look transient (timeout, signal, CUDA launch "
-    "failure); a failure that repeats identically stops retrying. "
-    f"[default: {DEFAULT_RETRIES}]",
+    help=f"Extra attempts for failures that look transient (timeout, signal). [default: {DEFAULT_RETRIES}]",
 )
 @click.option(
     "--fallback-dtypes",
     "fallback_dtypes",
     multiple=True,
     metavar="DTYPES",
-    help="Dtype lists tried, in order, after a deterministic failure with the default "
-    "dtypes (repeatable; 'none' disables). [default: float32, then float16]",
+    help="Dtype lists tried after a deterministic failure (repeatable; 'none'). [default: float32, then float16]",
 )
 @click.option(
     "--kill-grace",
@@ -145,12 +172,8 @@ def _given(ctx: click.Context, name: str) -> bool:
     "shard",
     default=None,
     metavar="K/N|auto",
-    help="Run host shard K of N (0 <= K < N) of a screen spread over hosts: the "
-    "operators whose stable hash is K mod N, into <out>/shard-K-of-N/; running "
-    "it again resumes it. auto: K (and N) from a Slurm array task "
-    "(SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) or a Kubernetes indexed job "
-    "(JOB_COMPLETION_INDEX, with --shards N). Needs --out. Run again, a shard "
-    "measures only operators without a status; with --resume, failed ones too.",
+    help="Host shard K of N of a screen, into <out>/shard-K-of-N/; auto: from the Slurm array "
+    "task or Kubernetes index. Needs --out.",
 )
 @click.option(
     "--shards",
@@ -158,9 +181,7 @@ def _given(ctx: click.Context, name: str) -> bool:
     type=click.IntRange(min=1),
     default=None,
     metavar="N",
-    help="With --shard auto: the screen's shard count (required for Kubernetes; "
-    "for Slurm it wins over SLURM_ARRAY_TASK_COUNT, e.g. when a resubmission "
-    "runs only some array indices).",
+    help="With --shard auto: the screen's shard count (Kubernetes needs it; wins over Slurm's).",
 )
 @click.option(
     "--stall-timeout",
@@ -169,9 +190,8 @@ def _given(ctx: click.Context, name: str) -> bool:
     default=None,
     metavar="SECONDS",
     envvar="ZL_STALL_TIMEOUT",
-    help="Also stop an attempt after this many seconds without progress: no output "
-    "line, no row timed, no new kernel or tuner cache entry (reported as "
-    "timeout_no_progress). 0: off. Env: ZL_STALL_TIMEOUT. [default: 0]",
+    help="Stop an attempt after this long without output, rows or cache growth; 0: off. "
+    "Env: ZL_STALL_TIMEOUT. [default: 0]",
 )
 @click.option(
     "--run-mode",
@@ -179,10 +199,8 @@ def _given(ctx: click.Context, name: str) -> bool:
     type=click.Choice(RUN_MODES),
     default=None,
     envvar="ZL_RUN_MODE",
-    help="worker: one warm worker per device (torch, triton, pytest imported once) "
-    "forks each attempt, saving the interpreter start-up per operator; fresh: a "
-    "new `zlbench run` process per attempt. Same run dirs and statuses either way. "
-    "Env: ZL_RUN_MODE. [default: worker]",
+    help="worker: a warm worker per device forks each attempt; fresh: a new `zlbench run` "
+    "each. Env: ZL_RUN_MODE. [default: worker]",
 )
 @click.option(
     "--worker-max-ops",
@@ -190,20 +208,15 @@ def _given(ctx: click.Context, name: str) -> bool:
     type=click.IntRange(min=1),
     default=None,
     envvar="ZL_WORKER_MAX_OPS",
-    help="Replace a worker after this many attempts (it is also replaced after a "
-    "crash, a timeout or leftovers). Env: ZL_WORKER_MAX_OPS. "
-    f"[default: {DEFAULT_WORKER_MAX_OPS}]",
+    help=f"Replace a worker after this many attempts. Env: ZL_WORKER_MAX_OPS. [default: {DEFAULT_WORKER_MAX_OPS}]",
 )
 @click.option(
     "--worker-prestart/--no-worker-prestart",
     "worker_prestart",
     default=None,
     envvar="ZL_WORKER_PRESTART",
-    help="Worker mode: while one operator runs, ready the next one's benchmark process "
-    "with the library under test (flag_gems) imported, so its start-up is off the "
-    "clock; it holds a device context meanwhile. Used only when the next run's "
-    "environment matches (not with isolated tuner caches). Env: ZL_WORKER_PRESTART. "
-    "[default: on]",
+    help="Ready the next operator's process, library imported, while one runs. "
+    "Env: ZL_WORKER_PRESTART. [default: on]",
 )
 @click.option(
     "--balance-from",
@@ -211,9 +224,7 @@ def _given(ctx: click.Context, name: str) -> bool:
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     metavar="DIR",
-    help="An earlier batch dir: plan devices longest-first from its ops_status.csv "
-    "durations (deterministic: the same durations give the same plan on side A "
-    "and side B). [default: the stable hash of each name]",
+    help="Plan devices longest-first from an earlier batch's durations. [default: stable hash]",
 )
 @click.option(
     "--progress",
@@ -245,23 +256,18 @@ def batch_command(
     worker_prestart,
     balance_from,
     progress,
+    stages,
+    dry_run,
     **flags,
 ):
-    """Measure many operators across devices: every operator of the corpus (or --ops /
-    --op-list), one `zlbench run` each, sharded over --devices, surviving hangs, crashes
-    and restarts.
-
-    --replay-from DIR names an earlier batch dir here: each operator replays
-    DIR/<op>/autotune_records, and one without records runs without replay and says so
-    (AUTOTUNE_REPLAY_NONE).
+    """Measure many operators across devices: every operator of the corpus (or --ops,
+    --op-list, --stages), one `zlbench run` each, sharded over --devices.
 
     \b
-    Writes <out>/ops_status.csv (status ok/failed/timeout/crashed/skipped/dismissed,
-    attempts, dtype level, ...), <out>/plan.json and <out>/<op>/ run dirs; with
-    --shard K/N all of it goes to <out>/shard-K-of-N/ (`zlbench summary <out>` reads
-    the shards as one batch; `zlbench slurm submit` runs them as a Slurm array).
-    Exit codes: 0 every operator ok, skipped or dismissed; 1 some failed, timed out
-    or crashed; 2 the batch could not start; 130 interrupted (continue with --resume).
+    Writes <out>/<op>/ run dirs, ops_status.csv, plan.json and summary.json (FlagGems'
+    run_tests.py format). Exit: 0 all ok, skipped or dismissed; 1 some failed, timed
+    out or crashed; 2 usage error or could not start; 130 interrupted (--resume).
+    Every option, and the caliber knobs in full: docs/cli.md.
     """
     try:
         config = build_config(
@@ -286,7 +292,11 @@ def batch_command(
             worker_max_ops=worker_max_ops,
             worker_prestart=worker_prestart,
             balance_from=balance_from,
+            stages=stages,
         )
+        if dry_run:
+            click.echo(render_dry_run(dry_run_plan(config)))
+            sys.exit(0)
         if config.shard.count > 1:
             how = (
                 " (continuing: operators without a status)"
@@ -332,6 +342,19 @@ def _dismiss_path(flag: Optional[str], saved: Optional[dict]) -> Optional[Path]:
     return Path(flag)
 
 
+def _stages(text: Optional[str], ops: Optional[str], op_list) -> Optional[Tuple[str, ...]]:
+    """--stages stable,beta; None when not given. It selects operators, as --ops and
+    --op-list do: one of the three (FlagGems' run_tests.py: --ops wins silently)."""
+    if text is None:
+        return None
+    if ops or op_list:
+        raise click.UsageError("--stages selects operators, as --ops and --op-list do: give one of them")
+    try:
+        return parse_stages(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--stages") from None
+
+
 def _first_set(*values):
     """The first value that is not None (flag, then the resumed batch's, then default)."""
     return next((v for v in values if v is not None), None)
@@ -371,6 +394,7 @@ def build_config(
     worker_max_ops=None,
     worker_prestart=None,
     balance_from=None,
+    stages=None,
 ) -> BatchConfig:
     """The BatchConfig of batch's flags; ``environ`` (default os.environ) feeds --shard auto."""
     keep_failed = False
@@ -406,6 +430,7 @@ def build_config(
     if out is None:
         out = default_out_dir("batch")
     op_names: Optional[List[str]] = parse_ops_flag(ops) if ops else None
+    stage_names = _stages(stages, ops, op_list) or tuple((saved or {}).get("stages") or ()) or None
     if op_names is None and op_list is None and saved:
         op_names = plan_ops
     if devices is None and saved:
@@ -446,6 +471,7 @@ def build_config(
         worker_max_ops=worker_max_ops or (saved or {}).get("worker_max_ops") or DEFAULT_WORKER_MAX_OPS,
         worker_prestart=_first_set(worker_prestart, (saved or {}).get("worker_prestart"), True),
         balance_from=_balance_from(balance_from, saved),
+        stages=stage_names,
     )
 
 
@@ -481,6 +507,8 @@ def config_from_args(args: Sequence[str]) -> BatchConfig:
             "worker_max_ops",
             "worker_prestart",
             "balance_from",
+            "stages",
         )
     }
+    params.pop("dry_run", None)
     return build_config(ctx, flags=params, **named, **extra)

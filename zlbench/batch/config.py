@@ -182,6 +182,8 @@ class BatchConfig:
                  imported, while the current attempt runs (zlbench.run.worker)
     stall_timeout_s stop an attempt after this many seconds without progress (no output,
                  no row timed, no new kernel or tuner cache entry); None or 0: off
+    stages       FlagGems stages (stable, beta, alpha, removed): only the corpus' operators
+                 whose current stage in conf/operators.yaml is one of them; None: all
     """
 
     out: Path
@@ -208,6 +210,7 @@ class BatchConfig:
     worker_prestart: bool = True
     stall_timeout_s: Optional[float] = None
     environ: Optional[Mapping[str, str]] = None  # base environment; default os.environ
+    stages: Optional[Sequence[str]] = None
 
 
 @dataclass

@@ -22,11 +22,14 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from .. import backends, knobs, proc, providers, rundir, tuner_cache
 from ..backends import DeviceError
+from ..corpus.operators import OperatorListError, load_operators, ops_in_stages
 from ..markers import WORKER_FORK_REFUSED, format_marker
 from ..safe_read import describe_error, read_bytes_capped
+from ..suggest import unknown_operator_hint
 from .classify import BAD
 from .config import RUN_MODES, BatchConfig, BatchResult, default_run_command
 from .execute import ATTEMPT_TAG, BATCH_TAG, ExecContext, Stopper, child_environ, dtype_ladder, run_operator
+from .flaggems_summary import write_summary as write_flaggems_summary
 from .oplist import check_op_name, check_seconds, dedupe, load_dismiss, op_name_problem, read_op_list
 from .plan import OpPlan, Plan, make_plan
 from .progress import Progress
@@ -62,6 +65,12 @@ def run_batch(config: BatchConfig) -> BatchResult:
     environ = dict(os.environ if config.environ is None else config.environ)
     batch_dir = Path(config.out).expanduser().resolve()
     _check_batch_dir(batch_dir, config.resume)
+    # A misspelt backend or operator is refused before the batch dir exists.
+    _backend(_absolute(config.settings))
+    early: List[tuple] = []
+    selection = _operators(
+        config, _absolute(config.settings), lambda line, show=False: early.append((line, show))
+    )
     try:
         batch_dir.mkdir(parents=True, exist_ok=True)
         lock = DriverLock(batch_dir)
@@ -72,7 +81,7 @@ def run_batch(config: BatchConfig) -> BatchResult:
             "give a writable directory"
         ) from None
     try:
-        return _run_locked(config, batch_dir, environ, started)
+        return _run_locked(config, batch_dir, environ, started, selection, early)
     except OSError as e:
         if e.errno not in STORAGE_ERRNOS:
             raise
@@ -133,7 +142,7 @@ def _backend(settings):
     try:
         return backends.get_backend(settings.backend) if settings.backend else backends.detect_backend()
     except backends.UnknownBackend as e:
-        raise BatchError(f"--backend: {e}") from None
+        raise BatchError(f"{settings.origin('backend')}: {e}") from None
 
 
 def _operators(config: BatchConfig, settings, log) -> tuple:
@@ -144,6 +153,7 @@ def _operators(config: BatchConfig, settings, log) -> tuple:
         corpus = provider.operators()
     except providers.ResolveError as e:
         raise BatchError(str(e)) from None
+    root = getattr(provider, "root", None)
     explicit = [check_op_name(op, "--ops") for op in (config.ops or [])]
     file_timeouts: Dict[str, float] = {}
     if config.op_list:
@@ -152,11 +162,21 @@ def _operators(config: BatchConfig, settings, log) -> tuple:
     if explicit or config.ops is not None or config.op_list:
         ops = dedupe(explicit)
         unknown = [op for op in ops if corpus and op not in corpus]
+        if unknown and list(config.run_command) == default_run_command():
+            # Caught here, before any device is touched, not as one failed preflight
+            # per operator after the batch has started.
+            where = "--op-list " + str(config.op_list) if config.op_list and not config.ops else "--ops"
+            raise BatchError(
+                f"{where}: not an operator of the corpus under {root or '?'}: "
+                + "; ".join(unknown_operator_hint(op, corpus) for op in unknown)
+            )
         if unknown:
             log(
                 f"not in the corpus' operator list (they will fail preflight): {', '.join(unknown)}",
                 show=True,
             )
+    elif config.stages:
+        ops = _ops_in_stages(config.stages, root, corpus, log)
     else:
         ops = list(corpus)
         if not ops:
@@ -175,8 +195,32 @@ def _operators(config: BatchConfig, settings, log) -> tuple:
         )
     if not ops and not refused:
         raise BatchError("no operators to run: --ops / --op-list are empty")
-    root = getattr(provider, "root", None)
     return ops, file_timeouts, str(root) if root else None, refused
+
+
+def _ops_in_stages(stages: Sequence[str], root, corpus: Sequence[str], log) -> List[str]:
+    """The corpus' operators whose stage in conf/operators.yaml is one of ``stages``."""
+    if root is None:
+        raise BatchError("--stages needs a FlagGems checkout (--flaggems-dir) with conf/operators.yaml")
+    try:
+        staged = ops_in_stages(load_operators(Path(root)), stages)
+    except OperatorListError as e:
+        raise BatchError(f"--stages: {e}") from None
+    present = set(corpus)
+    ops = [op for op in staged if op in present]
+    missing = [op for op in staged if op not in present]
+    if missing:
+        log(
+            f"--stages {','.join(stages)}: {len(missing)} operators of conf/operators.yaml have no "
+            f"benchmark in the corpus (not run): {', '.join(missing)}",
+            show=True,
+        )
+    if not ops:
+        raise BatchError(
+            f"--stages {','.join(stages)}: none of the {len(staged)} operators of those stages has a "
+            f"benchmark under {root}"
+        )
+    return ops
 
 
 def _check_extra_env(extra_env: Mapping[str, str]) -> None:
@@ -239,6 +283,7 @@ def plan_document(
             for p in plan.ops
         ],
         "dismissed": dict(plan.dismissed),
+        "stages": list(config.stages) if config.stages else None,
     }
 
 
@@ -451,8 +496,11 @@ class _Prepared:
     refused: Dict[str, str] = field(default_factory=dict)
 
 
-def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], log) -> _Prepared:
-    """Everything decided before any operator runs; raises BatchError."""
+def _prepare(
+    config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], log, selection: Optional[tuple] = None
+) -> _Prepared:
+    """Everything decided before any operator runs; raises BatchError. ``selection``:
+    what ``_operators`` already returned for this config."""
     settings = _absolute(config.settings)
     backend = _backend(settings)
     if config.run_mode not in RUN_MODES:
@@ -475,7 +523,7 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
     _check_shape_file(settings)
     if list(config.run_command) == default_run_command():
         _check_children_import_us(child_environ(environ, batch_dir, config.extra_env))
-    ops, file_timeouts, corpus_root, refused = _operators(config, settings, log)
+    ops, file_timeouts, corpus_root, refused = selection or _operators(config, settings, log)
     ops = [op for op in ops if config.shard.holds(op)]
     refused = {op: why for op, why in refused.items() if config.shard.holds(op)}
     dismissed = load_dismiss(Path(config.dismiss)) if config.dismiss else {}
@@ -502,6 +550,34 @@ def _prepare(config: BatchConfig, batch_dir: Path, environ: Mapping[str, str], l
         )
     doc = plan_document(config, plan, settings, backend.name, timer, op_timeouts)
     return _Prepared(settings, backend.name, timer, ops, plan, doc, corpus_root, refused)
+
+
+@dataclass
+class DryRun:
+    """What ``zlbench batch --dry-run`` shows: the batch as it would start."""
+
+    out: Path
+    resume: bool
+    config: BatchConfig
+    prepared: _Prepared
+    notes: List[str] = field(default_factory=list)
+
+
+def dry_run_plan(config: BatchConfig) -> DryRun:
+    """Plan the batch as ``run_batch`` would, without creating, locking or running
+    anything; raises BatchError where the batch would not start."""
+    environ = dict(os.environ if config.environ is None else config.environ)
+    batch_dir = Path(config.out).expanduser().resolve()
+    _check_batch_dir(batch_dir, config.resume)
+    notes: List[str] = []
+    saved = load_plan(batch_dir) if config.resume else None
+    if config.resume and saved is None:
+        raise BatchError(f"--resume {batch_dir}: no plan.json there, so nothing to continue")
+    prepared = _prepare(config, batch_dir, environ, lambda line, show=False: notes.append(line))
+    if saved:
+        # As the real resume: a changed caliber setting is refused, a device change noted.
+        notes.extend(_check_resume(saved, prepared.doc, batch_dir))
+    return DryRun(batch_dir, config.resume, config, prepared, notes)
 
 
 def _check_children_import_us(env: Mapping[str, str]) -> None:
@@ -559,10 +635,19 @@ def _check_timeouts(config: BatchConfig) -> None:
         raise BatchError("--timeout / --kill-grace / --op-timeout: not a number of seconds") from None
 
 
-def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str], started: float) -> BatchResult:
+def _run_locked(
+    config: BatchConfig,
+    batch_dir: Path,
+    environ: Dict[str, str],
+    started: float,
+    selection: Optional[tuple] = None,
+    early: Sequence[tuple] = (),
+) -> BatchResult:
     log = _Log(rundir.batch_log_path(batch_dir))
     quiet = config.progress == "off"
     log.screen = None if quiet else _print_line
+    for line, show in early:
+        log(line, show=show)
     saved = load_plan(batch_dir) if config.resume else None
     if config.resume and saved is None:
         # A driver killed before it wrote its plan: what it was asked to run is unknown,
@@ -572,7 +657,7 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str], s
             "(the batch never started, or its driver was stopped before writing "
             "its plan); start it without --resume and a new --out"
         )
-    prep = _prepare(config, batch_dir, environ, log)
+    prep = _prepare(config, batch_dir, environ, log, selection)
     plan = prep.plan
     warnings = _check_resume(saved, prep.doc, batch_dir) if saved else []
     session = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -709,10 +794,16 @@ def _run_locked(config: BatchConfig, batch_dir: Path, environ: Dict[str, str], s
             "again from the driver's own rows",
             show=True,
         )
+    final_rows = status.read()
+    try:
+        write_flaggems_summary(batch_dir, final_rows, plan.devices, time.monotonic() - started)
+    except (OSError, ValueError) as e:
+        why = describe_error(e) if isinstance(e, OSError) else str(e)
+        log(f"could not write FlagGems' {rundir.FG_SUMMARY} ({why}); the batch is unaffected", show=True)
     journal.record("session_end", interrupted=interrupted)
     return BatchResult(
         batch_dir,
-        status.read(),
+        final_rows,
         sorted([*prep.ops, *prep.refused]),
         interrupted,
         time.monotonic() - started,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from ..suggest import close_names
 from .layout import UPSTREAM_SHAPES, TreeError, bench_dir_name, detect_layout
 from .scan import TestEntry, scan_module, scan_tree
 from .tree import BenchTree
@@ -85,11 +86,13 @@ def resolve_node(root: Path, op: Optional[str], op_file: Optional[str], test_nod
         marked = {e.file for e in _entries_marking(tree, op) if not e.mirror}
         candidates = [root / rel for rel in sorted(marked)]
         if not candidates:
+            # Only on the way out: the scan of every file costs about a second on FlagGems.
+            near = close_names(op, list_ops(root))
+            hint = f"did you mean {' or '.join(near)}? If not, " if near else "check the name or "
             raise ResolveError(
                 "benchmark_file",
                 bench / f"test_{op}.py",
-                f"no benchmark file marks operator {op!r} under {bench}; "
-                "check the name or give --op-file / --test-node",
+                f"no benchmark file marks operator {op!r} under {bench}; {hint}give --op-file / --test-node",
             )
 
     rel = [str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in candidates]

@@ -7,6 +7,7 @@ from typing import List, Optional
 import click
 
 from zlbench import knobs
+from zlbench.clihelp import InputError
 
 DB_HELP = knobs.BY_NAME["history_db"].help + " Env: ZL_HISTORY_DB."
 
@@ -15,10 +16,18 @@ def _pct(v: float) -> str:
     return f"{v * 100:+.1f}%"
 
 
-def _open(db: Optional[str]):
-    from zlbench.history.store import HistoryError, open_db
+def _open(db: Optional[str], create: bool = True):
+    from zlbench.history.store import HistoryError, db_exists, open_db
 
     path = knobs.history_db_path(db)
+    if not create and not db_exists(path):
+        # A command that reads never creates the file it was asked to read.
+        settings = knobs.resolve({"history_db": db}, names=["history_db"])
+        where = f" ({settings.origin('history_db')})" if settings.sources["history_db"] != "default" else ""
+        raise InputError(
+            f"no history database at {path}{where}: record a screen with zlbench history add DIR, "
+            "or give the file with --db FILE / ZL_HISTORY_DB"
+        )
     try:
         return path, open_db(path)
     except HistoryError as e:
@@ -50,10 +59,10 @@ def add_command(path: str, db: Optional[str]) -> None:
     try:
         summary = summarize(path)
     except SummaryInputError as e:
-        raise click.ClickException(str(e)) from None
+        raise InputError(str(e)) from None
     statuses = operator_statuses(summary)
     if statuses.not_run or (summary.screen is not None and not summary.screen.finished):
-        raise click.ClickException(
+        raise InputError(
             f"{path} is not a finished screen ({statuses.not_run} operators not run"
             + (
                 "; shards unfinished or missing"
@@ -104,15 +113,23 @@ def show_command(
     op: Optional[str], caliber_key: Optional[str], show_all: bool, threshold: float, db: Optional[str]
 ) -> None:
     """Each operator's latency over nights, per caliber, with its steps beyond the noise."""
-    from zlbench.history.store import calibers
+    from zlbench.history.store import calibers, operators
+    from zlbench.suggest import unknown_operator_hint
 
-    db_path, conn = _open(db)
+    db_path, conn = _open(db, create=False)
     try:
         cals = [
             c for c in calibers(conn) if c.nights and (caliber_key is None or c.key.startswith(caliber_key))
         ]
+        if op is not None:
+            known = operators(conn)
+            if op not in known:
+                raise InputError(
+                    f"--op {unknown_operator_hint(op, known)}: no rows of it in {db_path} "
+                    f"({len(known)} operators recorded)"
+                )
         if not cals:
-            raise click.ClickException(
+            raise InputError(
                 f"no recorded screens in {db_path}"
                 + (f" with a caliber starting {caliber_key}" if caliber_key else "")
                 + ": record one with zlbench history add DIR"

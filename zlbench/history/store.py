@@ -130,6 +130,11 @@ def open_db(path: str) -> sqlite3.Connection:
     return conn
 
 
+def operators(conn: sqlite3.Connection) -> List[str]:
+    """Every operator with a recorded row, sorted."""
+    return [r[0] for r in conn.execute("SELECT DISTINCT op FROM rows ORDER BY op")]
+
+
 def _started(runs: Sequence[RunLog], root: Path) -> str:
     stamps = sorted(str(r.identity["started"]) for r in runs if r.identity and r.identity.get("started"))
     if stamps:

@@ -7,6 +7,7 @@ from typing import Optional
 
 import click
 
+from zlbench.clihelp import InputError
 from zlbench.report import ReportUnavailable
 from zlbench.summary.sources import SummaryInputError
 
@@ -88,7 +89,9 @@ def report_command(
     """One HTML page for a batch (or run) dir: counts, plots, every row, failures."""
     try:
         click.echo(build_report(path, ab, out, allow_caliber_mismatch, history_db), err=True)
-    except (SummaryInputError, ReportUnavailable) as e:
+    except SummaryInputError as e:
+        raise InputError(str(e)) from None
+    except ReportUnavailable as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:
         raise click.ClickException(

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from zlbench import backends, rundir
 from zlbench.batch.classify import BAD, NOT_RUN, STATUSES
 from zlbench.batch.state import tail_lines
-from zlbench.report.families import Families, operator_families
+from zlbench.corpus.families import Families, operator_families
 from zlbench.summary.ab import ABResult
 from zlbench.summary.caliber import batch_caliber
 from zlbench.summary.parse import Row

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, TextIO, Tuple
 
 from .. import backends, knobs, proc, providers, rundir, tuner_cache
 from ..backends import Backend, Device, DeviceError
+from ..corpus.results import record_args, records_json
 from ..markers import NO_MEASUREMENT, format_marker
 from ..providers import ResolveError, Target
 from ..safe_read import read_text_capped
@@ -51,6 +52,8 @@ class RunPlan:
     provider_versions: Dict[str, str]
     # Parallel warmup only: visibility values of the caller's devices, the run's own first.
     parallel_warmup_pool: List[str] = field(default_factory=list)
+    # The corpus' conftest takes --record json: the run dir keeps FlagGems' own result file.
+    records_json: bool = False
 
     @property
     def autotune_mode(self) -> str:
@@ -103,10 +106,11 @@ def plan_run(settings: knobs.Settings, environ=os.environ) -> RunPlan:
         replay_from,
         provider.versions(),
         pool,
+        records_json(target.root),
     )
 
 
-def pytest_command(plan: RunPlan, color: bool) -> List[str]:
+def pytest_command(plan: RunPlan, color: bool, run_dir: Optional[Path] = None) -> List[str]:
     s = plan.settings
     cmd = [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider"]
     if plan.target.layout == "v5.0.2":
@@ -122,6 +126,8 @@ def pytest_command(plan: RunPlan, color: bool) -> List[str]:
         cmd += ["--dtypes", dtype]
     if s.shape_mode == "file":
         cmd += ["--shape_file", str(plan.shape_file)]
+    if plan.records_json and run_dir is not None:
+        cmd += record_args(rundir.perf_result_path(run_dir))
     cmd.append("--color=yes" if color else "--color=no")
     return cmd
 
@@ -424,7 +430,7 @@ def execute_run(
     rundir.write_identity(run_dir, ident_data)
 
     color = out.isatty() if hasattr(out, "isatty") else False
-    cmd = pytest_command(plan, color)
+    cmd = pytest_command(plan, color, run_dir)
     env = child_env(plan, run_dir, {**cache.env, **(extra_env or {})})
     rc: Optional[int] = None
     with open(rundir.run_log_path(run_dir), "wb") as log:

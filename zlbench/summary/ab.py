@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from zlbench.corpus.results import canonical_shape
 from zlbench.stats import geomean, quantile
 from zlbench.summary.caliber import CaliberReport, compare_run_pairs
 from zlbench.summary.parse import Row
@@ -185,6 +186,11 @@ def pair_summaries(a: Summary, b: Summary, noise_floor: float = DEFAULT_NOISE_FL
     ``pairs`` come sorted by ``verdict_order``: real changes first.
     """
     result = ABResult(a, b, noise_floor=noise_floor, same_run=_same_run(a, b))
+    if "flaggems" in (a.format, b.format):
+        # FlagGems' result files spell shapes as JSON ([[64, 64]]), run logs as printed
+        # ([torch.Size([64, 64])]): pair both sides by one spelling.
+        for row in (*a.rows, *b.rows):
+            row.key = (row.op, row.dtype, canonical_shape(row.shape))
     rows_a, dup_a = _occurrences(a.rows)
     rows_b, dup_b = _occurrences(b.rows)
     result.duplicate_keys = dup_a + dup_b

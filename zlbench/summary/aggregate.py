@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from zlbench.stats import geomean
 from zlbench.summary.parse import Row
@@ -23,11 +23,12 @@ class Aggregate:
     direct_fallback: int
 
 
-def aggregate(rows: Sequence[Row], by: str) -> List[Aggregate]:
-    """One Aggregate per distinct value of the row attribute ``by`` ("op" or "dtype")."""
+def aggregate(rows: Sequence[Row], by: str, key: Optional[Callable[[Row], str]] = None) -> List[Aggregate]:
+    """One Aggregate per distinct value of the row attribute ``by`` ("op" or "dtype"),
+    or of ``key(row)`` where given (an operator's family)."""
     groups: Dict[str, List[Row]] = {}
     for row in rows:
-        groups.setdefault(getattr(row, by), []).append(row)
+        groups.setdefault(key(row) if key else getattr(row, by), []).append(row)
     out = []
     for name in sorted(groups):
         members = groups[name]

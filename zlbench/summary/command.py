@@ -8,6 +8,8 @@ from typing import List, Optional, Tuple
 import click
 
 from zlbench import rundir
+from zlbench.batch.flaggems_summary import write_screen_summary
+from zlbench.clihelp import InputError
 from zlbench.summary.ab import ABResult, pair_summaries
 from zlbench.summary.plot import PlotUnavailable, plot_gains, pyplot
 from zlbench.summary.render import FORMATS, render_csv, render_summary
@@ -28,7 +30,7 @@ def _load_summary(path: str) -> Summary:
     try:
         return summarize(path)
     except SummaryInputError as e:
-        raise click.ClickException(str(e)) from None
+        raise InputError(str(e)) from None
 
 
 def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
@@ -43,6 +45,16 @@ def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
             f"wrote {merged} ({len(summary.screen.rows)} operators of {summary.screen.count} shards merged)",
             err=True,
         )
+        # FlagGems' tools read one summary.json: the screen's, beside the shards' own.
+        try:
+            fg_path = write_screen_summary(
+                summary.root, summary.screen.rows, [shard.path for shard in summary.screen.shards.values()]
+            )
+        except OSError as e:
+            raise click.ClickException(
+                f"cannot write {e.filename}: {e.strerror}; check the permissions of {summary.root}"
+            )
+        click.echo(f"wrote {fg_path} (FlagGems' run_tests.py format)", err=True)
     click.echo(csv_text if fmt_name == "csv" else render_summary(summary, fmt_name), nl=False)
     click.echo(f"wrote {target} ({len(summary.rows)} rows, {len(summary.issues)} issues)", err=True)
 
@@ -52,7 +64,7 @@ def check_caliber(result: ABResult, allow_mismatch: bool) -> List[str]:
     differently and --allow-caliber-mismatch was not given."""
     warning = caliber_lines(result.caliber)
     if result.caliber.mismatch and not allow_mismatch:
-        raise click.ClickException(
+        raise InputError(
             "\n".join(warning) + "\nRefusing to compare: the gains would mix the build "
             "with the measurement. Re-run one side with the other's settings, or pass "
             "--allow-caliber-mismatch to compare anyway."

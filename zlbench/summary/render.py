@@ -5,8 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Dict, List
+from typing import Dict, List, Optional
 
+from zlbench.corpus.families import OTHER, Families, operator_families
 from zlbench.summary.aggregate import Aggregate, aggregate
 from zlbench.summary.parse import Issue, Row
 from zlbench.summary.rows import Summary
@@ -66,7 +67,7 @@ def issue_record(issue: Issue) -> Dict[str, object]:
 
 
 def render_json(summary: Summary) -> str:
-    doc = {
+    doc: Dict[str, object] = {
         "input": str(summary.input),
         "runs": [
             {"run_dir": str(r.run_dir), "has_identity": r.identity is not None, "complete": r.complete}
@@ -77,7 +78,25 @@ def render_json(summary: Summary) -> str:
         "by_op": [vars(a) for a in aggregate(summary.rows, "op")],
         "issues": [issue_record(i) for i in summary.issues],
     }
+    fams = families(summary)
+    if fams is not None:
+        doc["families"] = {
+            "source": fams.source,
+            "of": {op: fams.get(op) for op in sorted({r.op for r in summary.rows})},
+        }
+        doc["by_family"] = [vars(a) for a in aggregate(summary.rows, "op", key=lambda r: fams.get(r.op))]
     return json.dumps(doc, indent=1) + "\n"
+
+
+def families(summary: Summary) -> Optional[Families]:
+    """The operators' families (FlagGems' kind where the corpus has conf/operators.yaml,
+    else the Benchmark class), or None where none is known."""
+    found = operator_families(
+        {r.op for r in summary.rows},
+        [(r.identity or {}).get("corpus_root") for r in summary.runs],
+        [(r.identity or {}).get("layout") for r in summary.runs],
+    )
+    return found if any(found.get(r.op) != OTHER for r in summary.rows) else None
 
 
 def _aggregate_table(style: str, title: str, aggs: List[Aggregate]) -> str:
@@ -143,6 +162,13 @@ def render_text(summary: Summary, style: str) -> str:
         heading(style, "By operator"),
         _aggregate_table(style, "op", aggregate(summary.rows, "op")),
     ]
+    fams = families(summary)
+    if fams is not None:
+        parts += [
+            "",
+            heading(style, f"By family ({fams.source})"),
+            _aggregate_table(style, "family", aggregate(summary.rows, "op", key=lambda r: fams.get(r.op))),
+        ]
     return "\n".join(parts) + render_issues(style, summary.issues) + "\n"
 
 

@@ -27,6 +27,10 @@ class Summary:
     issues: List[Issue] = field(default_factory=list)
     # The shards and their merged status when the input is a sharded screen.
     screen: Optional[Screen] = None
+    # "zlbench" (run logs), or "flaggems": a tools/run_tests.py output dir (flaggems.py).
+    format: str = "zlbench"
+    # Operator statuses of an input without ops_status.csv (a run_tests.py dir).
+    statuses: Optional[Dict[str, Dict[str, str]]] = None
 
 
 def _rows_for(marker: Marker, rows: Sequence[Row], index: Dict[Tuple, List[Row]]) -> List[Row]:
@@ -177,8 +181,18 @@ def summarize(path) -> Summary:
     """Every row and issue of a log file, a run dir, a batch dir (searched recursively)
     or a sharded screen (its shards merged, as ``read_screen`` does).
 
+    A FlagGems tools/run_tests.py output dir (summary.json and the benchmark's own
+    result files, no run.log) is read from those files.
+
     Raises SummaryInputError when the path is missing or holds no run.log.
     """
+    from zlbench.summary import flaggems
+
+    if flaggems.is_results_dir(Path(path)):
+        runs, rows, issues, statuses = flaggems.read_results(Path(path))
+        found = Summary(Path(path), Path(path), runs, rows, issues, format=flaggems.FORMAT, statuses=statuses)
+        found.issues.extend(duplicate_keys(found.rows))
+        return found
     screen = read_screen(Path(path)) if Path(path).is_dir() else None
     root, runs, issues = find_runs(Path(path), screen)
     summary = Summary(Path(path), root, runs, issues=issues, screen=screen)

@@ -24,7 +24,10 @@ class Statuses:
 
 def operator_statuses(summary: Summary) -> Statuses:
     notes = []
-    if summary.screen is not None:
+    if summary.statuses is not None:
+        rows = dict(summary.statuses)
+        planned = sorted(rows)
+    elif summary.screen is not None:
         rows = summary.screen.rows
         planned = [op for shard in summary.screen.shards.values() for op in shard.planned]
     else:

@@ -7,6 +7,7 @@ set_more_shapes at comprehensive level), so zlbench's plugins treat both alike.
 
 import gc
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,13 @@ class _Config:
     repetition = consts.DEFAULT_ITER_TIME
     user_desired_dtypes = None
     shape_file = str(SHAPE_FILE)
+    record_json = False
+    output = "benchmark_result.json"
 
 
 Config = _Config()
+# --record json: {op id: {"result", "reason", "test_case", "details": [...]}}, as FlagGems.
+TEST_RESULTS = {}
 
 
 def _do_bench():
@@ -171,6 +176,14 @@ class Benchmark:
                 level=Config.bench_level.value, result=metrics,
             )
             print(result)
+            update_result(self.op_name, asdict(result))
+
+
+def update_result(op, data):
+    """As FlagGems' conftest.update_result: one record per (op, dtype) for --record json."""
+    if not Config.record_json:
+        return
+    TEST_RESULTS.setdefault(op, {}).setdefault("details", []).append(data)
 
 
 def _randn(shape, dtype):

@@ -1,9 +1,12 @@
-"""Operator families for the report's plots: the FlagGems Benchmark class an operator's
-test builds on (UnaryPointwise, BinaryPointwise, Blas, Norm, Reduction, Generic, ...).
+"""Operator families for summary's and the report's tables and plots.
 
-Read from the corpus the batch ran when it is on this machine (an AST scan, no import),
-else from the curated inventory in ops/inventory/; the page says which, and operators
-found in neither are drawn as "other".
+Where the corpus the batch ran is a FlagGems checkout with conf/operators.yaml, an
+operator's family is its ``kind`` there (Math, NeuralNetwork, Tensor, LinearAlg, BLAS,
+...: the names FlagGems' own runner and tools use). Otherwise it is the Benchmark class
+its test builds on (UnaryPointwise, BinaryPointwise, Blas, Norm, Reduction, Generic,
+...), read from the corpus when it is on this machine (an AST scan, no import), else from
+the curated inventory in ops/inventory/. The page says which; operators found in none
+are drawn as "other".
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def family_of_chain(chain: Sequence[str]) -> str:
 
 
 def _from_scan(root: Path) -> Dict[str, str]:
-    from zlbench.corpus.scan import scan_tree
+    from .scan import scan_tree
 
     out: Dict[str, str] = {}
     for entry in scan_tree(root):
@@ -50,7 +53,7 @@ def _from_scan(root: Path) -> Dict[str, str]:
 
 
 def _from_inventory(name: str) -> Dict[str, str]:
-    from zlbench.corpus.inventory import load_inventory
+    from .inventory import load_inventory
 
     out: Dict[str, str] = {}
     for op, entry in (load_inventory(name).get("ops") or {}).items():
@@ -66,9 +69,16 @@ def operator_families(
 ) -> Families:
     """Families of ``ops``, from the first corpus root that is on this machine, else the
     inventory of the recorded layout."""
+    from .operators import kinds, operators_yaml
+
     wanted = set(ops)
     notes: List[str] = []
-    for root in dict.fromkeys(r for r in corpus_roots if r):
+    roots = list(dict.fromkeys(r for r in corpus_roots if r))
+    for root in roots:
+        found = kinds(Path(root))
+        if wanted & set(found):
+            return Families(found, f"kind in {operators_yaml(Path(root))}")
+    for root in roots:
         if (Path(root) / "benchmark").is_dir():
             try:
                 found = _from_scan(Path(root))
