@@ -16,6 +16,8 @@ class Statuses:
     rows: Dict[str, Dict[str, str]]  # operator -> its ops_status.csv row
     counts: Dict[str, int]  # status (or "not run") -> operators
     notes: List[str] = field(default_factory=list)
+    # Every operator counted, in plan order: True where a plan holds it.
+    planned: Dict[str, bool] = field(default_factory=dict)
 
     @property
     def not_run(self) -> int:
@@ -35,5 +37,6 @@ def operator_statuses(summary: Summary) -> Statuses:
             plan = {}
             notes.append(f"cannot read {plan_path(summary.root)} ({e}): operators not run are not counted")
         planned = [p["op"] for p in plan.get("ops", [])] + list(plan.get("dismissed", {}))
+    in_plan = dict.fromkeys(planned, True)
     planned = list(dict.fromkeys(planned + sorted(rows)))
-    return Statuses(rows, count_statuses(rows, planned), notes)
+    return Statuses(rows, count_statuses(rows, planned), notes, {op: op in in_plan for op in planned})

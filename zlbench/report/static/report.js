@@ -26,8 +26,9 @@
     if (col.tone === "latency") return v < 0 ? "good" : v > 0 ? "poor" : "";
     if (col.tone === "status") {
       var s = String(v).toUpperCase();
-      if (s === "SUCCESS" || s === "SAME" || s === "INSIDE") return "";
+      if (s === "SUCCESS" || s === "SAME") return "";
       if (s === "FASTER") return "good";
+      if (s.indexOf("UNKNOWN") === 0) return "unk";
       return "poor";
     }
     return "";
