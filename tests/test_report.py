@@ -127,8 +127,9 @@ def test_ab_report_in_a_browser(sample_screen, tmp_path):
         assert f"{throttled}\nverdict UNKNOWN (measured throttled)" in cards
         assert "band" not in cards and "source: the default" in cards
         # Ranges per operator: the same verdict counts, mm's SLOWER rows first.
-        assert page.column("ranges-table", "op")[0] == "mm"
         assert int(page.column("ranges-table", "slower")[0]) == verdicts.get("SLOWER", 0)
+        if verdicts.get("SLOWER"):                # unless every mm row was measured throttled
+            assert page.column("ranges-table", "op")[0] == "mm"
         assert page.plot_sizes()
         page.screenshot(_artifacts(tmp_path) / "report-ab.png")
 

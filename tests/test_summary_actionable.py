@@ -239,3 +239,7 @@ def test_summary_table_fits_columns_and_csv_keeps_the_full_text(tmp_path):
     table = proc.stdout.split("By dtype")[0]
     assert max(len(line) for line in table.splitlines()) <= 100
     assert "DEVICE_THROTTLED side=gems why=host_slow host_speed=20->15" in (a / "summary.csv").read_text()
+    assert "DEVICE_THROTTLED side=g…" in table            # cut to fit, the rest in the CSV
+    # Wide enough, the table names what happened; the clock readings stay in the CSV.
+    wide = zlbench("summary", a, env={"COLUMNS": "200"}, check=True).stdout.split("By dtype")[0]
+    assert "DEVICE_THROTTLED side=gems why=host_slow" in wide and "host_speed" not in wide

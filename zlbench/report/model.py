@@ -24,7 +24,7 @@ from zlbench.summary.render import screen_state
 from zlbench.summary.render_ab import GAIN_NOTE, caliber_lines, verdict_lines
 from zlbench.summary.rows import Summary
 from zlbench.summary.status import operator_statuses
-from zlbench.summary.tables import compact_shape, marker_text
+from zlbench.summary.tables import compact_shape, marker_brief
 from zlbench.summary.verdict import FASTER, SAME, SLOWER, UNKNOWN
 
 # Lines of an operator's last attempt log shown under a failure.
@@ -53,6 +53,8 @@ class Column:
     # How the page colours a cell: "ratio" (vs 1), "sign" (vs 0), "latency" (a latency
     # change: up is worse), "status", or none.
     tone: str = ""
+    # Keep the cell on one line (short texts that read badly wrapped: shapes).
+    nowrap: bool = False
 
 
 @dataclass
@@ -174,13 +176,13 @@ BATCH_COLUMNS = [
     Column("op", "operator"),
     Column("family", "family"),
     Column("dtype", "dtype"),
-    Column("shape", "shape"),
+    Column("shape", "shape", nowrap=True),
     Column("torch_ms", "torch ms", "num", 6),
     Column("gems_ms", "gems ms", "num", 6),
     Column("speedup", "speedup", "num", 3, "torch ms / gems ms (> 1: gems faster)", "ratio"),
     Column("status", "status", tone="status"),
     Column("timer", "timer"),
-    Column("markers", "markers"),
+    Column("markers", "markers", title="what each marker says; summary.csv has every field"),
     Column("run", "run dir"),
 ]
 
@@ -220,7 +222,7 @@ def batch_page(summary: Summary, families: Optional[Families] = None) -> Page:
             _finite(r.speedup),
             r.status,
             r.timer + (" (fallback)" if r.fallback else ""),
-            marker_text(r.markers),
+            marker_brief(r.markers),
             _rel(r.run_dir, root) if r.run_dir else "",
         ]
         cells += [getattr(r, c.key, None) for c in spread]
@@ -314,7 +316,7 @@ AB_COLUMNS = [
     Column("op", "operator"),
     Column("family", "family"),
     Column("dtype", "dtype"),
-    Column("shape", "shape"),
+    Column("shape", "shape", nowrap=True),
     Column("a_ms", "A gems ms", "num", 6),
     Column("b_ms", "B gems ms", "num", 6),
     Column("gain", "gain", "pct", 1, GAIN_NOTE, "sign"),

@@ -50,6 +50,15 @@ def _plain_log_ticks(ax) -> None:
             ax.xaxis.set_major_formatter(plain)
             ax.xaxis.set_minor_formatter(NullFormatter())
             return
+    decades = [10.0**k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+    if sum(1 for d in decades if lo <= d <= hi) < 3 and hi / lo >= 12:
+        # One or two powers of ten in view: label 1, 2 and 5 of each decade instead.
+        from matplotlib.ticker import LogLocator
+
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        return
     ax.xaxis.set_minor_formatter(plain if hi / lo < 12 else NullFormatter())
     ax.tick_params(axis="x", which="minor", labelsize=7)
 
@@ -125,7 +134,7 @@ def distribution_svg(
                         label=f"{tag} ({len(idx)})",
                     )
         else:
-            ax.scatter(xs, ys, s=6, alpha=0.45, color="tab:blue", linewidths=0, zorder=3, rasterized=True)
+            ax.scatter(xs, ys, s=12, alpha=0.6, color="tab:blue", linewidths=0, zorder=3, rasterized=True)
         ax.set_yticks(range(1, len(ordered) + 1))
         ax.set_yticklabels([f"{name} ({len(vals)})" for name, vals in ordered])
         lo, hi = min(xs), max(xs)
@@ -136,11 +145,8 @@ def distribution_svg(
     ax.set_xlabel(xlabel)
     _plain_log_ticks(ax)
     ax.grid(axis="x", which="major", color="0.85", linewidth=0.6)
-    if tags:
-        # Outside the axes: the legend never hides points.
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
-    else:
-        ax.legend(loc="lower right", fontsize="small")
+    # Outside the axes: the legend never hides points.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     fig.tight_layout()
     text = _svg(fig)
     plt.close(fig)

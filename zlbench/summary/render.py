@@ -10,8 +10,8 @@ from typing import Dict, List
 from zlbench.summary.aggregate import Aggregate, aggregate
 from zlbench.summary.parse import Issue, Row
 from zlbench.summary.rows import Summary
-from zlbench.summary.status import operator_statuses
-from zlbench.summary.tables import compact_shape, fmt, heading, marker_text, table
+from zlbench.summary.status import NOT_RUN, STATUSES, operator_statuses
+from zlbench.summary.tables import compact_shape, fmt, heading, marker_brief, marker_text, table
 
 CSV_COLUMNS = (
     "op",
@@ -71,8 +71,12 @@ def screen_state(summary: Summary) -> Dict[str, object]:
     (empty for a run dir or a log, which have no batch statuses)."""
     statuses = operator_statuses(summary)
     not_run = sorted(op for op, in_plan in statuses.planned.items() if in_plan and op not in statuses.rows)
+    order = [*STATUSES, NOT_RUN]
+    counts = sorted(
+        statuses.counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)
+    )
     return {
-        "operators": dict(statuses.counts),
+        "operators": dict(counts),
         "finished": not not_run and (summary.screen is None or summary.screen.finished),
         "not_run": not_run,
     }
@@ -156,7 +160,7 @@ def render_text(summary: Summary, style: str) -> str:
             fmt(r.speedup, 3),
             r.timer,
             r.status,
-            marker_text(r.markers),
+            marker_brief(r.markers),
         )
         for r in summary.rows
     ]

@@ -85,7 +85,8 @@ def verdict_lines(result: ABResult) -> List[str]:
     if throttled:
         lines.append(
             f"{len(throttled)} of {len(result.pairs)} rows UNKNOWN, measured throttled on either side "
-            f"(first: {throttled[0].verdict.why.replace('measured throttled ', '')}): their change is the "
+            f"(first: {throttled[0].verdict.why.replace('measured throttled (', '').rstrip(')')}): "
+            "their change is the "
             "machine's state, not the build's."
         )
     unknown = [p for p in result.pairs if p.verdict.status == UNKNOWN and not p.verdict.throttled]

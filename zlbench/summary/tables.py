@@ -21,6 +21,22 @@ def fmt_pct(value: Optional[float], sign: bool = True) -> str:
     return f"{value * 100:+.1f}%" if sign else f"{value * 100:.1f}%"
 
 
+# The fields that say what a marker means for its row; the rest (clock readings, load)
+# stay in summary.csv and the JSON.
+BRIEF_FIELDS = ("side", "why", "reason", "phase", "knob")
+
+
+def marker_brief(markers: Iterable[Marker]) -> str:
+    """Each distinct marker once, with only the fields that say what happened (for the
+    tables people read: ``DEVICE_THROTTLED side=gems why=host_slow``)."""
+    seen: List[str] = []
+    for m in markers:
+        text = format_marker(m.name, **{k: v for k, v in m.fields.items() if k in BRIEF_FIELDS})
+        if text not in seen:
+            seen.append(text)
+    return "; ".join(seen)
+
+
 def marker_text(markers: Iterable[Marker]) -> str:
     """Each distinct marker once, without the op/dtype/shape its row already shows."""
     seen: List[str] = []

@@ -147,7 +147,7 @@
     for (var k = start; k < end; k++) {
       var r = rows[this.view[k]], cells = [];
       for (var c = 0; c < cols.length; c++) {
-        var cls = (cols[c].kind !== "text" ? "n " : "") + tone(cols[c], r[c]);
+        var cls = (cols[c].kind !== "text" ? "n " : "") + (cols[c].nowrap ? "nw " : "") + tone(cols[c], r[c]);
         cells.push("<td class=\"" + cls + "\">" + esc(show(cols[c], r[c])) + "</td>");
       }
       html.push("<tr>" + cells.join("") + "</tr>");
