@@ -130,7 +130,21 @@ def latest_floor(conn: sqlite3.Connection, machine: str, caliber: str) -> Option
     ).fetchone()
     if row is None:
         return None
-    return FloorRecord(row[0], row[1], json.loads(row[2]), *row[3:9], json.loads(row[9]), row[10], row[11])
+    machine_, caliber_, fields, floor, q, rows, excluded, median, p90, batches, pairs, measured = row
+    return FloorRecord(
+        machine_,
+        caliber_,
+        json.loads(fields),
+        floor,
+        q,
+        rows,
+        excluded,
+        median,
+        p90,
+        json.loads(batches),
+        pairs,
+        measured,
+    )
 
 
 def floors(conn: sqlite3.Connection) -> List[FloorRecord]:
