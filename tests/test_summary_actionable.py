@@ -199,6 +199,8 @@ def test_a_batch_whose_every_operator_failed_still_has_its_failure_table(tmp_pat
     assert "No table rows in" in proc.stdout and "op_failed" in proc.stdout
     assert "ImportError: no module x" in proc.stdout and "op_timeout" in proc.stdout
     assert "(0 rows, 2 issues)" in proc.stderr
+    refused = zlbench("history", "add", root, "--db", tmp_path / "h.sqlite")
+    assert refused.returncode == 1 and "no table rows (1 failed, 1 timeout)" in refused.stderr
 
 
 # -- 5. markers are about rows ------------------------------------------------------------

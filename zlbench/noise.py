@@ -180,6 +180,11 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
     zlbench noise --ops abs,softmax,layer_norm --devices 0      # three batches, then the floor
     zlbench noise --from runs/nightly-1 --from runs/nightly-2   # batches you have
     zlbench noise --list
+
+    \b
+    Exit codes: 0 recorded (or listed); 1 nothing to take a floor from (every row
+    throttled, the same batch twice, calibers that differ) or the database cannot be
+    used; 2 usage error, or the batches could not start; 130 interrupted.
     """
     from .history.noise import floors, machine_of, record_floor
     from .history.store import HistoryError, open_db

@@ -63,6 +63,12 @@ def add_command(path: str, db: Optional[str]) -> None:
             + "): finish it first (zlbench batch --resume --out DIR, or the same --shard "
             "command), then add it"
         )
+    if not summary.rows:
+        counts = ", ".join(f"{n} {name}" for name, n in statuses.counts.items())
+        raise click.ClickException(
+            f"{path} holds no table rows" + (f" ({counts})" if counts else "") + ": nothing to record; "
+            f"its failures: zlbench summary {path}"
+        )
     db_path, conn = _open(db)
     try:
         result = add_screen(conn, summary)
