@@ -185,6 +185,18 @@ def test_an_unfinished_batch_says_so_and_names_what_did_not_run(tmp_path):
     assert refused.returncode == 1 and "2 operators not run" in refused.stderr
 
 
+def test_a_screen_with_a_shard_missing_is_unfinished(tmp_path):
+    shard = _batch(tmp_path / "screen" / "shard-0-of-2", _ms(), ops=("abs",))
+    _plan(shard, ["abs"])
+    rundir.StatusFile(shard).update([rundir.status_row("abs", "ok", run_dir="abs")])
+    proc = zlbench("summary", tmp_path / "screen")
+    assert proc.returncode == 0, proc.stderr
+    assert "UNFINISHED: a shard is missing or unfinished (see Issues); continue with the same " \
+        "zlbench batch --shard K/N command" in proc.stdout
+    assert "shard-1-of-2 is missing" in proc.stdout
+    assert "UNFINISHED: a shard is missing or unfinished)" in proc.stderr
+
+
 def test_a_batch_whose_every_operator_failed_still_has_its_failure_table(tmp_path):
     root = tmp_path / "batch"
     root.mkdir()

@@ -87,7 +87,14 @@ def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
         )
     click.echo(csv_text if fmt_name == "csv" else render_summary(summary, fmt_name), nl=False)
     state = screen_state(summary)
-    unfinished = "" if state["finished"] else f"; UNFINISHED: {len(state['not_run'])} operators not run"  # type: ignore[arg-type]
+    not_run: List[str] = state["not_run"]  # type: ignore[assignment]
+    unfinished = (
+        ""
+        if state["finished"]
+        else f"; UNFINISHED: {len(not_run)} operators not run"
+        if not_run
+        else "; UNFINISHED: a shard is missing or unfinished"
+    )
     click.echo(
         f"wrote {target} ({len(summary.rows)} rows, {len(summary.issues)} issues{unfinished})", err=True
     )

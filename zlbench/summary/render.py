@@ -93,12 +93,17 @@ def screen_lines(summary: Summary) -> List[str]:
     not_run: List[str] = state["not_run"]  # type: ignore[assignment]
     if not state["finished"]:
         shown = ", ".join(not_run[:20]) + (f" and {len(not_run) - 20} more" if len(not_run) > 20 else "")
-        lines.append(
-            f"UNFINISHED: {len(not_run)} of {total} operators not run"
-            + (f": {shown}" if shown else "")
-            + f"; continue with zlbench batch --resume --out {summary.root}"
-            + (" (the same --shard command for a sharded screen)" if summary.screen is not None else "")
+        what = (
+            f"{len(not_run)} of {total} operators not run: {shown}"
+            if not_run
+            else "a shard is missing or unfinished (see Issues)"
         )
+        how = (
+            "the same zlbench batch --shard K/N command, or zlbench slurm submit again"
+            if summary.screen is not None
+            else f"zlbench batch --resume --out {summary.root}"
+        )
+        lines.append(f"UNFINISHED: {what}; continue with {how}")
     return lines
 
 
