@@ -155,6 +155,8 @@ def aa(dir1: Path, dir2: Path, kernel: bool, floor: float) -> dict:
     return {"classes": {c: spread(v) for c, v in sorted(by_class.items())},
             "rows_beyond_2pct": sorted(beyond_2pct, key=lambda r: -r["pct"]),
             "verdicts": verdicts, "rows_paired": len(result.pairs),
+            # Rows measured throttled on either side: their verdict is UNKNOWN.
+            "throttled_pairs": sum(1 for p in result.pairs if p.verdict.throttled),
             "unpaired": len(result.only_a) + len(result.only_b) + len(result.not_comparable)}
 
 

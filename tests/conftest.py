@@ -39,6 +39,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _own_history_db(monkeypatch, tmp_path_factory):
+    """No test reads the user's history database: `summary --ab` looks noise floors up
+    there (ZL_HISTORY_DB, else under XDG_DATA_HOME)."""
+    monkeypatch.delenv("ZL_HISTORY_DB", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+
+
 # One real batch of the bundled sample corpus per test session, shared by the report and
 # history tests: four operators of four families, float32, two worker slots.
 SAMPLE_OPS = "abs,add,mm,softmax"

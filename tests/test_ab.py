@@ -88,7 +88,10 @@ def test_ab_on_the_sample_corpus(tmp_path):
     out = tmp_path / "ab"
     proc = zlbench("ab", "--switch", "ZL_SAMPLE_SWITCH", "--ops", "abs", "--dtypes", "float32",
                    "--backend", "cpu", "--out", out, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Measured and paired, but the switch was not shown live: not a pass.
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "could not be shown live (default-shapes: empty)" in proc.stderr
+    assert "--allow-unverified-switch" in proc.stderr
     record = json.loads((out / "ab.json").read_text())
     (shape_set,) = record["shape_sets"]
     assert shape_set["a"]["env"]["ZL_SAMPLE_SWITCH"] == "0"
@@ -100,3 +103,21 @@ def test_ab_on_the_sample_corpus(tmp_path):
         ident = json.loads((out / side / "abs" / "run_identity.json").read_text())
         assert ident["tuner_cache"] == "isolated"
         assert not Path(ident["triton_cache_dir"]).exists(), "kept caches are dropped after the check"
+
+
+@pytest.mark.parametrize("verdict,allow,code", [
+    ("live", False, 0), ("identical", False, 4), ("inconclusive", False, 4),
+    ("empty", True, 0), ("identical", True, 0),
+])
+def test_ab_exit_code_follows_the_liveness_of_the_switch(monkeypatch, tmp_path, verdict, allow, code):
+    from click.testing import CliRunner
+
+    from zlbench import ab
+
+    side = lambda name: ab.SideResult(name, tmp_path / name, {}, 0)  # noqa: E731
+    monkeypatch.setattr(ab, "run_ab", lambda *a, **k: [ab.ShapeSetResult("s", side("A"), side("B"), {}, verdict)])
+    monkeypatch.setattr(ab, "print_pairing", lambda *a, **k: True)
+    args = ["--switch", "X", "--ops", "abs", "--backend", "cpu", "--out", str(tmp_path)]
+    result = CliRunner().invoke(ab.ab_command, args + (["--allow-unverified-switch"] if allow else []))
+    assert result.exit_code == code, result.output
+    assert ("could not be shown live" in result.output) == (code == 4)

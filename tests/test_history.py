@@ -121,6 +121,24 @@ def test_two_nights_a_step_and_the_same_night_counted_once(nights, tmp_path):
     typo = zlbench("history", "show", "--db", db, "--op", "softmx")
     assert typo.returncode == 2 and "--op softmx (did you mean softmax?)" in typo.stderr, typo.stderr
 
+    # The gate: mm stepped slower on the latest night; exit 1 naming each row.
+    gate = zlbench("history", "show", "--db", db, "--fail-on-step")
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert f"GATE: {mm_rows} rows stepped slower on the latest night" in gate.stderr
+    assert gate.stderr.count("  mm torch.float32 ") == mm_rows and "+50.0%" in gate.stderr
+    assert zlbench("history", "show", "--db", db, "--op", "abs", "--fail-on-step").returncode == 0
+
+
+def test_a_step_that_is_no_longer_the_latest_night_does_not_trip_the_gate(nights, sample_screen,
+                                                                          tmp_path):
+    one, two = nights
+    three = _night(sample_screen, tmp_path, "night3", "2026-12-01T02:00:00+0000", slower=("mm", 1.51))
+    db = tmp_path / "history.sqlite"
+    for night in (one, two, three):
+        zlbench("history", "add", night, "--db", db, check=True)
+    gate = zlbench("history", "show", "--db", db, "--fail-on-step")
+    assert gate.returncode == 0 and "GATE: passed" in gate.stderr, gate.stdout + gate.stderr
+
 
 def test_screens_of_another_caliber_are_another_series(nights, sample_screen, tmp_path):
     from zlbench.history.store import calibers, open_db

@@ -100,23 +100,36 @@ def test_ab_report_in_a_browser(sample_screen, tmp_path):
     html = tmp_path / "ab.html"
     zlbench("report", sample_screen, "--ab", b, "-o", html, check=True)
     blob = _blob(html.read_text(), "rows-table")
+    keys = [c["key"] for c in blob["columns"]]
+    col = {k: i for i, k in enumerate(keys)}
+    assert "band" not in keys            # one classification: the verdict
+    verdicts = {}
+    for r in blob["rows"]:
+        verdicts[r[col["verdict"]]] = verdicts.get(r[col["verdict"]], 0) + 1
+    # A row measured throttled (copied into B with A's log) has no verdict; mm's others
+    # are SLOWER, every other row SAME.
+    for r in blob["rows"]:
+        throttled = r[col["why"]].startswith("measured throttled")
+        expected = "UNKNOWN" if throttled else ("SLOWER" if r[col["op"]] == "mm" else "SAME")
+        assert r[col["verdict"]] == expected, r
     with open_page(html) as page:
         top = page.column("rows-table", "op")
-        n_mm = sum(1 for r in blob["rows"] if r[0] == "mm")
+        n_mm = sum(1 for r in blob["rows"] if r[col["op"]] == "mm")
         assert top[:n_mm] == ["mm"] * n_mm and set(top[n_mm:]) <= {"abs", "add", "softmax"}
         gains = page.column("rows-table", "gain")
         assert all(g == "-50.0%" for g in gains[:n_mm])
         assert all(g == "+0.0%" for g in gains[n_mm:])
-        # The band is drawn on the log axis: with p95 |gain| 50%, twice as slow (ratio
-        # 0.5) is outside [1/1.5, 1.5], and the table says so as the picture does.
-        assert page.column("rows-table", "band")[:n_mm] == ["slower"] * n_mm
-        assert set(page.column("rows-table", "band")[n_mm:]) == {"inside"}
-        # Ranges per operator: B's loss on mm, nothing elsewhere.
-        assert page.column("ranges-table", "op")[-1] == "mm"   # geomean, best first
-        page.click_header("ranges-table", "geomean")
-        assert page.column("ranges-table", "op")[0] == "mm"
+        # The cards count exactly the table's verdicts, throttled UNKNOWN apart.
         cards = page.driver.find_element("id", "headline").text
-        assert "noise band (p95 |gain|)" in cards
+        throttled = sum(1 for r in blob["rows"] if r[col["why"]].startswith("measured throttled"))
+        assert f"{verdicts.get('SLOWER', 0)}\nverdict SLOWER" in cards
+        assert f"{verdicts.get('SAME', 0)}\nverdict SAME" in cards
+        assert f"{throttled}\nverdict UNKNOWN (measured throttled)" in cards
+        assert "band" not in cards and "source: the default" in cards
+        # Ranges per operator: the same verdict counts, mm's SLOWER rows first.
+        assert int(page.column("ranges-table", "slower")[0]) == verdicts.get("SLOWER", 0)
+        if verdicts.get("SLOWER"):                # unless every mm row was measured throttled
+            assert page.column("ranges-table", "op")[0] == "mm"
         assert page.plot_sizes()
         page.screenshot(_artifacts(tmp_path) / "report-ab.png")
 
@@ -144,6 +157,31 @@ def test_failures_show_the_tail_of_their_log(sample_screen, tmp_path, sharded):
     assert ("operators crashed", "1", "bad") in page.headline
     assert ("operators ok", "3", "ok") in page.headline
     assert len(page.table.rows) == len(summarize(sample_screen).rows)
+
+
+def test_an_all_failed_batch_gets_its_page_and_an_unfinished_one_says_so(tmp_path):
+    from zlbench import rundir
+    from zlbench.report.model import batch_page
+    from zlbench.summary import summarize
+
+    root = tmp_path / "batch"
+    root.mkdir()
+    rundir.write_plan(root, {"ops": [{"op": op} for op in ("abs", "mm", "softmax")]})
+    rundir.StatusFile(root).update([rundir.status_row("abs", "failed", attempts=2, reason="boom"),
+                                    rundir.status_row("mm", "crashed", attempts=1, reason="SIGSEGV")])
+    (root / "logs" / "abs").mkdir(parents=True)
+    (root / "logs" / "abs" / "x-a2-l0.log").write_text("ImportError: no module named x\n")
+    page = batch_page(summarize(root))
+    assert [(f.op, f.status) for f in page.failures] == [("abs", "failed"), ("mm", "crashed")]
+    assert page.failures[0].tail.endswith("ImportError: no module named x")
+    assert ("operators not run", "1", "bad") in page.headline
+    assert any(w.startswith("UNFINISHED: 1 operators not run: softmax") for w in page.warnings)
+    assert any("No table rows" in w for w in page.warnings)
+    html = tmp_path / "r.html"
+    proc = zlbench("report", root, "-o", html, "--history-db", "none")
+    assert proc.returncode == 0, proc.stderr
+    text = html.read_text()
+    assert "Failures (2)" in text and "UNFINISHED: 1 operators not run: softmax" in text
 
 
 def test_missing_libraries_are_one_line(monkeypatch, tmp_path):

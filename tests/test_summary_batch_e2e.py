@@ -62,7 +62,7 @@ def test_ab_of_two_real_batches_pairs_every_row_without_a_caliber_mismatch(two_b
     done = zlbench_summary("--ab", a, b, "--format", "markdown")
     assert done.returncode == 0, done.stderr
     assert "CALIBER MISMATCH" not in done.stdout
-    assert done.stdout.rstrip().splitlines()[-1].startswith("Noise: median |gain|")
+    assert done.stdout.rstrip().splitlines()[-1].startswith("Spread of the gains: median |gain|")
 
 
 def test_ab_refuses_real_batches_once_a_caliber_knob_differs(two_batches, tmp_path):

@@ -157,25 +157,29 @@ def test_ab_gives_verdicts_counts_them_per_operator_and_lists_real_changes_first
              lambda op, s: 0.03 if (op, "4096" in s) == ("sum", True) else 0.002, THROTTLED)
     proc = zlbench("summary", "--ab", a, b, "--format", "json", check=True)
     doc = json.loads(proc.stdout)
-    statuses = [(p["op"], p["verdict"]) for p in doc["pairs"]]
-    assert statuses[:2] == [("abs", "SLOWER"), ("abs", "SLOWER")]     # real changes first
-    assert sorted(statuses[2:]) == [("sum", "SAME"), ("sum", "SAME")]
-    # The row B measured while the GPU's clocks dropped says so.
-    assert [(p["op"], p["shape"]) for p in doc["pairs"] if p["throttled"] == "B"] == [
-        ("abs", SHAPES[0])]
+    statuses = [(p["op"], p["shape"], p["verdict"]) for p in doc["pairs"]]
+    assert statuses[0] == ("abs", SHAPES[1], "SLOWER")                # real changes first
+    # The row B measured while the GPU's power cap held it back is no verdict: UNKNOWN,
+    # with the reason, counted apart.
+    assert statuses[1] == ("abs", SHAPES[0], "UNKNOWN")
+    throttled = doc["pairs"][1]
+    assert throttled["throttled"] == "B" and throttled["measured_throttled"] is True
+    assert throttled["why"] == "measured throttled (B sw_power_cap)"
+    assert sorted(s[::2] for s in statuses[2:]) == [("sum", "SAME"), ("sum", "SAME")]
     noisy = next(p for p in doc["pairs"] if p["op"] == "sum" and "4096" in p["shape"])
     assert noisy["threshold"] == pytest.approx(0.02 + (0.002 ** 2 + 0.03 ** 2) ** 0.5)
     by_op = {r["name"]: r for r in doc["by_op"]}
-    assert (by_op["abs"]["slower"], by_op["abs"]["same"]) == (2, 0)
+    assert (by_op["abs"]["slower"], by_op["abs"]["unknown"], by_op["abs"]["throttled"]) == (1, 1, 1)
     assert (by_op["sum"]["same"], by_op["sum"]["slower"], by_op["sum"]["faster"]) == (2, 0, 0)
     text = zlbench("summary", "--ab", a, b, check=True).stdout
-    assert "Verdicts: A/A noise floor 2.0%" in text and "2 slower" in text
-    assert "throttled in B" in text
+    assert "Verdicts: A/A noise floor 2.0% (source: the default" in text and "1 slower, 1 throttled" in text
+    assert "Rows: 1 SLOWER, 0 FASTER, 2 SAME, 1 UNKNOWN (measured throttled), 0 UNKNOWN" in text
+    assert "measured throttled (B sw_power_cap)" in text
     # With a tighter floor the noisy row's 3% is still inside its own spread (0.5% +
     # 3.0%), while the quiet unchanged row stays SAME too.
     tight = json.loads(zlbench("summary", "--ab", a, b, "--format", "json", "--noise-floor",
                                "0.5", check=True).stdout)
-    assert sorted(p["verdict"] for p in tight["pairs"]) == ["SAME", "SAME", "SLOWER", "SLOWER"]
+    assert sorted(p["verdict"] for p in tight["pairs"]) == ["SAME", "SAME", "SLOWER", "UNKNOWN"]
 
 
 def test_a_row_whose_kernels_ran_other_autotuned_configs_says_so(tmp_path):

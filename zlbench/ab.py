@@ -223,11 +223,14 @@ def _env_text(env: Mapping[str, str]) -> str:
 def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -> bool:
     """Print summary --ab of one shape set; False when the calibers refuse it."""
     from .summary import SummaryInputError, pair_summaries, summarize
-    from .summary.command import caliber_lines
+    from .summary.command import caliber_lines, resolve_floors
     from .summary.render_ab import render_ab
 
     try:
-        paired = pair_summaries(summarize(str(result.a.batch_dir)), summarize(str(result.b.batch_dir)))
+        side_a = summarize(str(result.a.batch_dir))
+        # The floor zlbench noise recorded for this machine and caliber, as summary --ab.
+        floor, source, run_floors = resolve_floors(side_a, None, None)
+        paired = pair_summaries(side_a, summarize(str(result.b.batch_dir)), floor, source, run_floors)
     except SummaryInputError as e:
         click.echo(f"zlbench ab: nothing to pair for {result.label}: {e}", err=True)
         return False
@@ -300,6 +303,12 @@ def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -
 @click.option(
     "--allow-caliber-mismatch", is_flag=True, help="Pair even when the sides were measured differently."
 )
+@click.option(
+    "--allow-unverified-switch",
+    is_flag=True,
+    help="Exit 0 even when the switch could not be shown live (its kernels identical on both "
+    "sides, or the check inconclusive or impossible: no Triton caches here).",
+)
 def ab_command(
     switch,
     a_env,
@@ -312,6 +321,7 @@ def ab_command(
     retries,
     fmt_name,
     allow_caliber_mismatch,
+    allow_unverified_switch,
     **flags,
 ):
     """Compare a build switch: side A (ENV=0) records, side B (ENV=1) replays A's configs.
@@ -319,6 +329,12 @@ def ab_command(
     \b
     zlbench ab --switch MY_COMPILER_PASS --ops topk,dropout --flaggems-dir ~/FlagGems
     zlbench ab --a-env TRITON_X=old --b-env TRITON_X=new --shape-file a.yaml --shape-file b.yaml
+
+    \b
+    Exit codes: 0 paired, both sides measured and the switch shown live; 1 an operator
+    failed on a side, or the pairing was refused; 4 the switch could not be shown live
+    (identical kernels, inconclusive, or nothing to compare) unless
+    --allow-unverified-switch; 2 could not start; 130 interrupted.
     """
     from . import rundir
     from .atomic import write_json_atomic
@@ -369,4 +385,20 @@ def ab_command(
     )
     click.echo(f"{out}")
     failed = any(r.a.exit_code or r.b.exit_code for r in results)
-    raise SystemExit(0 if ok and not failed else 1)
+    if not ok or failed:
+        raise SystemExit(1)
+    unverified = [r for r in results if r.verdict != "live"]
+    if unverified and not allow_unverified_switch:
+        click.echo(
+            "zlbench ab: the switch could not be shown live ("
+            + ", ".join(f"{r.label}: {r.verdict}" for r in unverified)
+            + "): its verdicts may be noise; exit "
+            f"{EXIT_UNVERIFIED} (--allow-unverified-switch to accept them)",
+            err=True,
+        )
+        raise SystemExit(EXIT_UNVERIFIED)
+    raise SystemExit(0)
+
+
+# `zlbench ab`: the sides were measured and paired, but the switch was not shown live.
+EXIT_UNVERIFIED = 4

@@ -38,6 +38,10 @@ SUBCOMMANDS = {
         "zlbench.history.command:history_group",
         "Nights compared over time: record finished screens, show steps per operator.",
     ),
+    "noise": (
+        "zlbench.noise:noise_command",
+        "This machine's A/A noise floor, recorded for summary --ab.",
+    ),
     "ab": (
         "zlbench.ab:ab_command",
         "Compare a build switch: A (ENV=0) records, B (ENV=1) replays A's configs.",
@@ -99,6 +103,7 @@ def main():
     Quick start (no GPU, no FlagGems needed):
       zlbench batch                      # the bundled sample corpus, on this machine
       zlbench summary runs/batch-<stamp>   # its tables, and summary.csv
+      zlbench noise                      # this machine's A/A floor, for summary --ab
       zlbench run --flaggems-dir ~/FlagGems --op abs --backend cuda
     Every setting is a flag and an environment variable; flags win.
     """

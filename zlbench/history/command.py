@@ -72,6 +72,12 @@ def add_command(path: str, db: Optional[str]) -> None:
             + "): finish it first (zlbench batch --resume --out DIR, or the same --shard "
             "command), then add it"
         )
+    if not summary.rows:
+        counts = ", ".join(f"{n} {name}" for name, n in statuses.counts.items())
+        raise click.ClickException(
+            f"{path} holds no table rows" + (f" ({counts})" if counts else "") + ": nothing to record; "
+            f"its failures: zlbench summary {path}"
+        )
     db_path, conn = _open(db)
     try:
         result = add_screen(conn, summary)
@@ -109,10 +115,25 @@ def add_command(path: str, db: Optional[str]) -> None:
     help="Smallest relative step reported (also beyond the scatter of the nights on either side).",
 )
 @click.option("--db", default=None, metavar="FILE", help=DB_HELP)
+@click.option(
+    "--fail-on-step",
+    is_flag=True,
+    help="Exit 1 when a row stepped slower on the latest night of its caliber, listing the rows.",
+)
 def show_command(
-    op: Optional[str], caliber_key: Optional[str], show_all: bool, threshold: float, db: Optional[str]
+    op: Optional[str],
+    caliber_key: Optional[str],
+    show_all: bool,
+    threshold: float,
+    db: Optional[str],
+    fail_on_step: bool,
 ) -> None:
-    """Each operator's latency over nights, per caliber, with its steps beyond the noise."""
+    """Each operator's latency over nights, per caliber, with its steps beyond the noise.
+
+    \b
+    Exit codes: 0 shown; 1 with --fail-on-step, some row stepped slower on the latest
+    night (or the database cannot be used).
+    """
     from zlbench.history.store import calibers, operators
     from zlbench.suggest import unknown_operator_hint
 
@@ -134,14 +155,43 @@ def show_command(
                 + (f" with a caliber starting {caliber_key}" if caliber_key else "")
                 + ": record one with zlbench history add DIR"
             )
+        tripped: List[str] = []
         for cal in cals:
             click.echo("\n".join(_caliber_text(conn, cal, op, show_all, threshold)))
+            if fail_on_step:
+                tripped += latest_slower_steps(conn, cal, op, threshold)
     finally:
         conn.close()
+    if fail_on_step:
+        if tripped:
+            click.echo(f"GATE: {len(tripped)} rows stepped slower on the latest night:", err=True)
+            click.echo("\n".join(tripped), err=True)
+            raise SystemExit(1)
+        click.echo("GATE: passed (no row stepped slower on the latest night)", err=True)
+
+
+def latest_slower_steps(conn, cal, op: Optional[str], threshold: float) -> List[str]:
+    """A line per row of ``cal`` whose latency stepped up on the caliber's latest night."""
+    from zlbench.history.analysis import analyse
+    from zlbench.summary.tables import compact_shape
+
+    last = len(cal.nights) - 1
+    out = []
+    for o in analyse(conn, cal, op, threshold):
+        for row in o.rows:
+            for s in row.steps:
+                if s.index == last and s.change > 0:
+                    _, dtype, shape = row.key
+                    out.append(
+                        f"  {o.op} {dtype} {compact_shape(shape)}: {_pct(s.change)} "
+                        f"({s.before:.6f} -> {s.after:.6f} ms) in caliber {cal.key}, night '{cal.nights[last].label}'"
+                    )
+    return out
 
 
 def _caliber_text(conn, cal, op: Optional[str], show_all: bool, threshold: float) -> List[str]:
     from zlbench.history.analysis import analyse, median_change
+    from zlbench.summary.tables import compact_shape
 
     nights = cal.nights
     lines = [f"caliber {cal.key}: {cal.label}", f"  {len(nights)} nights:"]
@@ -161,7 +211,9 @@ def _caliber_text(conn, cal, op: Optional[str], show_all: bool, threshold: float
             _, dtype, shape = row.key
             cells = " ".join(f"{v:>10.6f}" if v is not None else f"{'-':>10}" for v in row.values[first:])
             steps = "; ".join(f"night {s.index + 1}: {_pct(s.change)}" for s in row.steps)
-            lines.append(f"    {dtype:<15} {shape:<40} {cells}" + (f"   STEP {steps}" if steps else ""))
+            lines.append(
+                f"    {dtype:<15} {compact_shape(shape):<28} {cells}" + (f"   STEP {steps}" if steps else "")
+            )
         return lines
     stepped = [o for o in ops if o.stepped]
     if len(nights) < 2:

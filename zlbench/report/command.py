@@ -13,20 +13,27 @@ from zlbench.summary.sources import SummaryInputError
 
 
 def build_report(
-    path: str, ab: Optional[str], out: Path, allow_mismatch: bool = False, history_db: Optional[str] = None
+    path: str,
+    ab: Optional[str],
+    out: Path,
+    allow_mismatch: bool = False,
+    history_db: Optional[str] = None,
+    noise_floor_pct: Optional[float] = None,
 ) -> str:
     """Write the page; return a one-line description of what was written."""
     from zlbench.report import require
     from zlbench.report.model import ab_page, batch_page
     from zlbench.report.page import render_page
     from zlbench.summary.ab import pair_summaries
-    from zlbench.summary.command import check_caliber
+    from zlbench.summary.command import check_caliber, resolve_floors
     from zlbench.summary.rows import summarize
 
     require()
     summary = summarize(path)
     if ab:
-        result = pair_summaries(summary, summarize(ab))
+        # The same floor summary --ab would use: --noise-floor, else zlbench noise's, else 2%.
+        floor, source, run_floors = resolve_floors(summary, noise_floor_pct, history_db)
+        result = pair_summaries(summary, summarize(ab), floor, source, run_floors)
         check_caliber(result, allow_mismatch)
         page = ab_page(result)
         history = None
@@ -59,8 +66,8 @@ def _history(summary, history_db: Optional[str]):
     type=click.Path(),
     default=None,
     metavar="B",
-    help="Compare PATH (A) with B: gains, the noise band, per-row verdicts where "
-    "the rows carry them, biggest changes first.",
+    help="Compare PATH (A) with B: gains and per-row verdicts (as summary --ab gives "
+    "them), biggest changes first.",
 )
 @click.option(
     "-o",
@@ -81,14 +88,29 @@ def _history(summary, history_db: Optional[str]):
     metavar="FILE",
     help="History database for the page's nights section (default: as "
     "`zlbench history`, ZL_HISTORY_DB; the section is left out when it holds "
-    "fewer than two nights of this screen's caliber; 'none' leaves it out).",
+    "fewer than two nights of this screen's caliber; 'none' leaves it out). With --ab: "
+    "where the noise floor `zlbench noise` recorded is looked up.",
+)
+@click.option(
+    "--noise-floor",
+    type=click.FloatRange(min=0, max=100),
+    default=None,
+    metavar="PCT",
+    help="With --ab: the A/A noise floor in percent (as in summary --ab).",
 )
 def report_command(
-    path: str, ab: Optional[str], out: Path, allow_caliber_mismatch: bool, history_db: Optional[str]
+    path: str,
+    ab: Optional[str],
+    out: Path,
+    allow_caliber_mismatch: bool,
+    history_db: Optional[str],
+    noise_floor: Optional[float],
 ) -> None:
     """One HTML page for a batch (or run) dir: counts, plots, every row, failures."""
+    if noise_floor is not None and not ab:
+        raise click.UsageError("--noise-floor needs --ab B")
     try:
-        click.echo(build_report(path, ab, out, allow_caliber_mismatch, history_db), err=True)
+        click.echo(build_report(path, ab, out, allow_caliber_mismatch, history_db, noise_floor), err=True)
     except SummaryInputError as e:
         raise InputError(str(e)) from None
     except ReportUnavailable as e:

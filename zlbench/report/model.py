@@ -20,10 +20,12 @@ from zlbench.corpus.families import Families, operator_families
 from zlbench.summary.ab import ABResult
 from zlbench.summary.caliber import batch_caliber
 from zlbench.summary.parse import Row
-from zlbench.summary.render_ab import GAIN_NOTE, caliber_lines
+from zlbench.summary.render import screen_state
+from zlbench.summary.render_ab import GAIN_NOTE, caliber_lines, verdict_lines
 from zlbench.summary.rows import Summary
 from zlbench.summary.status import operator_statuses
-from zlbench.summary.tables import marker_text
+from zlbench.summary.tables import compact_shape, marker_brief
+from zlbench.summary.verdict import FASTER, SAME, SLOWER, UNKNOWN
 
 # Lines of an operator's last attempt log shown under a failure.
 TAIL_LINES = 40
@@ -51,6 +53,8 @@ class Column:
     # How the page colours a cell: "ratio" (vs 1), "sign" (vs 0), "latency" (a latency
     # change: up is worse), "status", or none.
     tone: str = ""
+    # Keep the cell on one line (short texts that read badly wrapped: shapes).
+    nowrap: bool = False
 
 
 @dataclass
@@ -95,7 +99,8 @@ class Page:
     issues: Optional[Table] = None
     # (family, values) for the distribution plot; values are speedups or A/B ratios.
     distribution: List[Tuple[str, List[float]]] = field(default_factory=list)
-    band: Optional[Tuple[float, float]] = None
+    # A/B: each plotted value's verdict, in the same order (the plot colours by it).
+    distribution_verdicts: List[List[str]] = field(default_factory=list)
     ranges: Optional[Table] = None
 
 
@@ -135,9 +140,9 @@ def versions(summary: Summary) -> List[Tuple[str, str]]:
     return [(k, ", ".join(seen[k])) for k in VERSION_KEYS if k in seen]
 
 
-def _by_family(values: Sequence[Tuple[str, float]], limit: int = 24) -> List[Tuple[str, List[float]]]:
+def _by_family(values: Sequence[Tuple[str, Any]], limit: int = 24) -> List[Tuple[str, List[Any]]]:
     """Values grouped by family, biggest families first; past ``limit``, one 'other'."""
-    groups: Dict[str, List[float]] = {}
+    groups: Dict[str, List[Any]] = {}
     for family, value in values:
         groups.setdefault(family, []).append(value)
     ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
@@ -171,13 +176,13 @@ BATCH_COLUMNS = [
     Column("op", "operator"),
     Column("family", "family"),
     Column("dtype", "dtype"),
-    Column("shape", "shape"),
+    Column("shape", "shape", nowrap=True),
     Column("torch_ms", "torch ms", "num", 6),
     Column("gems_ms", "gems ms", "num", 6),
     Column("speedup", "speedup", "num", 3, "torch ms / gems ms (> 1: gems faster)", "ratio"),
     Column("status", "status", tone="status"),
     Column("timer", "timer"),
-    Column("markers", "markers"),
+    Column("markers", "markers", title="what each marker says; summary.csv has every field"),
     Column("run", "run dir"),
 ]
 
@@ -211,13 +216,13 @@ def batch_page(summary: Summary, families: Optional[Families] = None) -> Page:
             r.op,
             families.get(r.op),
             _dtype(r.dtype),
-            r.shape,
+            compact_shape(r.shape),
             _finite(r.torch_ms),
             _finite(r.gems_ms),
             _finite(r.speedup),
             r.status,
             r.timer + (" (fallback)" if r.fallback else ""),
-            marker_text(r.markers),
+            marker_brief(r.markers),
             _rel(r.run_dir, root) if r.run_dir else "",
         ]
         cells += [getattr(r, c.key, None) for c in spread]
@@ -242,6 +247,12 @@ def batch_page(summary: Summary, families: Optional[Families] = None) -> Page:
         ("operators on fallback dtypes", str(len(dtype_fallback)), "warn" if dtype_fallback else "muted"),
         ("issues", str(len(summary.issues)), "warn" if summary.issues else "muted"),
     ]
+    warnings = unfinished_warnings([("", summary)])
+    if not rows:
+        warnings.append(
+            f"No table rows: none of the {len(status)} operators with a status printed a "
+            "measurement; the failures below say why."
+        )
     if dtype_fallback:
         notes.append(
             "Measured with fallback dtypes: "
@@ -264,6 +275,7 @@ def batch_page(summary: Summary, families: Optional[Families] = None) -> Page:
         table=Table(columns, table_rows, "speedup"),
         families=families,
         notes=notes,
+        warnings=warnings,
         failures=_failures(root, status),
         issues=Table(ISSUE_COLUMNS, _issue_rows(summary), "kind"),
         distribution=distribution,
@@ -278,18 +290,38 @@ ISSUE_COLUMNS = [
 ]
 
 
+def unfinished_warnings(sides: Sequence[Tuple[str, Summary]]) -> List[str]:
+    """A loud line per unfinished input, naming what did not run."""
+    out = []
+    for side, summary in sides:
+        state = screen_state(summary)
+        if state["finished"]:
+            continue
+        not_run: List[str] = state["not_run"]  # type: ignore[assignment]
+        shown = ", ".join(not_run[:30]) + (f" and {len(not_run) - 30} more" if len(not_run) > 30 else "")
+        out.append(
+            f"UNFINISHED{' ' + side if side else ''}: {len(not_run)} operators not run"
+            + (f": {shown}" if shown else " (a shard is missing or unfinished)")
+            + f". Continue with zlbench batch --resume --out {summary.root}."
+        )
+    return out
+
+
 def _issue_rows(summary: Summary, side: str = "") -> List[List[Any]]:
     return [[(side + " " if side else "") + i.kind, i.op or "", i.message, i.where()] for i in summary.issues]
 
 
 AB_COLUMNS = [
+    Column("verdict", "verdict", "text", 0, "the row's verdict (zlbench.summary.verdict)", "status"),
     Column("op", "operator"),
     Column("family", "family"),
     Column("dtype", "dtype"),
-    Column("shape", "shape"),
+    Column("shape", "shape", nowrap=True),
     Column("a_ms", "A gems ms", "num", 6),
     Column("b_ms", "B gems ms", "num", 6),
     Column("gain", "gain", "pct", 1, GAIN_NOTE, "sign"),
+    Column("a_spread", "A spread", "spread", 2, SPREAD_NOTE),
+    Column("b_spread", "B spread", "spread", 2, SPREAD_NOTE),
     Column(
         "change",
         "|change|",
@@ -298,91 +330,68 @@ AB_COLUMNS = [
         "|log2(A ms / B ms)|: the size of the change either way (1 = twice as fast or slow)",
     ),
     Column(
-        "band",
-        "vs noise band",
-        "text",
-        0,
-        "inside the band, or B faster / slower beyond it (latency ratio outside 1/(1+p95) .. 1+p95)",
-        "status",
+        "why", "why UNKNOWN", title="what kept the row from a verdict (measured throttled, no spread, ...)"
     ),
     Column("timer", "timers A/B"),
 ]
+# Verdicts in the order the page lists and counts them; UNKNOWN split by its cause.
+THROTTLED = "UNKNOWN (measured throttled)"
+VERDICT_CARDS = ((SLOWER, "bad"), (FASTER, "ok"), (SAME, "muted"), (THROTTLED, "warn"), (UNKNOWN, "warn"))
+CARD_LABELS = {UNKNOWN: "UNKNOWN (other reasons)"}
 
 
 def _verdict(pair) -> str:
-    """The pair's verdict (zlbench.summary.verdict.verdict, set by pair_summaries)."""
-    return pair.verdict.status
-
-
-def _verdict_column(result: ABResult) -> Optional[Column]:
-    if any(_verdict(p) != "UNKNOWN" for p in result.pairs):
-        return Column(
-            "verdict",
-            "verdict",
-            "text",
-            0,
-            "SAME / FASTER / SLOWER from the two rows' spreads and the A/A floor",
-            "status",
-        )
-    return None
+    """The pair's verdict (set by pair_summaries), UNKNOWN split by its cause."""
+    return THROTTLED if pair.verdict.throttled else pair.verdict.status
 
 
 def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
+    """The A/B page. Every count, colour and plot point is the row's verdict: there is no
+    second classification (a noise band) to disagree with it."""
     families = families or families_for([result.a, result.b])
-    p95 = result.noise_p95
-    # The band is symmetric on the log axis it is drawn on: ratio A/B within
-    # [1/(1+p95), 1+p95], so twice as slow and twice as fast are equally far out.
-    band_range = None if p95 is None else (1.0 / (1.0 + p95), 1.0 + p95)
-
-    def side(gain: float) -> str:
-        if band_range is None:
-            return ""
-        ratio = gain + 1.0
-        return "faster" if ratio > band_range[1] else "slower" if ratio < band_range[0] else "inside"
-
-    verdict = _verdict_column(result)
-    spreads = (
-        [
-            Column("a_spread", "A spread", "spread", 2, SPREAD_NOTE),
-            Column("b_spread", "B spread", "spread", 2, SPREAD_NOTE),
-        ]
-        if verdict
-        else []
-    )
-    columns = AB_COLUMNS[:7] + ([verdict] if verdict else []) + spreads + AB_COLUMNS[7:]
     rows = []
     for p in result.pairs:
         ratio = p.gain + 1.0
-        change = abs(math.log2(ratio)) if ratio > 0 else None
-        band = side(p.gain)
-        cells = [
-            p.a.op,
-            families.get(p.a.op),
-            _dtype(p.a.dtype),
-            p.a.shape,
-            _finite(p.a.gems_ms),
-            _finite(p.b.gems_ms),
-            p.gain,
-        ]
-        if verdict:
-            cells += [_verdict(p), _finite(p.a.gems_spread), _finite(p.b.gems_spread)]
-        cells += [change, band, f"{p.a.timer}/{p.b.timer}" + (" (fallback)" if p.fallback else "")]
-        rows.append(cells)
-    c = len(result.pairs)
-    faster = sum(1 for p in result.pairs if side(p.gain) == "faster")
-    slower = sum(1 for p in result.pairs if side(p.gain) == "slower")
+        rows.append(
+            [
+                p.verdict.status,
+                p.a.op,
+                families.get(p.a.op),
+                _dtype(p.a.dtype),
+                compact_shape(p.a.shape),
+                _finite(p.a.gems_ms),
+                _finite(p.b.gems_ms),
+                p.gain,
+                _finite(p.a.gems_spread),
+                _finite(p.b.gems_spread),
+                abs(math.log2(ratio)) if ratio > 0 else None,
+                p.verdict.why,
+                f"{p.a.timer}/{p.b.timer}" + (" (fallback)" if p.fallback else ""),
+            ]
+        )
     overall = result.overall
 
     def pct(v: Optional[float], sign: bool = True) -> str:
         return "n/a" if v is None else (f"{v * 100:+.1f}%" if sign else f"{v * 100:.1f}%")
 
+    counts = {name: 0 for name, _ in VERDICT_CARDS}
+    for p in result.pairs:
+        counts[_verdict(p)] += 1
     headline = [
-        ("rows paired", f"{c} (A {len(result.a.rows)}, B {len(result.b.rows)})", "muted"),
-        ("geomean gain", pct(overall.geomean if overall else None), "ok"),
-        ("median gain", pct(overall.median if overall else None), "muted"),
-        ("noise band (p95 |gain|)", pct(p95, sign=False), "muted"),
-        ("beyond the band, B faster", str(faster), "ok" if faster else "muted"),
-        ("beyond the band, B slower", str(slower), "bad" if slower else "muted"),
+        ("rows paired", f"{len(result.pairs)} (A {len(result.a.rows)}, B {len(result.b.rows)})", "muted")
+    ]
+    headline += [
+        (f"verdict {CARD_LABELS.get(name, name)}", str(counts[name]), css if counts[name] else "muted")
+        for name, css in VERDICT_CARDS
+    ]
+    floors = result.floors_used()
+    headline += [
+        ("geomean gain", pct(overall.geomean if overall else None), "muted"),
+        (
+            "noise floor" + (" (several)" if len(floors) > 1 else ""),
+            ", ".join(pct(f.value, sign=False) for f, _ in floors),
+            "muted",
+        ),
         (
             "only in A / only in B",
             f"{len(result.only_a)} / {len(result.only_b)}",
@@ -390,30 +399,24 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
         ),
         ("not comparable", str(len(result.not_comparable)), "warn" if result.not_comparable else "muted"),
     ]
-    if verdict:
-        for name in ("FASTER", "SLOWER", "SAME", "UNKNOWN"):
-            n = sum(1 for p in result.pairs if _verdict(p) == name)
-            headline.append((f"verdict {name}", str(n), {"FASTER": "ok", "SLOWER": "bad"}.get(name, "muted")))
-    notes = [
-        GAIN_NOTE + ".",
-        "The noise band is the p95 |gain| of this pair, either way on the log axis "
-        "(latency ratio 1/(1+p95) .. 1+p95); it is the noise floor only "
-        "when A and B are the same build (an A/A pair).",
-    ]
-    if not verdict:
-        notes.append("No per-row verdicts: these runs carry no per-row spread.")
+    notes = [GAIN_NOTE + ".", *verdict_lines(result)]
     unpaired = (
         [("only in A", r.op, r.dtype, r.shape) for r in result.only_a]
         + [("only in B", r.op, r.dtype, r.shape) for r in result.only_b]
         + [(f"not comparable: {n.reason}", n.a.op, n.a.dtype, n.a.shape) for n in result.not_comparable]
     )
     issues = _issue_rows(result.a, "A") + _issue_rows(result.b, "B")
-    issues += [[why, op, f"{_dtype(dtype)} {shape}", ""] for why, op, dtype, shape in unpaired]
+    issues += [[why, op, f"{_dtype(dtype)} {compact_shape(shape)}", ""] for why, op, dtype, shape in unpaired]
     ranges = Table(
         [
             Column("op", "operator"),
             Column("family", "family"),
             Column("count", "rows", "num", 0),
+            Column("slower", "SLOWER", "num", 0),
+            Column("faster", "FASTER", "num", 0),
+            Column("same", "SAME", "num", 0),
+            Column("throttled", "UNKNOWN throttled", "num", 0, "rows measured throttled on either side"),
+            Column("unknown", "UNKNOWN other", "num", 0),
             Column("min", "min", "pct", 1, tone="sign"),
             Column("median", "median", "pct", 1, tone="sign"),
             Column("max", "max", "pct", 1, tone="sign"),
@@ -421,11 +424,28 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
             Column("fallback", "fallback rows", "num", 0, "rows timed by the direct fallback on either side"),
         ],
         [
-            [r.name, families.get(r.name), r.count, r.min, r.median, r.max, r.geomean, r.fallback_rows]
+            [
+                r.name,
+                families.get(r.name),
+                r.count,
+                r.slower,
+                r.faster,
+                r.same,
+                r.throttled,
+                r.unknown - r.throttled,
+                r.min,
+                r.median,
+                r.max,
+                r.geomean,
+                r.fallback_rows,
+            ]
             for r in result.by_op
         ],
-        "geomean",
+        "slower",
         descending=True,
+    )
+    grouped = _by_family(
+        [(families.get(p.a.op), (p.gain + 1.0, _verdict(p))) for p in result.pairs if p.gain > -1.0]
     )
     return Page(
         kind="ab",
@@ -435,14 +455,12 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
         caliber=list(batch_caliber(result.a.runs).items()),
         versions=[(f"A {k}", v) for k, v in versions(result.a)]
         + [(f"B {k}", v) for k, v in versions(result.b)],
-        table=Table(columns, rows, "change", descending=True),
+        table=Table(AB_COLUMNS, rows, "change", descending=True),
         families=families,
         notes=notes,
-        warnings=caliber_lines(result.caliber),
+        warnings=caliber_lines(result.caliber) + unfinished_warnings([("A", result.a), ("B", result.b)]),
         issues=Table(ISSUE_COLUMNS, issues, "kind"),
-        distribution=_by_family(
-            [(families.get(p.a.op), p.gain + 1.0) for p in result.pairs if p.gain > -1.0]
-        ),
-        band=band_range,
+        distribution=[(name, [v for v, _ in vals]) for name, vals in grouped],
+        distribution_verdicts=[[t for _, t in vals] for _, vals in grouped],
         ranges=ranges,
     )

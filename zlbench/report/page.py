@@ -38,10 +38,9 @@ def render_page(page: Page, history: Optional[Any] = None) -> str:
     if page.kind == "ab":
         svg = distribution_svg(
             page.distribution,
-            "latency ratio A ms / B ms (log)",
+            "latency ratio A ms / B ms (log; right of 1: B faster)",
             "no change",
-            page.band,
-            "noise band (p95 |gain| of this pair)",
+            page.distribution_verdicts,
         )
     else:
         svg = distribution_svg(page.distribution, "speedup torch ms / gems ms (log)", "parity with torch")

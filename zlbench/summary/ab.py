@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from zlbench.corpus.results import canonical_shape
+from zlbench.markers import DEVICE_THROTTLED
 from zlbench.stats import geomean, quantile
 from zlbench.summary.caliber import CaliberReport, compare_run_pairs
 from zlbench.summary.parse import Row
@@ -74,6 +75,16 @@ class GainRange:
     faster: int = 0
     same: int = 0
     unknown: int = 0
+    # Of the unknown: rows measured while the machine was slowed down (either side).
+    throttled: int = 0
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """The A/A floor a verdict used and where it came from (one line for people)."""
+
+    value: float
+    source: str
 
 
 @dataclass
@@ -92,9 +103,26 @@ class ABResult:
     # |gain| median and p95: the noise floor an A/A pair shows.
     noise_median: Optional[float] = None
     noise_p95: Optional[float] = None
-    # The floor the verdicts used, and why every verdict is UNKNOWN when it is so.
+    # The floor the verdicts used (where no run has its own), where it came from, and
+    # why every verdict is UNKNOWN when it is so.
     noise_floor: float = DEFAULT_NOISE_FLOOR
+    floor_source: str = "default"
+    # Floors by A's run dir, where a recorded floor (zlbench noise) applies to that run.
+    run_floors: Dict[str, NoiseFloor] = field(default_factory=dict)
     same_run: bool = False
+
+    def floor_for(self, pair: "PairedRow") -> NoiseFloor:
+        return self.run_floors.get(pair.a.run_dir) or NoiseFloor(self.noise_floor, self.floor_source)
+
+    def floors_used(self) -> List[Tuple[NoiseFloor, int]]:
+        """Each distinct floor the verdicts used, with how many rows used it."""
+        counts: Dict[NoiseFloor, int] = {}
+        for p in self.pairs:
+            f = self.floor_for(p)
+            counts[f] = counts.get(f, 0) + 1
+        if not counts:
+            counts[NoiseFloor(self.noise_floor, self.floor_source)] = 0
+        return sorted(counts.items(), key=lambda kv: -kv[1])
 
 
 def gain_range(name: str, pairs: Sequence[PairedRow]) -> GainRange:
@@ -113,6 +141,7 @@ def gain_range(name: str, pairs: Sequence[PairedRow]) -> GainRange:
         faster=sum(1 for p in pairs if p.verdict.status == FASTER),
         same=sum(1 for p in pairs if p.verdict.status == SAME),
         unknown=sum(1 for p in pairs if p.verdict.status == UNKNOWN),
+        throttled=sum(1 for p in pairs if p.verdict.throttled),
     )
 
 
@@ -147,11 +176,32 @@ def _run_pairs(result: ABResult) -> List[Tuple[RunLog, RunLog]]:
     return [(runs_a[ra], runs_b[rb]) for ra, rb in sorted(met)]
 
 
+def throttle_reasons(pair: PairedRow) -> Dict[str, List[str]]:
+    """Side ("A", "B") -> why it was measured slowed down (DEVICE_THROTTLED's ``why``:
+    vendor reasons, sm_clock_drop, host_slow, cpu_contention); sides without one left out."""
+    out: Dict[str, List[str]] = {}
+    for side, row in (("A", pair.a), ("B", pair.b)):
+        for m in row.markers:
+            if m.name == DEVICE_THROTTLED:
+                reasons = out.setdefault(side, [])
+                for why in (m.get("why") or "throttled").split(","):
+                    if why and why not in reasons:
+                        reasons.append(why)
+    return out
+
+
 def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
-    """The verdict of one pair from its gems latencies and spreads; UNKNOWN when the two
-    sides were timed by different clocks (traced device time against events around each
-    call differ by the host's share, not by the code)."""
+    """The verdict of one pair from its gems latencies and spreads.
+
+    UNKNOWN (counted apart, ``throttled``) when either side was measured while the
+    machine was slowed down: such a row's change is the machine's state, not the build.
+    UNKNOWN when the two sides were timed by different clocks (traced device time against
+    events around each call differ by the host's share, not by the code)."""
     found = verdict(pair.a.gems_ms, pair.a.gems_spread, pair.b.gems_ms, pair.b.gems_spread, floor, same_run)
+    slowed = throttle_reasons(pair)
+    if slowed and not same_run:
+        why = "; ".join(f"{side} {','.join(reasons)}" for side, reasons in slowed.items())
+        return Verdict(UNKNOWN, found.change, None, f"measured throttled ({why})", throttled=True)
     a_clock, b_clock = pair.a.gems_clock, pair.b.gems_clock
     if a_clock and b_clock and a_clock != b_clock and found.status != UNKNOWN:
         return Verdict(UNKNOWN, found.change, None, f"timed by different clocks: A {a_clock}, B {b_clock}")
@@ -180,12 +230,27 @@ def _same_run(a: Summary, b: Summary) -> bool:
     return a.input.resolve() == b.input.resolve()
 
 
-def pair_summaries(a: Summary, b: Summary, noise_floor: float = DEFAULT_NOISE_FLOOR) -> ABResult:
+def pair_summaries(
+    a: Summary,
+    b: Summary,
+    noise_floor: float = DEFAULT_NOISE_FLOOR,
+    floor_source: str = "default",
+    run_floors: Optional[Dict[str, NoiseFloor]] = None,
+) -> ABResult:
     """Pair two summaries by (op, dtype, shape); gains, verdicts, ranges and noise.
 
+    ``run_floors`` (by A's run dir) are floors recorded for the runs' machine and caliber
+    (``zlbench noise``); other rows use ``noise_floor``, which came from ``floor_source``.
     ``pairs`` come sorted by ``verdict_order``: real changes first.
     """
-    result = ABResult(a, b, noise_floor=noise_floor, same_run=_same_run(a, b))
+    result = ABResult(
+        a,
+        b,
+        noise_floor=noise_floor,
+        floor_source=floor_source,
+        run_floors=dict(run_floors or {}),
+        same_run=_same_run(a, b),
+    )
     if "flaggems" in (a.format, b.format):
         # FlagGems' result files spell shapes as JSON ([[64, 64]]), run logs as printed
         # ([torch.Size([64, 64])]): pair both sides by one spelling.
@@ -207,7 +272,7 @@ def pair_summaries(a: Summary, b: Summary, noise_floor: float = DEFAULT_NOISE_FL
             PairedRow(row_a, row_b, row_a.gems_ms / row_b.gems_ms - 1.0, row_a.fallback or row_b.fallback)
         )
     for pair in result.pairs:
-        pair.verdict = judge(pair, noise_floor, result.same_run)
+        pair.verdict = judge(pair, result.floor_for(pair).value, result.same_run)
     result.pairs = verdict_order(result.pairs)
     result.only_b = [row for k, row in rows_b.items() if k not in rows_a]
     result.caliber = compare_run_pairs(_run_pairs(result), a.rows, b.rows)

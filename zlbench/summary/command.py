@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import click
 
 from zlbench import rundir
 from zlbench.batch.flaggems_summary import write_screen_summary
 from zlbench.clihelp import InputError
-from zlbench.summary.ab import ABResult, pair_summaries
+from zlbench.summary.ab import ABResult, NoiseFloor, pair_summaries
+from zlbench.summary.gate import Tripped, parse_fail_on, tripped
 from zlbench.summary.plot import PlotUnavailable, plot_gains, pyplot
-from zlbench.summary.render import FORMATS, render_csv, render_summary
+from zlbench.summary.render import FORMATS, render_csv, render_summary, screen_state
 from zlbench.summary.render_ab import caliber_lines, render_ab, render_ab_csv, same_run_warning
 from zlbench.summary.rows import Summary, summarize
 from zlbench.summary.sources import OPS_STATUS, SummaryInputError
+from zlbench.summary.tables import compact_shape
 from zlbench.summary.verdict import DEFAULT_NOISE_FLOOR
 
 
@@ -26,11 +28,51 @@ def _write(path: Path, text: str, flag_hint: str) -> None:
         raise click.ClickException(f"cannot write {path}: {e.strerror}; {flag_hint}") from None
 
 
-def _load_summary(path: str) -> Summary:
+def load_summary(path: str) -> Summary:
     try:
         return summarize(path)
     except SummaryInputError as e:
         raise InputError(str(e)) from None
+
+
+_load_summary = load_summary
+
+
+def resolve_floors(
+    a: Summary, noise_floor_pct: Optional[float], history_db: Optional[str]
+) -> Tuple[float, str, Dict[str, NoiseFloor]]:
+    """(fallback floor, where it came from, recorded floors by A's run dir).
+
+    --noise-floor wins; else the floors `zlbench noise` recorded for A's machine and
+    caliber in the history database (``history_db``; "none" skips it); else the default."""
+    if noise_floor_pct is not None:
+        return noise_floor_pct / 100.0, "--noise-floor", {}
+    if history_db == "none":
+        return DEFAULT_NOISE_FLOOR, "the default; --history-db none", {}
+    from zlbench import knobs
+    from zlbench.history.noise import floors_for
+    from zlbench.history.store import HistoryError
+
+    db = knobs.history_db_path(history_db)
+    try:
+        found = floors_for(a, db)
+    except HistoryError as e:
+        raise click.ClickException(f"{e} (or pass --noise-floor PCT, or --history-db none)") from None
+    default = f"the default; no zlbench noise floor recorded for this machine and caliber in {db}"
+    if not found:
+        return DEFAULT_NOISE_FLOOR, default + " (measure one: zlbench noise)", {}
+    return DEFAULT_NOISE_FLOOR, default, found
+
+
+def gate_lines(hits: List[Tripped]) -> List[str]:
+    lines = [f"GATE: {len(hits)} rows tripped it:"]
+    for t in hits:
+        change = "" if t.change is None else f" {t.change * 100:+.1f}% latency"
+        lines.append(
+            f"  {t.why:<10} {t.op} {t.dtype} {compact_shape(t.shape)}{change}"
+            + (f" ({t.detail})" if t.detail else "")
+        )
+    return lines
 
 
 def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
@@ -56,7 +98,18 @@ def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
             )
         click.echo(f"wrote {fg_path} (FlagGems' run_tests.py format)", err=True)
     click.echo(csv_text if fmt_name == "csv" else render_summary(summary, fmt_name), nl=False)
-    click.echo(f"wrote {target} ({len(summary.rows)} rows, {len(summary.issues)} issues)", err=True)
+    state = screen_state(summary)
+    not_run: List[str] = state["not_run"]  # type: ignore[assignment]
+    unfinished = (
+        ""
+        if state["finished"]
+        else f"; UNFINISHED: {len(not_run)} operators not run"
+        if not_run
+        else "; UNFINISHED: a shard is missing or unfinished"
+    )
+    click.echo(
+        f"wrote {target} ({len(summary.rows)} rows, {len(summary.issues)} issues{unfinished})", err=True
+    )
 
 
 def check_caliber(result: ABResult, allow_mismatch: bool) -> List[str]:
@@ -79,7 +132,10 @@ def print_ab(
     out: Optional[str],
     plot: Optional[str],
     allow_mismatch: bool,
-    noise_floor_pct: float = DEFAULT_NOISE_FLOOR * 100,
+    noise_floor_pct: Optional[float] = None,
+    history_db: Optional[str] = None,
+    fail_on: Sequence[str] = (),
+    max_slowdown_pct: Optional[float] = None,
 ) -> None:
     if plot:
         # Fail before the work when the picture cannot be drawn.
@@ -87,7 +143,9 @@ def print_ab(
             pyplot()
         except PlotUnavailable as e:
             raise click.ClickException(str(e)) from None
-    result = pair_summaries(_load_summary(a), _load_summary(b), noise_floor_pct / 100.0)
+    summary_a = load_summary(a)
+    floor, source, run_floors = resolve_floors(summary_a, noise_floor_pct, history_db)
+    result = pair_summaries(summary_a, load_summary(b), floor, source, run_floors)
     warning = check_caliber(result, allow_mismatch)
     if result.same_run:
         # On stderr whatever the format: stdout may be going into a file.
@@ -102,6 +160,16 @@ def print_ab(
     if plot:
         plot_gains(result, Path(plot))
         click.echo(f"wrote {plot}", err=True)
+    if fail_on or max_slowdown_pct is not None:
+        hits = tripped(result, fail_on, None if max_slowdown_pct is None else max_slowdown_pct / 100.0)
+        if hits:
+            click.echo("\n".join(gate_lines(hits)), err=True)
+            raise SystemExit(EXIT_GATE)
+        click.echo("GATE: passed (no row tripped it)", err=True)
+
+
+# `summary --ab --fail-on/--max-slowdown`: some row tripped the gate.
+EXIT_GATE = 1
 
 
 @click.command("summary")
@@ -149,6 +217,27 @@ def print_ab(
     "top of the two rows' spreads, to be called FASTER or SLOWER "
     f"[default: {DEFAULT_NOISE_FLOOR * 100:g}].",
 )
+@click.option(
+    "--history-db",
+    default=None,
+    metavar="FILE",
+    help="With --ab: where to look up the noise floor `zlbench noise` recorded for A's "
+    "machine and caliber (default: ZL_HISTORY_DB, as zlbench history; 'none': do not look).",
+)
+@click.option(
+    "--fail-on",
+    default=None,
+    metavar="slower[,faster,unknown,missing]",
+    help="With --ab: exit 1 when any row has one of these verdicts (missing: a row of A "
+    "that B did not measure or that failed there), listing the rows on stderr.",
+)
+@click.option(
+    "--max-slowdown",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="PCT",
+    help="With --ab: exit 1 when a SLOWER row is more than PCT percent slower.",
+)
 def summary_command(
     path: Optional[str],
     ab: Optional[Tuple[str, str]],
@@ -157,6 +246,9 @@ def summary_command(
     plot: Optional[str],
     allow_caliber_mismatch: bool,
     noise_floor: Optional[float],
+    history_db: Optional[str],
+    fail_on: Optional[str],
+    max_slowdown: Optional[float],
 ) -> None:
     """Tables from run logs: PATH is a run.log, a run dir or a batch dir.
 
@@ -164,16 +256,31 @@ def summary_command(
     slurm submit`) reads as one batch: its shards' rows merged, a missing or unfinished
     shard and an operator in two shards listed under Issues, and the merged status
     written to DIR/ops_status.csv.
+
+    \b
+    With --ab A B, each row gets a verdict (SLOWER, FASTER, SAME, UNKNOWN: also for rows
+    measured throttled on either side). The noise floor is --noise-floor, else the one
+    `zlbench noise` recorded for A's machine and caliber, else 2%.
+    Exit codes: 0 done; 1 a --fail-on / --max-slowdown gate tripped (the rows are listed
+    on stderr), or the input could not be read; 2 usage error.
     """
     if ab and path:
         raise click.UsageError("give either PATH or --ab A B, not both")
     if not ab:
         if path is None:
             raise click.UsageError("give a PATH (run.log, run dir or batch dir) or --ab A B")
-        if plot or allow_caliber_mismatch or noise_floor is not None:
-            raise click.UsageError("--plot, --allow-caliber-mismatch and --noise-floor need --ab A B")
+        if plot or allow_caliber_mismatch or noise_floor is not None or history_db:
+            raise click.UsageError(
+                "--plot, --allow-caliber-mismatch, --noise-floor and --history-db need --ab A B"
+            )
+        if fail_on or max_slowdown is not None:
+            raise click.UsageError("--fail-on and --max-slowdown need --ab A B")
         run_summary(path, fmt_name, out)
         return
+    try:
+        words = parse_fail_on(fail_on)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--fail-on") from None
     print_ab(
         ab[0],
         ab[1],
@@ -181,5 +288,8 @@ def summary_command(
         out,
         plot,
         allow_caliber_mismatch,
-        DEFAULT_NOISE_FLOOR * 100 if noise_floor is None else noise_floor,
+        noise_floor,
+        history_db,
+        words,
+        max_slowdown,
     )

@@ -11,7 +11,8 @@ from zlbench.corpus.families import OTHER, Families, operator_families
 from zlbench.summary.aggregate import Aggregate, aggregate
 from zlbench.summary.parse import Issue, Row
 from zlbench.summary.rows import Summary
-from zlbench.summary.tables import fmt, heading, marker_text, table
+from zlbench.summary.status import NOT_RUN, STATUSES, operator_statuses
+from zlbench.summary.tables import compact_shape, fmt, heading, marker_brief, marker_text, table
 
 CSV_COLUMNS = (
     "op",
@@ -66,9 +67,51 @@ def issue_record(issue: Issue) -> Dict[str, object]:
     return {k: v for k, v in vars(issue).items() if v is not None}
 
 
+def screen_state(summary: Summary) -> Dict[str, object]:
+    """The operators behind the rows: counts per batch status, and what did not run
+    (empty for a run dir or a log, which have no batch statuses)."""
+    statuses = operator_statuses(summary)
+    not_run = sorted(op for op, in_plan in statuses.planned.items() if in_plan and op not in statuses.rows)
+    order = [*STATUSES, NOT_RUN]
+    counts = sorted(
+        statuses.counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)
+    )
+    return {
+        "operators": dict(counts),
+        "finished": not not_run and (summary.screen is None or summary.screen.finished),
+        "not_run": not_run,
+    }
+
+
+def screen_lines(summary: Summary) -> List[str]:
+    """One line of operator counts, and a loud one when the screen is unfinished."""
+    state = screen_state(summary)
+    counts: Dict[str, int] = state["operators"]  # type: ignore[assignment]
+    if not counts:
+        return []
+    total = sum(counts.values())
+    lines = [f"Operators: {', '.join(f'{n} {name}' for name, n in counts.items())} (of {total})"]
+    not_run: List[str] = state["not_run"]  # type: ignore[assignment]
+    if not state["finished"]:
+        shown = ", ".join(not_run[:20]) + (f" and {len(not_run) - 20} more" if len(not_run) > 20 else "")
+        what = (
+            f"{len(not_run)} of {total} operators not run: {shown}"
+            if not_run
+            else "a shard is missing or unfinished (see Issues)"
+        )
+        how = (
+            "the same zlbench batch --shard K/N command, or zlbench slurm submit again"
+            if summary.screen is not None
+            else f"zlbench batch --resume --out {summary.root}"
+        )
+        lines.append(f"UNFINISHED: {what}; continue with {how}")
+    return lines
+
+
 def render_json(summary: Summary) -> str:
     doc: Dict[str, object] = {
         "input": str(summary.input),
+        "screen": screen_state(summary),
         "runs": [
             {"run_dir": str(r.run_dir), "has_identity": r.identity is not None, "complete": r.complete}
             for r in summary.runs
@@ -135,33 +178,38 @@ def render_text(summary: Summary, style: str) -> str:
         (
             r.op,
             r.dtype,
-            r.shape,
+            compact_shape(r.shape),
             fmt(r.torch_ms),
             fmt(r.gems_ms),
             fmt(r.speedup, 3),
             r.timer,
             r.status,
-            marker_text(r.markers),
+            marker_brief(r.markers),
         )
         for r in summary.rows
     ]
     right = (False, False, False, True, True, True, False, False, False)
+    state = screen_lines(summary)
     if not rows:
         return (
-            f"No table rows in {summary.input} ({len(summary.runs)} logs)."
+            "\n".join(state + [f"No table rows in {summary.input} ({len(summary.runs)} logs)."])
             + render_issues(style, summary.issues)
             + "\n"
         )
-    parts = [
-        heading(style, f"Rows ({len(summary.rows)} from {len(summary.runs)} logs)"),
-        table(style, headers, rows, right),
-        "",
-        heading(style, "By dtype (speedup = torch / gems; > 1: gems faster)"),
-        _aggregate_table(style, "dtype", aggregate(summary.rows, "dtype")),
-        "",
-        heading(style, "By operator"),
-        _aggregate_table(style, "op", aggregate(summary.rows, "op")),
-    ]
+    parts = (
+        state
+        + ([""] if state else [])
+        + [
+            heading(style, f"Rows ({len(summary.rows)} from {len(summary.runs)} logs)"),
+            table(style, headers, rows, right),
+            "",
+            heading(style, "By dtype (speedup = torch / gems; > 1: gems faster)"),
+            _aggregate_table(style, "dtype", aggregate(summary.rows, "dtype")),
+            "",
+            heading(style, "By operator"),
+            _aggregate_table(style, "op", aggregate(summary.rows, "op")),
+        ]
+    )
     fams = families(summary)
     if fams is not None:
         parts += [

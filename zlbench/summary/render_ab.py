@@ -7,17 +7,24 @@ import io
 import json
 from typing import List
 
-from zlbench.markers import DEVICE_THROTTLED
-from zlbench.summary.ab import SAME_RUN_WARNING, ABResult, GainRange, PairedRow, autotune_changes
+from zlbench.summary.ab import (
+    SAME_RUN_WARNING,
+    ABResult,
+    GainRange,
+    PairedRow,
+    autotune_changes,
+    throttle_reasons,
+)
 from zlbench.summary.caliber import CaliberReport
-from zlbench.summary.render import issue_record, render_issues
-from zlbench.summary.tables import fmt, fmt_pct, heading, table
+from zlbench.summary.render import issue_record, render_issues, screen_state
+from zlbench.summary.tables import compact_shape, fmt, fmt_pct, heading, table
 from zlbench.summary.verdict import UNKNOWN
 
 GAIN_NOTE = "gain = A gems ms / B gems ms - 1 (positive: B faster)"
 VERDICT_NOTE = (
     "verdict: SLOWER/FASTER when |B/A - 1| > floor + sqrt(spread_A^2 + "
-    "spread_B^2), else SAME; UNKNOWN without spreads (zlbench.summary.verdict)"
+    "spread_B^2), else SAME; UNKNOWN without spreads, or when either side was measured "
+    "throttled (zlbench.summary.verdict)"
 )
 
 
@@ -39,8 +46,8 @@ def _noise_line(result: ABResult) -> str:
     median = fmt_pct(result.noise_median, sign=False) or "n/a"
     p95 = fmt_pct(result.noise_p95, sign=False) or "n/a"
     return (
-        f"Noise: median |gain| {median}, p95 |gain| {p95} over {len(result.pairs)} "
-        "rows. When A and B are the same build, these ranges are the noise floor."
+        f"Spread of the gains: median |gain| {median}, p95 |gain| {p95} over {len(result.pairs)} "
+        "rows (no verdict rests on these; for an A/A pair, `zlbench noise` records the floor)."
     )
 
 
@@ -60,12 +67,29 @@ def _counts_line(result: ABResult) -> str:
 
 def verdict_lines(result: ABResult) -> List[str]:
     """What the verdicts rest on, and why some could not be given."""
-    floor = fmt_pct(result.noise_floor, sign=False)
-    lines = [f"Verdicts: A/A noise floor {floor} (--noise-floor); {VERDICT_NOTE}"]
+    used = result.floors_used()
+    lines = []
+    for i, (floor, n) in enumerate(used):
+        what = f"A/A noise floor {fmt_pct(floor.value, sign=False)} (source: {floor.source})"
+        if len(used) > 1:
+            what += f" ({n} rows)"
+        lines.append(
+            ("Verdicts: " if i == 0 else "          ")
+            + what
+            + ("; " + VERDICT_NOTE if i == len(used) - 1 else "")
+        )
     if result.same_run:
         lines.append("A and B are the same run: no verdict can be given (every row UNKNOWN).")
         return lines
-    unknown = [p for p in result.pairs if p.verdict.status == UNKNOWN]
+    throttled = [p for p in result.pairs if p.verdict.throttled]
+    if throttled:
+        lines.append(
+            f"{len(throttled)} of {len(result.pairs)} rows UNKNOWN, measured throttled on either side "
+            f"(first: {throttled[0].verdict.why.replace('measured throttled (', '').rstrip(')')}): "
+            "their change is the "
+            "machine's state, not the build's."
+        )
+    unknown = [p for p in result.pairs if p.verdict.status == UNKNOWN and not p.verdict.throttled]
     if unknown:
         lines.append(
             f"{len(unknown)} of {len(result.pairs)} rows have no verdict (UNKNOWN): "
@@ -75,10 +99,28 @@ def verdict_lines(result: ABResult) -> List[str]:
     return lines
 
 
+def verdict_counts_line(result: ABResult) -> str:
+    """The one count every view shows: rows per verdict, throttled UNKNOWN apart."""
+    r = result.overall
+    if r is None:
+        return "Verdicts: no rows paired"
+    other = r.unknown - r.throttled
+    return (
+        f"Rows: {r.slower} SLOWER, {r.faster} FASTER, {r.same} SAME, {r.throttled} UNKNOWN "
+        f"(measured throttled), {other} UNKNOWN (other reasons), of {r.count} paired"
+    )
+
+
 def _verdict_counts(r: GainRange) -> str:
     parts = [
         f"{n} {name}"
-        for n, name in ((r.slower, "slower"), (r.faster, "faster"), (r.same, "same"), (r.unknown, "unknown"))
+        for n, name in (
+            (r.slower, "slower"),
+            (r.faster, "faster"),
+            (r.same, "same"),
+            (r.throttled, "throttled"),
+            (r.unknown - r.throttled, "unknown"),
+        )
         if n
     ]
     return ", ".join(parts)
@@ -104,22 +146,21 @@ def _spread(value) -> str:
 
 def throttled_sides(p: PairedRow) -> str:
     """ "A", "B", "A+B" or "": the sides measured while the device (or the host's CPU)
-    was slowed down (DEVICE_THROTTLED): their verdict may be the machine's, not the build's."""
-    sides = [s for s, row in (("A", p.a), ("B", p.b)) if any(m.name == DEVICE_THROTTLED for m in row.markers)]
-    return "+".join(sides)
+    was slowed down (DEVICE_THROTTLED): such a row's verdict is UNKNOWN."""
+    return "+".join(throttle_reasons(p))
 
 
 def _pair_row(p: PairedRow) -> tuple:
     notes = [
         "direct fallback" if p.fallback else "",
-        f"throttled in {throttled_sides(p)}" if throttled_sides(p) else "",
+        p.verdict.why if p.verdict.status == UNKNOWN else "",
         "autotune picked other configs" if autotune_changes(p) else "",
     ]
     return (
         p.verdict.status,
         p.a.op,
         p.a.dtype,
-        p.a.shape,
+        compact_shape(p.a.shape),
         fmt(p.a.gems_ms),
         _spread(p.a.gems_spread),
         fmt(p.b.gems_ms),
@@ -127,6 +168,15 @@ def _pair_row(p: PairedRow) -> tuple:
         fmt_pct(p.gain),
         "; ".join(n for n in notes if n),
     )
+
+
+def _screen_lines(result: ABResult) -> list:
+    out = []
+    for side, summary in (("A", result.a), ("B", result.b)):
+        state = screen_state(summary)
+        if not state["finished"]:
+            out.append(f"UNFINISHED {side}: {len(state['not_run'])} operators not run ({summary.input})")  # type: ignore[arg-type]
+    return out
 
 
 def same_run_warning(result: ABResult) -> str:
@@ -146,6 +196,8 @@ def render_ab_text(result: ABResult, style: str) -> str:
         f"B: {result.b.input}",
         _counts_line(result),
         *verdict_lines(result),
+        verdict_counts_line(result),
+        *_screen_lines(result),
         "",
     ]
     ranges = result.by_op + ([result.overall] if result.overall else [])
@@ -169,9 +221,12 @@ def render_ab_text(result: ABResult, style: str) -> str:
         ),
     ]
     unpaired = (
-        [("only in A", r.op, r.dtype, r.shape) for r in result.only_a]
-        + [("only in B", r.op, r.dtype, r.shape) for r in result.only_b]
-        + [(f"not comparable: {n.reason}", n.a.op, n.a.dtype, n.a.shape) for n in result.not_comparable]
+        [("only in A", r.op, r.dtype, compact_shape(r.shape)) for r in result.only_a]
+        + [("only in B", r.op, r.dtype, compact_shape(r.shape)) for r in result.only_b]
+        + [
+            (f"not comparable: {n.reason}", n.a.op, n.a.dtype, compact_shape(n.a.shape))
+            for n in result.not_comparable
+        ]
     )
     if unpaired:
         out += [
@@ -277,7 +332,10 @@ def render_ab_json(result: ABResult) -> str:
         "overall": vars(result.overall) if result.overall else None,
         "by_op": [vars(r) for r in result.by_op],
         "noise_floor": result.noise_floor,
+        "noise_floors": [{"floor": f.value, "source": f.source, "rows": n} for f, n in result.floors_used()],
         "same_run": result.same_run,
+        "screen_a": screen_state(result.a),
+        "screen_b": screen_state(result.b),
         "pairs": [
             {
                 "op": p.a.op,
@@ -291,6 +349,8 @@ def render_ab_json(result: ABResult) -> str:
                 "change": p.verdict.change,
                 "threshold": p.verdict.threshold,
                 "why": p.verdict.why,
+                "measured_throttled": p.verdict.throttled,
+                "floor": result.floor_for(p).value,
                 "a_spread": p.a.gems_spread,
                 "b_spread": p.b.gems_spread,
                 "a_samples": p.a.gems_samples,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from zlbench import rowstats, rundir
-from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, Marker
+from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, RUN_PHASE, Marker
 from zlbench.safe_read import DEFAULT_LIMIT, describe_error, read_text_capped
 from zlbench.summary.parse import Issue, ParsedLog, Row, parse_log
 from zlbench.summary.screen import Screen, read_screen
@@ -15,6 +15,9 @@ from zlbench.summary.sources import RunLog, find_runs
 
 # The marker fields that name a row (and that a row's own columns already show).
 ROW_FIELDS = ("op", "dtype", "shape")
+# Markers about the run's progress, not about how any row was measured: the batch reads
+# them into ops_status.csv (and the phases plugin keeps phases.json); rows never carry them.
+NOT_ROW_MARKERS = frozenset({RUN_PHASE})
 
 
 @dataclass
@@ -59,6 +62,8 @@ def attach_markers(parsed: ParsedLog, source: str) -> None:
         return
     index = _index(parsed.rows)
     for lineno, marker in parsed.markers:
+        if marker.name in NOT_ROW_MARKERS:
+            continue
         hit = _rows_for(marker, parsed.rows, index)
         for row in hit:
             row.markers.append(marker)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from zlbench.rundir import COMPLETE, IDENTITY, RESERVED, RUN_LOG, is_complete
+from zlbench.rundir import COMPLETE, IDENTITY, PLAN_FILE, RESERVED, RUN_LOG, is_complete, read_plan
 from zlbench.rundir import STATUS_FILE as OPS_STATUS
 from zlbench.safe_read import describe_error, read_text_capped
 from zlbench.summary.parse import Issue
@@ -97,7 +97,7 @@ def find_runs(path: Path, screen: Optional[Screen] = None) -> Tuple[Path, List[R
     if screen is not None:
         issues.extend(screen.issues)
         pairs = _screen_logs(screen)
-        if not pairs:
+        if not pairs and not any(shard.started for shard in screen.shards.values()):
             raise SummaryInputError(
                 f"no {RUN_LOG} in the shard dirs of {path}: no shard has "
                 "measured an operator yet (zlbench slurm status shows why)"
@@ -105,12 +105,15 @@ def find_runs(path: Path, screen: Optional[Screen] = None) -> Tuple[Path, List[R
         runs = [_run_log(log, base, issues) for log, base in pairs]
         for shard in screen.shards.values():
             issues.extend(read_ops_status(shard.path))
+            issues.extend(_not_run_issues(shard.path, shard.planned, set(shard.rows)))
         return path, runs, issues
     if path.is_file():
         root, logs = path.parent, [path]
     elif path.is_dir():
         root, logs = path, _walk_logs(path)
-        if not logs:
+        # A batch whose every operator failed before writing a run.log is still a batch:
+        # its statuses are the failure table.
+        if not logs and not is_batch_dir(path):
             raise SummaryInputError(
                 f"no {RUN_LOG} under {path}: pass a run.log file, a run dir (from "
                 f"`zlbench run`) or a batch dir (from `zlbench batch`)"
@@ -123,7 +126,50 @@ def find_runs(path: Path, screen: Optional[Screen] = None) -> Tuple[Path, List[R
         raise SummaryInputError(f"{path} does not exist: pass a run.log file, a run dir or a batch dir")
     runs = [_run_log(log, root, issues) for log in logs]
     issues.extend(read_ops_status(root))
+    if path.is_dir():
+        issues.extend(_plan_not_run(root))
     return root, runs, issues
+
+
+def is_batch_dir(path: Path) -> bool:
+    """A dir `zlbench batch` wrote into: it holds plan.json or ops_status.csv."""
+    return any(os.path.lexists(Path(path) / name) for name in (PLAN_FILE, OPS_STATUS))
+
+
+def _plan_not_run(root: Path) -> List[Issue]:
+    """op_not_run issues for the operators of root's plan.json without a status row."""
+    try:
+        plan = read_plan(root)
+    except (OSError, ValueError) as e:
+        return [Issue("bad_plan", f"cannot read {PLAN_FILE}: {e}; operators not run are not listed")]
+    if not isinstance(plan, dict):
+        return []
+    planned = [p.get("op") for p in plan.get("ops", []) if isinstance(p, dict)]
+    planned += list(plan.get("dismissed") or {})
+    return _not_run_issues(root, [op for op in planned if isinstance(op, str)], status_operators(root))
+
+
+def _not_run_issues(batch_dir: Path, planned: List[str], done: set) -> List[Issue]:
+    missing = [op for op in dict.fromkeys(planned) if op not in done]
+    return [
+        Issue(
+            "op_not_run",
+            f"planned but not run (no status in {OPS_STATUS}): the batch did not finish; "
+            f"continue it with zlbench batch --resume --out {batch_dir}",
+            op=op,
+            source=str(batch_dir / PLAN_FILE),
+        )
+        for op in missing
+    ]
+
+
+def status_operators(root: Path) -> set:
+    """Operators ops_status.csv has a row for (empty when it is absent or unreadable)."""
+    try:
+        text, _ = read_text_capped(root / OPS_STATUS, STATUS_LIMIT)
+        return {rec.get("operator") for rec in csv.DictReader(io.StringIO(text, newline=""))}
+    except (OSError, csv.Error):
+        return set()
 
 
 def _run_log(log: Path, base: Path, issues: List[Issue]) -> RunLog:

@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List
 
-from zlbench.batch.classify import NOT_RUN, count_statuses
+from zlbench.batch.classify import NOT_RUN, STATUSES, count_statuses
 from zlbench.rundir import StatusFile, plan_path, read_plan
 from zlbench.summary.rows import Summary
+
+__all__ = ["NOT_RUN", "STATUSES", "Statuses", "operator_statuses"]
 
 
 @dataclass
@@ -16,6 +18,8 @@ class Statuses:
     rows: Dict[str, Dict[str, str]]  # operator -> its ops_status.csv row
     counts: Dict[str, int]  # status (or "not run") -> operators
     notes: List[str] = field(default_factory=list)
+    # Every operator counted, in plan order: True where a plan holds it.
+    planned: Dict[str, bool] = field(default_factory=dict)
 
     @property
     def not_run(self) -> int:
@@ -38,5 +42,6 @@ def operator_statuses(summary: Summary) -> Statuses:
             plan = {}
             notes.append(f"cannot read {plan_path(summary.root)} ({e}): operators not run are not counted")
         planned = [p["op"] for p in plan.get("ops", [])] + list(plan.get("dismissed", {}))
+    in_plan = dict.fromkeys(planned, True)
     planned = list(dict.fromkeys(planned + sorted(rows)))
-    return Statuses(rows, count_statuses(rows, planned), notes)
+    return Statuses(rows, count_statuses(rows, planned), notes, {op: op in in_plan for op in planned})

@@ -9,7 +9,10 @@ it exceeds the smaller of the two rows' noise):
     SLOWER    when change > threshold
     FASTER    when change < -threshold
     UNKNOWN   when either row has no spread (a timer that kept no samples, an old
-              run), a latency is missing, or A and B are the same run
+              run), a latency is missing, or A and B are the same run; and (judged in
+              zlbench.summary.ab) when either side was measured while the machine was
+              slowed down (DEVICE_THROTTLED: throttled, clocks down, the host slow), or
+              the two sides were timed by different clocks
 
 ``spread`` is each row's relative half-width of its median's 95% confidence interval
 (recorded by the timer, see zlbench.rowstats); the root of squares is the half-width
@@ -34,6 +37,9 @@ class Verdict(NamedTuple):
     change: Optional[float]  # B / A - 1 of the latency
     threshold: Optional[float]  # |change| above this is real
     why: str = ""  # for UNKNOWN: what is missing
+    # For UNKNOWN: the row was measured while the machine was slowed down (either side).
+    # Such rows are counted apart: their change is the machine's, not the build's.
+    throttled: bool = False
 
     @property
     def real(self) -> bool:

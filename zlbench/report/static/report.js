@@ -26,8 +26,9 @@
     if (col.tone === "latency") return v < 0 ? "good" : v > 0 ? "poor" : "";
     if (col.tone === "status") {
       var s = String(v).toUpperCase();
-      if (s === "SUCCESS" || s === "SAME" || s === "INSIDE") return "";
+      if (s === "SUCCESS" || s === "SAME") return "";
       if (s === "FASTER") return "good";
+      if (s.indexOf("UNKNOWN") === 0) return "unk";
       return "poor";
     }
     return "";
@@ -146,7 +147,7 @@
     for (var k = start; k < end; k++) {
       var r = rows[this.view[k]], cells = [];
       for (var c = 0; c < cols.length; c++) {
-        var cls = (cols[c].kind !== "text" ? "n " : "") + tone(cols[c], r[c]);
+        var cls = (cols[c].kind !== "text" ? "n " : "") + (cols[c].nowrap ? "nw " : "") + tone(cols[c], r[c]);
         cells.push("<td class=\"" + cls + "\">" + esc(show(cols[c], r[c])) + "</td>");
       }
       html.push("<tr>" + cells.join("") + "</tr>");

@@ -1,0 +1,259 @@
+"""Summaries you can act on: UNKNOWN for throttled rows, the A/B gate, zlbench noise's
+floor used by summary --ab, the state of an unfinished or all-failed screen, rows
+without run-level markers, compact shapes and tables that fit a terminal."""
+
+import json
+import sqlite3
+
+import pytest
+
+from conftest import zlbench
+from summary_logwriter import identity, op_log, write_run
+from zlbench import rowstats, rundir
+from zlbench.summary.tables import compact_shape, text_table
+
+SHAPES = ["[torch.Size([64, 64])]", "[torch.Size([4096, 4096])]"]
+
+
+def _throttled(op, shape, why="host_slow"):
+    return (f'\nDEVICE_THROTTLED op={op} dtype=torch.float16 shape="{shape}" side=gems '
+            f'why={why} host_speed=20->15\n')
+
+
+def _batch(root, latency, spread=0.002, throttled=(), ops=("abs", "sum")):
+    """A batch-like dir: ops x float16 x SHAPES with row_stats; ``throttled`` lists the
+    (op, shape) rows this side measured slowed down."""
+    for op in ops:
+        prefix = "".join(_throttled(o, s) for o, s in throttled if o == op)
+        prefix += "RUN_PHASE phase=session_start t=1796154807.193\n"
+        run_dir = write_run(root / op, op_log(op, ["torch.float16"], SHAPES, latency, prefix),
+                            identity(backend="cpu", device={"index": 0, "model": "cpu"}))
+        for shape in SHAPES:
+            for side in ("torch", "gems"):
+                rowstats.append(run_dir, {"op": op, "dtype": "torch.float16", "shape": shape,
+                                          "side": side, "samples": 200, "spread": spread})
+    return root
+
+
+def _ms(slower=None, factor=1.0):
+    return lambda op, d, s: 0.1 * (factor if (op, s) == slower or op == slower else 1.0)
+
+
+# -- 1. UNKNOWN for rows measured in a bad state --------------------------------------
+
+def test_a_throttled_row_is_unknown_never_slower_and_counted_apart(tmp_path):
+    a = _batch(tmp_path / "a", _ms())
+    # Both abs rows 30% slower in B, but B measured the 64x64 one while the host was slow.
+    b = _batch(tmp_path / "b", _ms("abs", 1.3), throttled=[("abs", SHAPES[0])])
+    doc = json.loads(zlbench("summary", "--ab", a, b, "--format", "json", check=True).stdout)
+    verdicts = {(p["op"], p["shape"]): (p["verdict"], p["why"]) for p in doc["pairs"]}
+    assert verdicts[("abs", SHAPES[0])] == ("UNKNOWN", "measured throttled (B host_slow)")
+    assert verdicts[("abs", SHAPES[1])][0] == "SLOWER"
+    assert doc["overall"]["throttled"] == 1 and doc["overall"]["unknown"] == 1
+    text = zlbench("summary", "--ab", a, b, check=True).stdout
+    assert "Rows: 1 SLOWER, 0 FASTER, 2 SAME, 1 UNKNOWN (measured throttled)" in text
+    assert "1 slower, 1 throttled" in text
+
+
+# -- 6. the gate ------------------------------------------------------------------------
+
+def test_fail_on_slower_exits_1_and_lists_the_rows_but_not_the_throttled_one(tmp_path):
+    a = _batch(tmp_path / "a", _ms())
+    b = _batch(tmp_path / "b", _ms("abs", 1.3), throttled=[("abs", SHAPES[0])])
+    gate = zlbench("summary", "--ab", a, b, "--fail-on", "slower")
+    assert gate.returncode == 1, gate.stderr
+    assert "GATE: 1 rows tripped it:" in gate.stderr
+    assert "SLOWER     abs torch.float16 4096×4096 +30.0% latency" in gate.stderr
+    assert "64×64" not in gate.stderr.split("GATE:")[1]
+    # The throttled row trips only when UNKNOWN is asked for.
+    both = zlbench("summary", "--ab", a, b, "--fail-on", "slower,unknown")
+    assert both.returncode == 1 and "GATE: 2 rows tripped it:" in both.stderr
+    assert "measured throttled (B host_slow)" in both.stderr
+    # FASTER does not trip a slower gate; a clean A/B passes.
+    assert zlbench("summary", "--ab", b, a, "--fail-on", "slower").returncode == 0
+    passed = zlbench("summary", "--ab", a, a.parent / "a", "--fail-on", "faster,slower")
+    assert passed.returncode == 0 and "GATE: passed" in passed.stderr
+
+
+def test_max_slowdown_trips_only_slower_rows_beyond_it(tmp_path):
+    a = _batch(tmp_path / "a", _ms())
+    b = _batch(tmp_path / "b", _ms(("abs", SHAPES[1]), 1.08))
+    assert zlbench("summary", "--ab", a, b, "--max-slowdown", "10").returncode == 0
+    gate = zlbench("summary", "--ab", a, b, "--max-slowdown", "5")
+    assert gate.returncode == 1
+    assert "SLOWER beyond --max-slowdown 5%" in gate.stderr and "+8.0% latency" in gate.stderr
+
+
+def test_fail_on_missing_names_rows_b_did_not_measure(tmp_path):
+    a = _batch(tmp_path / "a", _ms())
+    b = _batch(tmp_path / "b", _ms(), ops=("abs",))
+    gate = zlbench("summary", "--ab", a, b, "--fail-on", "missing")
+    assert gate.returncode == 1 and gate.stderr.count("only in A") == 2
+
+
+def test_gate_usage_errors_name_the_flag(tmp_path):
+    a = _batch(tmp_path / "a", _ms())
+    bad = zlbench("summary", "--ab", a, a, "--fail-on", "slow")
+    assert bad.returncode == 2 and "--fail-on" in bad.stderr and "slower" in bad.stderr
+    alone = zlbench("summary", a, "--fail-on", "slower")
+    assert alone.returncode == 2 and "need --ab" in alone.stderr
+
+
+# -- 3. zlbench noise -------------------------------------------------------------------
+
+def test_noise_records_a_floor_per_machine_and_caliber_and_summary_ab_uses_it(tmp_path):
+    db = tmp_path / "history.sqlite"
+    # An A/A pair: the 4096 rows differ by 6% (beyond their 0.2% spreads), the 64 rows
+    # agree; a throttled row 40% off is left out of the floor.
+    a1 = _batch(tmp_path / "a1", _ms())
+    a2 = _batch(tmp_path / "a2", lambda op, d, s: 0.106 if "4096" in s else
+                (0.14 if op == "sum" else 0.1), throttled=[("sum", SHAPES[0])])
+    noise = zlbench("noise", "--from", a1, "--from", a2, "--db", db, "--quantile", "100")
+    assert noise.returncode == 0, noise.stdout + noise.stderr
+    assert "noise floor 5.7% for machine" in noise.stdout          # 6% - hypot(0.2%, 0.2%)
+    assert ("p100 of 3 A/A rows' change beyond their own spreads (1 pairs of batches); "
+            "1 rows measured throttled left out") in noise.stdout
+    assert "WARNING: the floor of caliber" in noise.stderr         # 3 rows: a weak floor
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM noise_floors").fetchone()[0] == 1
+    listed = zlbench("noise", "--list", "--db", db, check=True).stdout
+    assert "noise floor 5.7%" in listed
+
+    # Two builds 5% apart: SLOWER at the 2% default, SAME under this machine's floor.
+    a = _batch(tmp_path / "a", _ms())
+    b = _batch(tmp_path / "b", _ms("abs", 1.05))
+    default = json.loads(zlbench("summary", "--ab", a, b, "--format", "json",
+                                 "--history-db", "none", check=True).stdout)
+    assert {p["verdict"] for p in default["pairs"] if p["op"] == "abs"} == {"SLOWER"}
+    used = zlbench("summary", "--ab", a, b, "--history-db", db, check=True).stdout
+    assert "Verdicts: A/A noise floor 5.7% (source: zlbench noise of " in used
+    assert f"{a1.resolve()} vs {a2.resolve()}" in used
+    doc = json.loads(zlbench("summary", "--ab", a, b, "--format", "json", "--history-db", db,
+                             check=True).stdout)
+    assert {p["verdict"] for p in doc["pairs"]} == {"SAME"}
+    assert doc["noise_floors"][0]["floor"] == pytest.approx(0.06 - 0.002 * 2 ** 0.5, abs=1e-4)
+    # --noise-floor still wins, and says so.
+    flag = zlbench("summary", "--ab", a, b, "--history-db", db, "--noise-floor", "1", check=True)
+    assert "A/A noise floor 1.0% (source: --noise-floor)" in flag.stdout
+
+
+def test_noise_pools_every_pair_of_its_batches(tmp_path):
+    db = tmp_path / "history.sqlite"
+    # Three batches: a3 is 10% off a1 and a2 on the 4096 rows; the pooled p100 sees it.
+    dirs = [_batch(tmp_path / "a1", _ms()), _batch(tmp_path / "a2", _ms()),
+            _batch(tmp_path / "a3", lambda op, d, s: 0.11 if "4096" in s else 0.1)]
+    args = [x for d in dirs for x in ("--from", d)]
+    proc = zlbench("noise", *args, "--db", db, "--quantile", "100", check=True)
+    assert "noise floor 9.7% for machine" in proc.stdout                 # 10% - 0.28%
+    assert "(3 pairs of batches)" in proc.stdout and "12 A/A rows" in proc.stdout
+    with sqlite3.connect(db) as conn:
+        (batches,) = conn.execute("SELECT batches FROM noise_floors").fetchone()
+    assert json.loads(batches) == [str(d.resolve()) for d in dirs]
+
+
+def test_noise_refuses_the_same_batch_twice_and_an_empty_database(tmp_path):
+    a = _batch(tmp_path / "a", _ms())
+    same = zlbench("noise", "--from", a, "--from", a, "--db", tmp_path / "db.sqlite")
+    assert same.returncode == 1 and "given twice" in same.stderr
+    one = zlbench("noise", "--from", a, "--db", tmp_path / "db.sqlite")
+    assert one.returncode == 2 and "at least two" in one.stderr
+    empty = zlbench("noise", "--list", "--db", tmp_path / "none.sqlite")
+    assert empty.returncode == 1 and "run zlbench noise first" in empty.stderr
+
+
+# -- 4. the state of the screen ---------------------------------------------------------
+
+def _plan(root, ops):
+    rundir.write_plan(root, {"ops": [{"op": op, "device": "0"} for op in ops],
+                             "sessions": [{"host": "nightly-host"}]})
+
+
+def test_an_unfinished_batch_says_so_and_names_what_did_not_run(tmp_path):
+    root = _batch(tmp_path / "batch", _ms(), ops=("abs",))
+    _plan(root, ["abs", "mm", "softmax"])
+    rundir.StatusFile(root).update([rundir.status_row("abs", "ok", run_dir="abs")])
+    proc = zlbench("summary", root)
+    assert proc.returncode == 0
+    assert "Operators: 1 ok, 2 not run (of 3)" in proc.stdout
+    assert "UNFINISHED: 2 of 3 operators not run: mm, softmax" in proc.stdout
+    assert "(2 rows, 2 issues; UNFINISHED: 2 operators not run)" in proc.stderr
+    assert proc.stdout.count("op_not_run") == 2
+    doc = json.loads(zlbench("summary", root, "--format", "json", check=True).stdout)
+    assert doc["screen"] == {"operators": {"ok": 1, "not run": 2}, "finished": False,
+                             "not_run": ["mm", "softmax"]}
+    refused = zlbench("history", "add", root, "--db", tmp_path / "h.sqlite")
+    assert refused.returncode == 1 and "2 operators not run" in refused.stderr
+
+
+def test_a_screen_with_a_shard_missing_is_unfinished(tmp_path):
+    shard = _batch(tmp_path / "screen" / "shard-0-of-2", _ms(), ops=("abs",))
+    _plan(shard, ["abs"])
+    rundir.StatusFile(shard).update([rundir.status_row("abs", "ok", run_dir="abs")])
+    proc = zlbench("summary", tmp_path / "screen")
+    assert proc.returncode == 0, proc.stderr
+    assert "UNFINISHED: a shard is missing or unfinished (see Issues); continue with the same " \
+        "zlbench batch --shard K/N command" in proc.stdout
+    assert "shard-1-of-2 is missing" in proc.stdout
+    assert "UNFINISHED: a shard is missing or unfinished)" in proc.stderr
+
+
+def test_a_batch_whose_every_operator_failed_still_has_its_failure_table(tmp_path):
+    root = tmp_path / "batch"
+    root.mkdir()
+    _plan(root, ["abs", "mm"])
+    rundir.StatusFile(root).update([
+        rundir.status_row("abs", "failed", attempts=2, reason="ImportError: no module x"),
+        rundir.status_row("mm", "timeout", attempts=1, reason="timeout_compiling"),
+    ])
+    proc = zlbench("summary", root)
+    assert proc.returncode == 0, proc.stderr
+    assert "Operators: 1 failed, 1 timeout (of 2)" in proc.stdout
+    assert "No table rows in" in proc.stdout and "op_failed" in proc.stdout
+    assert "ImportError: no module x" in proc.stdout and "op_timeout" in proc.stdout
+    assert "(0 rows, 2 issues)" in proc.stderr
+    refused = zlbench("history", "add", root, "--db", tmp_path / "h.sqlite")
+    assert refused.returncode == 1 and "no table rows (1 failed, 1 timeout)" in refused.stderr
+
+
+# -- 5. markers are about rows ------------------------------------------------------------
+
+def test_run_phase_lines_are_no_row_markers(tmp_path):
+    a = _batch(tmp_path / "a", _ms())
+    zlbench("summary", a, check=True)
+    text = (a / "summary.csv").read_text()
+    assert "RUN_PHASE" not in text
+    assert "unattached_marker" not in zlbench("summary", a, check=True).stdout
+
+
+# -- 7. tables a person reads -------------------------------------------------------------
+
+@pytest.mark.parametrize("printed,shown", [
+    ("[torch.Size([64, 512, 512]), -0.5, 0.5]", "64×512×512, -0.5, 0.5"),
+    ("([torch.Size([1024, 1024])], {'dim': -1})", "1024×1024, dim=-1"),
+    ("[torch.Size([64, 64]), torch.Size([64, 64])]", "64×64, 64×64"),
+    ("[torch.Size([])]", "scalar"),
+    ("not a shape", "not a shape"),
+])
+def test_compact_shapes(printed, shown):
+    assert compact_shape(printed) == shown
+
+
+def test_text_tables_fit_the_width_by_cutting_text_never_numbers():
+    rows = [("abs", "x" * 300, "0.123456"), ("mm", "short", "12.000000")]
+    out = text_table(("op", "markers", "ms"), rows, (False, False, True), width=60)
+    assert max(len(line) for line in out.splitlines()) <= 60
+    assert "x…" in out and "0.123456" in out and "12.000000" in out
+    wide = text_table(("op", "markers", "ms"), rows, (False, False, True), width=400)
+    assert "x" * 300 in wide
+
+
+def test_summary_table_fits_columns_and_csv_keeps_the_full_text(tmp_path):
+    a = _batch(tmp_path / "a", _ms(), throttled=[("abs", SHAPES[0])])
+    proc = zlbench("summary", a, env={"COLUMNS": "100"}, check=True)
+    table = proc.stdout.split("By dtype")[0]
+    assert max(len(line) for line in table.splitlines()) <= 100
+    assert "DEVICE_THROTTLED side=gems why=host_slow host_speed=20->15" in (a / "summary.csv").read_text()
+    assert "DEVICE_THROTTLED side=g…" in table            # cut to fit, the rest in the CSV
+    # Wide enough, the table names what happened; the clock readings stay in the CSV.
+    wide = zlbench("summary", a, env={"COLUMNS": "200"}, check=True).stdout.split("By dtype")[0]
+    assert "DEVICE_THROTTLED side=gems why=host_slow" in wide and "host_speed" not in wide

@@ -1,0 +1,179 @@
+"""A/A noise floors in the history database: one per machine and caliber.
+
+`zlbench noise` records what two batches of the same build differ by on this machine
+(beyond their rows' own spreads); `summary --ab` looks the floor of A's runs up here
+when no --noise-floor is given. The table is additive to the history schema (older
+zlbench versions ignore it), created on first use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from zlbench.history.store import HistoryError, caliber_key, open_db, series_caliber
+from zlbench.rundir import read_plan
+from zlbench.summary.ab import NoiseFloor
+from zlbench.summary.rows import Summary
+
+TABLE = """
+CREATE TABLE IF NOT EXISTS noise_floors (
+    id        INTEGER PRIMARY KEY,
+    machine   TEXT NOT NULL,
+    caliber   TEXT NOT NULL,
+    fields    TEXT NOT NULL,
+    floor     REAL NOT NULL,
+    quantile  REAL NOT NULL,
+    rows      INTEGER NOT NULL,
+    excluded  INTEGER NOT NULL,
+    median    REAL,
+    p90       REAL,
+    batches   TEXT NOT NULL,
+    pairs     INTEGER NOT NULL,
+    measured  TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS noise_floors_by_key ON noise_floors (machine, caliber);
+"""
+
+
+@dataclass
+class FloorRecord:
+    machine: str
+    caliber: str
+    fields: Dict[str, str]
+    floor: float  # fraction
+    quantile: float  # of the rows' excess over their spreads, 0..1
+    rows: int  # A/A rows the floor was taken over (every pair of batches pooled)
+    excluded: int  # rows left out: measured throttled on either side
+    median: Optional[float]  # median |B/A - 1| of those rows
+    p90: Optional[float]
+    batches: List[str]  # the batch dirs, every pair of which was compared
+    pairs: int
+    measured: str = ""
+
+    def batches_text(self) -> str:
+        return " vs ".join(self.batches) if len(self.batches) == 2 else ", ".join(self.batches)
+
+    def source(self, db: str) -> str:
+        """Where a verdict's floor came from, in one line."""
+        return (
+            f"zlbench noise of {self.batches_text()} on {self.machine}, {self.measured[:16]}, "
+            f"p{self.quantile * 100:g} over {self.rows} rows of {self.pairs} A/A pairs (history db {db})"
+        )
+
+
+def machine_of(summary: Summary) -> str:
+    """The host that measured a batch (plan.json's last session, or a shard's), else this host."""
+    roots = [summary.root]
+    if summary.screen is not None:
+        roots = [s.path for s in summary.screen.shards.values()]
+    for root in roots:
+        try:
+            plan = read_plan(Path(root)) or {}
+        except (OSError, ValueError):
+            continue
+        sessions = plan.get("sessions") if isinstance(plan, dict) else None
+        if isinstance(sessions, list) and sessions and isinstance(sessions[-1], dict):
+            host = sessions[-1].get("host")
+            if isinstance(host, str) and host:
+                return host
+    return socket.gethostname()
+
+
+def run_calibers(summary: Summary) -> Dict[str, str]:
+    """A's run dir -> the caliber key its rows are stored under (history's series caliber)."""
+    return {str(r.run_dir): caliber_key(series_caliber(r.identity)) for r in summary.runs}
+
+
+def _ensure(conn: sqlite3.Connection) -> None:
+    conn.executescript(TABLE)
+
+
+def record_floor(conn: sqlite3.Connection, rec: FloorRecord) -> FloorRecord:
+    _ensure(conn)
+    rec.measured = rec.measured or time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    with conn:
+        conn.execute(
+            "INSERT INTO noise_floors (machine, caliber, fields, floor, quantile, rows, excluded, "
+            "median, p90, batches, pairs, measured) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                rec.machine,
+                rec.caliber,
+                json.dumps(rec.fields, sort_keys=True),
+                rec.floor,
+                rec.quantile,
+                rec.rows,
+                rec.excluded,
+                rec.median,
+                rec.p90,
+                json.dumps(rec.batches),
+                rec.pairs,
+                rec.measured,
+            ),
+        )
+    return rec
+
+
+def latest_floor(conn: sqlite3.Connection, machine: str, caliber: str) -> Optional[FloorRecord]:
+    """The floor recorded last for this machine and caliber, or None."""
+    _ensure(conn)
+    row = conn.execute(
+        "SELECT machine, caliber, fields, floor, quantile, rows, excluded, median, p90, batches, "
+        "pairs, measured FROM noise_floors WHERE machine = ? AND caliber = ? ORDER BY id DESC LIMIT 1",
+        (machine, caliber),
+    ).fetchone()
+    if row is None:
+        return None
+    machine_, caliber_, fields, floor, q, rows, excluded, median, p90, batches, pairs, measured = row
+    return FloorRecord(
+        machine_,
+        caliber_,
+        json.loads(fields),
+        floor,
+        q,
+        rows,
+        excluded,
+        median,
+        p90,
+        json.loads(batches),
+        pairs,
+        measured,
+    )
+
+
+def floors(conn: sqlite3.Connection) -> List[FloorRecord]:
+    """The latest floor of every machine and caliber."""
+    _ensure(conn)
+    keys = conn.execute(
+        "SELECT DISTINCT machine, caliber FROM noise_floors ORDER BY machine, caliber"
+    ).fetchall()
+    return [f for m, c in keys if (f := latest_floor(conn, m, c)) is not None]
+
+
+def floors_for(summary: Summary, db: str) -> Dict[str, NoiseFloor]:
+    """A's run dir -> the recorded floor of its machine and caliber, for the runs that have
+    one. An absent database has none (nothing is created by looking)."""
+    if not os.path.isfile(db):
+        return {}
+    conn = open_db(db)
+    try:
+        machine = machine_of(summary)
+        found: Dict[str, Optional[FloorRecord]] = {}
+        out: Dict[str, NoiseFloor] = {}
+        for run_dir, cal in run_calibers(summary).items():
+            if cal not in found:
+                found[cal] = latest_floor(conn, machine, cal)
+            rec = found[cal]
+            if rec is not None:
+                out[run_dir] = NoiseFloor(rec.floor, rec.source(db))
+        return out
+    except sqlite3.DatabaseError as e:
+        raise HistoryError(f"cannot read noise floors from {db}: {e}") from None
+    finally:
+        conn.close()
