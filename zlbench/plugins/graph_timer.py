@@ -318,15 +318,10 @@ def graph_bench(
         per_call = statistics.median(time_replays(torch, graph, 3, stream)) / probe_calls
         cost.lap("replay")
         plan = plan_graph(per_call, rep_ms, replay_ms)
-        if plan.calls_per_graph != probe_calls:
-            graph = None  # free the probe's buffers before the real capture
-            phase = "capture"
-            graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none)
-            cost.lap("capture")
-            phase = "replay"
         interleaved = interleave(placements, plan.calls_per_graph, l2_bytes(torch))
         if interleaved:
             graph = None  # the probe's buffers go before the real capture
+            phase = "capture"
             try:
                 times, timed_placements, more = replay_interleaved(
                     torch, fn, placements, plan, rule, stream, grad_to_none, cost
@@ -340,11 +335,13 @@ def graph_bench(
                 if isinstance(failed.error, torch.cuda.OutOfMemoryError):
                     free_cached_memory(torch, collect=True)
                 interleaved = False
+        if not interleaved:
+            if graph is None or plan.calls_per_graph != probe_calls:
+                graph = None  # free the probe's buffers before the real capture
                 phase = "capture"
                 graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none)
                 cost.lap("capture")
-                phase = "replay"
-        if not interleaved:
+            phase = "replay"
             # Each placement gets at least MIN_REPLAYS of the budget: no more placements than it holds.
             placements.limit(max(1, plan.replays // MIN_REPLAYS), "the replay budget")
             per_placement = rule.first_round(plan.replays, placements.count)
