@@ -130,7 +130,10 @@ RUN_OPTION_GROUPS = [
         "Measurement caliber (recorded in run_identity.json; see docs/cli.md)",
         [k.name for k in knobs.KNOBS if k.caliber and k.name not in _RUN_COMMON],
     ),
-    ("The benchmark process", ["parallel_warmup_gpus", "pytest_plugins", "output_cap_mb", "echo"]),
+    (
+        "The benchmark process",
+        ["parallel_warmup_gpus", "compile_workers", "pytest_plugins", "output_cap_mb", "echo"],
+    ),
 ]
 
 

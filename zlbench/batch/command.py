@@ -57,7 +57,7 @@ def _given(ctx: click.Context, name: str) -> bool:
 
 
 _CORPUS_KNOBS = ["provider", "flaggems_dir", "backend"]
-_WORKER_KNOBS = ["parallel_warmup_gpus", "pytest_plugins", "output_cap_mb"]
+_WORKER_KNOBS = ["parallel_warmup_gpus", "compile_workers", "pytest_plugins", "output_cap_mb"]
 OPTION_GROUPS = [
     ("Common options", ["out", "resume", "devices", "ops", "op_list", "stages", "timeout", "dry_run"]),
     ("Corpus and operators", [*_CORPUS_KNOBS, "dismiss", "op_timeout"]),
