@@ -7,7 +7,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -18,6 +18,29 @@ def write_atomic(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def write_chunks_atomic(path: Path, chunks: Iterable[str]) -> int:
+    """As write_atomic, for text made a piece at a time (a large table or page is never
+    one string); no temp file is left behind when making or writing a piece fails.
+    Returns the characters written."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    written = 0
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            for chunk in chunks:
+                f.write(chunk)
+                written += len(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return written
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

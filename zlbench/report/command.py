@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import click
 
+from zlbench.atomic import write_chunks_atomic
 from zlbench.clihelp import InputError
 from zlbench.report import ReportUnavailable
 from zlbench.summary.sources import SummaryInputError
@@ -23,7 +24,7 @@ def build_report(
     """Write the page; return a one-line description of what was written."""
     from zlbench.report import require
     from zlbench.report.model import ab_page, batch_page
-    from zlbench.report.page import render_page
+    from zlbench.report.page import page_chunks
     from zlbench.summary.ab import pair_summaries
     from zlbench.summary.command import check_caliber, resolve_floors
     from zlbench.summary.rows import summarize
@@ -42,10 +43,36 @@ def build_report(
         page = batch_page(summary)
         history = _history(summary, history_db)
         what = f"{len(summary.rows)} rows"
-    html = render_page(page, history)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(html, encoding="utf-8")
-    return f"wrote {out} ({what}, {len(html) / 1e6:.1f} MB)"
+    chunks = _reading(page_chunks(page, history))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        size = write_chunks_atomic(out, chunks)
+    except OSError as e:
+        raise ReportWriteError(
+            f"cannot write {out}: {e.strerror or e}; choose another file with -o FILE"
+        ) from None
+    return f"wrote {out} ({what}, {size / 1e6:.1f} MB)"
+
+
+class ReportWriteError(Exception):
+    """The page could not be written to -o; the message names the file and the fix."""
+
+
+class ReportReadError(Exception):
+    """Something the page is made from could not be read; the message names it."""
+
+
+def _reading(chunks: Iterator[str]) -> Iterator[str]:
+    """The page's pieces, where an OSError met while making one is a read failure that
+    names its file, never one of -o."""
+    while True:
+        try:
+            chunk = next(chunks)
+        except StopIteration:
+            return
+        except OSError as e:
+            raise ReportReadError(f"cannot read {e.filename or 'an input'}: {e.strerror or e}") from None
+        yield chunk
 
 
 def _history(summary, history_db: Optional[str]):
@@ -113,9 +140,7 @@ def report_command(
         click.echo(build_report(path, ab, out, allow_caliber_mismatch, history_db, noise_floor), err=True)
     except SummaryInputError as e:
         raise InputError(str(e)) from None
-    except ReportUnavailable as e:
+    except (ReportUnavailable, ReportWriteError, ReportReadError) as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:
-        raise click.ClickException(
-            f"cannot write {out}: {e.strerror}; choose another file with -o FILE"
-        ) from None
+        raise click.ClickException(f"cannot read {e.filename or path}: {e.strerror or e}") from None

@@ -5,14 +5,24 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Dict, List, Optional
+from collections.abc import Iterator as IteratorABC
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from zlbench.corpus.families import OTHER, Families, operator_families
 from zlbench.summary.aggregate import Aggregate, aggregate
 from zlbench.summary.parse import Issue, Row
 from zlbench.summary.rows import Summary
 from zlbench.summary.status import NOT_RUN, STATUSES, operator_statuses
-from zlbench.summary.tables import compact_shape, fmt, heading, marker_brief, marker_text, table
+from zlbench.summary.tables import (
+    Cells,
+    compact_shape,
+    fmt,
+    heading,
+    marker_brief,
+    marker_text,
+    table,
+    table_lines,
+)
 
 CSV_COLUMNS = (
     "op",
@@ -54,13 +64,25 @@ def row_record(row: Row) -> Dict[str, object]:
     }
 
 
-def render_csv(summary: Summary) -> str:
+def csv_records(records: Iterable[Iterable[object]]) -> Iterator[str]:
+    """CSV text, a record at a time (csv writes None as an empty field)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    # csv writes None as an empty field.
-    writer.writerows(row_record(row).values() for row in summary.rows)
-    return buf.getvalue()
+    for values in records:
+        buf.seek(0)
+        buf.truncate()
+        writer.writerow(values)
+        yield buf.getvalue()
+
+
+def csv_lines(summary: Summary) -> Iterator[str]:
+    """summary.csv, a line (record) at a time."""
+    yield from csv_records([CSV_COLUMNS])
+    yield from csv_records(row_record(row).values() for row in summary.rows)
+
+
+def render_csv(summary: Summary) -> str:
+    return "".join(csv_lines(summary))
 
 
 def issue_record(issue: Issue) -> Dict[str, object]:
@@ -108,27 +130,60 @@ def screen_lines(summary: Summary) -> List[str]:
     return lines
 
 
-def render_json(summary: Summary) -> str:
-    doc: Dict[str, object] = {
-        "input": str(summary.input),
-        "screen": screen_state(summary),
-        "runs": [
-            {"run_dir": str(r.run_dir), "has_identity": r.identity is not None, "complete": r.complete}
-            for r in summary.runs
-        ],
-        "rows": [row_record(r) for r in summary.rows],
-        "by_dtype": [vars(a) for a in aggregate(summary.rows, "dtype")],
-        "by_op": [vars(a) for a in aggregate(summary.rows, "op")],
-        "issues": [issue_record(i) for i in summary.issues],
-    }
+def json_object_chunks(items: Iterable[Tuple[str, object]]) -> Iterator[str]:
+    """A JSON object, key by key. A value that is an iterator (a generator, a map) is
+    written as a list an item a line, so a list of 200,000 rows is never one string."""
+    yield "{"
+    for n, (key, value) in enumerate(items):
+        yield ("\n " if n == 0 else ",\n ") + json.dumps(key) + ": "
+        if isinstance(value, IteratorABC):
+            yield "["
+            sep = "\n  "
+            for item in value:
+                yield sep + json.dumps(item)
+                sep = ",\n  "
+            yield "\n ]" if sep != "\n  " else "]"
+        else:
+            yield json.dumps(value)
+    yield "\n}\n"
+
+
+def json_chunks(summary: Summary) -> Iterator[str]:
+    """The JSON document, a row at a time (the rows are never one string)."""
+    doc: List[Tuple[str, object]] = [
+        ("input", str(summary.input)),
+        ("screen", screen_state(summary)),
+        (
+            "runs",
+            iter(
+                {"run_dir": str(r.run_dir), "has_identity": r.identity is not None, "complete": r.complete}
+                for r in summary.runs
+            ),
+        ),
+        ("rows", map(row_record, summary.rows)),
+        ("by_dtype", [vars(a) for a in aggregate(summary.rows, "dtype")]),
+        ("by_op", [vars(a) for a in aggregate(summary.rows, "op")]),
+        ("issues", map(issue_record, summary.issues)),
+    ]
     fams = families(summary)
     if fams is not None:
-        doc["families"] = {
-            "source": fams.source,
-            "of": {op: fams.get(op) for op in sorted({r.op for r in summary.rows})},
-        }
-        doc["by_family"] = [vars(a) for a in aggregate(summary.rows, "op", key=lambda r: fams.get(r.op))]
-    return json.dumps(doc, indent=1) + "\n"
+        doc.append(
+            (
+                "families",
+                {
+                    "source": fams.source,
+                    "of": {op: fams.get(op) for op in sorted({r.op for r in summary.rows})},
+                },
+            )
+        )
+        doc.append(
+            ("by_family", [vars(a) for a in aggregate(summary.rows, "op", key=lambda r: fams.get(r.op))])
+        )
+    return json_object_chunks(doc)
+
+
+def render_json(summary: Summary) -> str:
+    return "".join(json_chunks(summary))
 
 
 def families(summary: Summary) -> Optional[Families]:
@@ -160,56 +215,57 @@ def _aggregate_table(style: str, title: str, aggs: List[Aggregate]) -> str:
 
 
 def render_issues(style: str, issues: List[Issue], title: str = "Issues") -> str:
+    return "".join(issue_chunks(style, issues, title))
+
+
+def issue_chunks(style: str, issues: List[Issue], title: str = "Issues") -> Iterator[str]:
     if not issues:
-        return ""
-    rows = [(i.kind, i.op or "", i.dtype or "", i.message, i.where()) for i in issues]
+        return
+    rows = Cells(issues, lambda i: (i.kind, i.op or "", i.dtype or "", i.message, i.where()))
+    yield "\n\n" + heading(style, f"{title} ({len(issues)})")
+    for line in table_lines(style, ("kind", "op", "dtype", "what", "where"), rows, (False,) * 5):
+        yield "\n" + line
+
+
+def _row_cells(r: Row) -> Sequence[str]:
     return (
-        "\n\n"
-        + heading(style, f"{title} ({len(issues)})")
-        + "\n"
-        + table(style, ("kind", "op", "dtype", "what", "where"), rows, (False,) * 5)
+        r.op,
+        r.dtype,
+        compact_shape(r.shape),
+        fmt(r.torch_ms),
+        fmt(r.gems_ms),
+        fmt(r.speedup, 3),
+        r.timer,
+        r.status,
+        marker_brief(r.markers),
     )
 
 
-def render_text(summary: Summary, style: str) -> str:
-    """``style``: "table" or "markdown"."""
+def text_chunks(summary: Summary, style: str) -> Iterator[str]:
+    """``style``: "table" or "markdown"; the text a line at a time."""
     headers = ("op", "dtype", "shape", "torch ms", "gems ms", "speedup", "timer", "status", "markers")
-    rows = [
-        (
-            r.op,
-            r.dtype,
-            compact_shape(r.shape),
-            fmt(r.torch_ms),
-            fmt(r.gems_ms),
-            fmt(r.speedup, 3),
-            r.timer,
-            r.status,
-            marker_brief(r.markers),
-        )
-        for r in summary.rows
-    ]
     right = (False, False, False, True, True, True, False, False, False)
     state = screen_lines(summary)
-    if not rows:
-        return (
-            "\n".join(state + [f"No table rows in {summary.input} ({len(summary.runs)} logs)."])
-            + render_issues(style, summary.issues)
-            + "\n"
-        )
-    parts = (
+    if not summary.rows:
+        yield "\n".join(state + [f"No table rows in {summary.input} ({len(summary.runs)} logs)."])
+        yield from issue_chunks(style, summary.issues)
+        yield "\n"
+        return
+    yield "\n".join(
         state
         + ([""] if state else [])
-        + [
-            heading(style, f"Rows ({len(summary.rows)} from {len(summary.runs)} logs)"),
-            table(style, headers, rows, right),
-            "",
-            heading(style, "By dtype (speedup = torch / gems; > 1: gems faster)"),
-            _aggregate_table(style, "dtype", aggregate(summary.rows, "dtype")),
-            "",
-            heading(style, "By operator"),
-            _aggregate_table(style, "op", aggregate(summary.rows, "op")),
-        ]
+        + [heading(style, f"Rows ({len(summary.rows)} from {len(summary.runs)} logs)")]
     )
+    for line in table_lines(style, headers, Cells(summary.rows, _row_cells), right):
+        yield "\n" + line
+    parts = [
+        "",
+        heading(style, "By dtype (speedup = torch / gems; > 1: gems faster)"),
+        _aggregate_table(style, "dtype", aggregate(summary.rows, "dtype")),
+        "",
+        heading(style, "By operator"),
+        _aggregate_table(style, "op", aggregate(summary.rows, "op")),
+    ]
     fams = families(summary)
     if fams is not None:
         parts += [
@@ -217,12 +273,24 @@ def render_text(summary: Summary, style: str) -> str:
             heading(style, f"By family ({fams.source})"),
             _aggregate_table(style, "family", aggregate(summary.rows, "op", key=lambda r: fams.get(r.op))),
         ]
-    return "\n".join(parts) + render_issues(style, summary.issues) + "\n"
+    yield "\n" + "\n".join(parts)
+    yield from issue_chunks(style, summary.issues)
+    yield "\n"
+
+
+def render_text(summary: Summary, style: str) -> str:
+    """``style``: "table" or "markdown"."""
+    return "".join(text_chunks(summary, style))
+
+
+def summary_chunks(summary: Summary, fmt_name: str) -> Iterator[str]:
+    """What ``summary --format fmt_name`` prints, in pieces to write as they come."""
+    if fmt_name == "csv":
+        return csv_lines(summary)
+    if fmt_name == "json":
+        return json_chunks(summary)
+    return text_chunks(summary, fmt_name)
 
 
 def render_summary(summary: Summary, fmt_name: str) -> str:
-    if fmt_name == "csv":
-        return render_csv(summary)
-    if fmt_name == "json":
-        return render_json(summary)
-    return render_text(summary, fmt_name)
+    return "".join(summary_chunks(summary, fmt_name))

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-from typing import List
+from typing import Iterator, List
 
 from zlbench.summary.ab import (
     SAME_RUN_WARNING,
@@ -16,8 +13,8 @@ from zlbench.summary.ab import (
     throttle_reasons,
 )
 from zlbench.summary.caliber import CaliberReport
-from zlbench.summary.render import issue_record, render_issues, screen_state
-from zlbench.summary.tables import compact_shape, fmt, fmt_pct, heading, table
+from zlbench.summary.render import csv_records, issue_chunks, issue_record, json_object_chunks, screen_state
+from zlbench.summary.tables import Cells, compact_shape, fmt, fmt_pct, heading, table, table_lines
 from zlbench.summary.verdict import UNKNOWN
 
 GAIN_NOTE = "gain = A gems ms / B gems ms - 1 (positive: B faster)"
@@ -185,6 +182,11 @@ def same_run_warning(result: ABResult) -> str:
 
 def render_ab_text(result: ABResult, style: str) -> str:
     """``style``: "table" or "markdown" (pasteable into a pull request)."""
+    return "".join(ab_text_chunks(result, style))
+
+
+def ab_text_chunks(result: ABResult, style: str) -> Iterator[str]:
+    """The text of render_ab_text a piece at a time (the rows a line at a time)."""
     out = caliber_lines(result.caliber)
     if result.same_run:
         out.append(same_run_warning(result))
@@ -211,15 +213,15 @@ def render_ab_text(result: ABResult, style: str) -> str:
         ),
         "",
     ]
-    out += [
-        heading(style, "Rows (real changes first)"),
-        table(
-            style,
-            ("verdict", "operator", "dtype", "shape", "A ms", "A ±", "B ms", "B ±", "gain", "note"),
-            [_pair_row(p) for p in result.pairs],
-            (False, False, False, False, True, True, True, True, True, False),
-        ),
-    ]
+    out.append(heading(style, "Rows (real changes first)"))
+    yield "\n".join(out)
+    for line in table_lines(
+        style,
+        ("verdict", "operator", "dtype", "shape", "A ms", "A ±", "B ms", "B ±", "gain", "note"),
+        Cells(result.pairs, _pair_row),
+        (False, False, False, False, True, True, True, True, True, False),
+    ):
+        yield "\n" + line
     unpaired = (
         [("only in A", r.op, r.dtype, compact_shape(r.shape)) for r in result.only_a]
         + [("only in B", r.op, r.dtype, compact_shape(r.shape)) for r in result.only_b]
@@ -229,21 +231,25 @@ def render_ab_text(result: ABResult, style: str) -> str:
         ]
     )
     if unpaired:
-        out += [
-            "",
-            heading(style, f"Not in the ranges ({len(unpaired)} rows)"),
-            table(style, ("why", "operator", "dtype", "shape"), unpaired, (False,) * 4),
-        ]
-    text = "\n".join(out)
-    text += render_issues(style, result.a.issues, "Issues in A")
-    text += render_issues(style, result.b.issues, "Issues in B")
-    return text + "\n\n" + _noise_line(result) + "\n"
+        yield "\n\n" + heading(style, f"Not in the ranges ({len(unpaired)} rows)")
+        for line in table_lines(style, ("why", "operator", "dtype", "shape"), unpaired, (False,) * 4):
+            yield "\n" + line
+    yield from issue_chunks(style, result.a.issues, "Issues in A")
+    yield from issue_chunks(style, result.b.issues, "Issues in B")
+    yield "\n\n" + _noise_line(result) + "\n"
 
 
 def render_ab_csv(result: ABResult) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(
+    return "".join(ab_csv_lines(result))
+
+
+def ab_csv_lines(result: ABResult) -> Iterator[str]:
+    """The A/B CSV, a record at a time."""
+    return csv_records(_ab_csv_records(result))
+
+
+def _ab_csv_records(result: ABResult) -> Iterator[tuple]:
+    yield (
         (
             "pairing",
             "op",
@@ -267,7 +273,7 @@ def render_ab_csv(result: ABResult) -> str:
     )
     for p in result.pairs:
         v = p.verdict
-        writer.writerow(
+        yield (
             (
                 "paired",
                 p.a.op,
@@ -290,7 +296,7 @@ def render_ab_csv(result: ABResult) -> str:
             )
         )
     for n in result.not_comparable:
-        writer.writerow(
+        yield (
             (
                 "not_comparable",
                 n.a.op,
@@ -309,8 +315,7 @@ def render_ab_csv(result: ABResult) -> str:
     for side, rows in (("only_a", result.only_a), ("only_b", result.only_b)):
         for r in rows:
             a_ms, b_ms = (r.gems_ms, "") if side == "only_a" else ("", r.gems_ms)
-            writer.writerow((side, r.op, r.dtype, r.shape, a_ms, b_ms) + ("",) * 12)
-    return buf.getvalue()
+            yield ((side, r.op, r.dtype, r.shape, a_ms, b_ms) + ("",) * 12)
 
 
 def _num(value) -> str:
@@ -318,6 +323,11 @@ def _num(value) -> str:
 
 
 def render_ab_json(result: ABResult) -> str:
+    return "".join(ab_json_chunks(result))
+
+
+def ab_json_chunks(result: ABResult) -> Iterator[str]:
+    """The A/B JSON document, a pair at a time."""
     c = result.caliber
     doc = {
         "a": str(result.a.input),
@@ -336,7 +346,7 @@ def render_ab_json(result: ABResult) -> str:
         "same_run": result.same_run,
         "screen_a": screen_state(result.a),
         "screen_b": screen_state(result.b),
-        "pairs": [
+        "pairs": (
             {
                 "op": p.a.op,
                 "dtype": p.a.dtype,
@@ -359,21 +369,26 @@ def render_ab_json(result: ABResult) -> str:
                 "autotune_changes": autotune_changes(p),
             }
             for p in result.pairs
-        ],
-        "only_a": [list(r.key) for r in result.only_a],
-        "only_b": [list(r.key) for r in result.only_b],
+        ),
+        "only_a": (list(r.key) for r in result.only_a),
+        "only_b": (list(r.key) for r in result.only_b),
         "not_comparable": [{"key": list(n.a.key), "reason": n.reason} for n in result.not_comparable],
         "duplicate_keys": result.duplicate_keys,
         "noise": {"median_abs_gain": result.noise_median, "p95_abs_gain": result.noise_p95},
-        "issues_a": [issue_record(i) for i in result.a.issues],
-        "issues_b": [issue_record(i) for i in result.b.issues],
+        "issues_a": map(issue_record, result.a.issues),
+        "issues_b": map(issue_record, result.b.issues),
     }
-    return json.dumps(doc, indent=1) + "\n"
+    return json_object_chunks(doc.items())
+
+
+def ab_chunks(result: ABResult, fmt_name: str) -> Iterator[str]:
+    """What ``summary --ab --format fmt_name`` prints, in pieces to write as they come."""
+    if fmt_name == "csv":
+        return ab_csv_lines(result)
+    if fmt_name == "json":
+        return ab_json_chunks(result)
+    return ab_text_chunks(result, fmt_name)
 
 
 def render_ab(result: ABResult, fmt_name: str) -> str:
-    if fmt_name == "csv":
-        return render_ab_csv(result)
-    if fmt_name == "json":
-        return render_ab_json(result)
-    return render_ab_text(result, fmt_name)
+    return "".join(ab_chunks(result, fmt_name))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import Iterable, List, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence
 
 from zlbench.markers import Marker, format_marker
 from zlbench.summary.rows import ROW_FIELDS
@@ -134,15 +134,28 @@ def _cell(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + ELLIPSIS
 
 
-def text_table(
+class Cells:
+    """The cells of each item, made again on every pass: a table over 200,000 rows
+    reads its items twice (widths, then lines) without holding a copy of every cell."""
+
+    def __init__(self, items: Sequence, cells: Callable[[Any], Sequence[str]]) -> None:
+        self.items = items
+        self.cells = cells
+
+    def __iter__(self) -> Iterator[Sequence[str]]:
+        return map(self.cells, self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+def text_table_lines(
     headers: Sequence[str],
-    rows: Sequence[Sequence[str]],
+    rows: Iterable[Sequence[str]],
     right: Sequence[bool],
     width: Optional[int] = None,
-) -> str:
-    """An aligned table at most ``width`` columns wide (default: the terminal's): long
-    text cells (left-aligned columns) are cut with "…"; numbers are never cut. The full
-    text is in the CSV and JSON."""
+) -> Iterator[str]:
+    """The lines of text_table, one at a time; ``rows`` is read twice (a list, or Cells)."""
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
@@ -154,25 +167,54 @@ def text_table(
         parts = [_cell(c, w).rjust(w) if r else _cell(c, w).ljust(w) for c, w, r in zip(cells, widths, right)]
         return "  ".join(parts).rstrip()
 
-    out = [line(headers), "  ".join("-" * w for w in widths)]
-    out.extend(line(row) for row in rows)
-    return "\n".join(out)
+    yield line(headers)
+    yield "  ".join("-" * w for w in widths)
+    for row in rows:
+        yield line(row)
+
+
+def text_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    right: Sequence[bool],
+    width: Optional[int] = None,
+) -> str:
+    """An aligned table at most ``width`` columns wide (default: the terminal's): long
+    text cells (left-aligned columns) are cut with "…"; numbers are never cut. The full
+    text is in the CSV and JSON."""
+    return "\n".join(text_table_lines(headers, rows, right, width))
 
 
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def markdown_table_lines(
+    headers: Sequence[str], rows: Iterable[Sequence[str]], right: Sequence[bool]
+) -> Iterator[str]:
+    yield "| " + " | ".join(headers) + " |"
+    yield "|" + "|".join("---:" if r else "---" for r in right) + "|"
+    for row in rows:
+        yield "| " + " | ".join(_md_cell(c) for c in row) + " |"
+
+
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" if r else "---" for r in right) + "|"]
-    out.extend("| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows)
-    return "\n".join(out)
+    return "\n".join(markdown_table_lines(headers, rows, right))
+
+
+def table_lines(
+    style: str, headers: Sequence[str], rows: Iterable[Sequence[str]], right: Sequence[bool]
+) -> Iterator[str]:
+    """The lines of ``table``, one at a time: a caller that writes them as they come holds
+    one line of the table, not the whole text."""
+    if style == "markdown":
+        return markdown_table_lines(headers, rows, right)
+    return text_table_lines(headers, rows, right)
 
 
 def table(style: str, headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
     """``style`` is "table" (aligned text) or "markdown"."""
-    maker = markdown_table if style == "markdown" else text_table
-    return maker(headers, rows, right)
+    return "\n".join(table_lines(style, headers, rows, right))
 
 
 def heading(style: str, text: str) -> str:
