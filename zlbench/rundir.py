@@ -481,8 +481,19 @@ def worker_log_dir(batch_dir: Path) -> Path:
 
 
 def attempt_logs(batch_dir: Path, op: str) -> List[Path]:
-    """Every attempt log of ``op`` under logs/, oldest first."""
-    return sorted((batch_dir / LOGS_DIR / op).glob("*.log"), key=lambda p: p.stat().st_mtime)
+    """Every attempt log of ``op`` under logs/, oldest first; none for a name that
+    cannot be a dir's (a refused corpus mark longer than a file name, say)."""
+
+    def mtime(path: Path) -> float:
+        try:
+            return path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    try:
+        return sorted((batch_dir / LOGS_DIR / op).glob("*.log"), key=mtime)
+    except OSError:
+        return []
 
 
 def set_aside(batch_dir: Path, op: str, label: str) -> Optional[Path]:

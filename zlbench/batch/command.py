@@ -92,6 +92,15 @@ OPTION_GROUPS = [
     help="Continue the batch in --out with its plan.json's settings: complete operators kept, the rest run.",
 )
 @click.option(
+    "--replan",
+    is_flag=True,
+    help="With --resume, when the corpus changed since the batch started (operators "
+    "added or removed, shape files or benchmark sources edited; plan.json's corpus "
+    "fingerprint says): plan again over the corpus as it is now. Added operators run, "
+    "removed ones leave the plan; changed shapes or sources run every operator again "
+    "(earlier run dirs kept in set-aside/). Without it such a resume is refused.",
+)
+@click.option(
     "--devices",
     "--gpus",
     "devices",
@@ -258,6 +267,7 @@ def batch_command(
     progress,
     stages,
     dry_run,
+    replan,
     **flags,
 ):
     """Measure many operators across devices: every operator of the corpus (or --ops,
@@ -266,7 +276,8 @@ def batch_command(
     \b
     Writes <out>/<op>/ run dirs, ops_status.csv, plan.json and summary.json (FlagGems'
     run_tests.py format). Exit: 0 all ok, skipped or dismissed; 1 some failed, timed
-    out or crashed; 2 usage error or could not start; 130 interrupted (--resume).
+    out or crashed; 2 usage error, could not start, or its storage failed (disk full,
+    a dir removed); 130 interrupted (--resume).
     Every option, and the caliber knobs in full: docs/cli.md.
     """
     try:
@@ -293,6 +304,7 @@ def batch_command(
             worker_prestart=worker_prestart,
             balance_from=balance_from,
             stages=stages,
+            replan=replan,
         )
         if dry_run:
             click.echo(render_dry_run(dry_run_plan(config)))
@@ -395,6 +407,7 @@ def build_config(
     worker_prestart=None,
     balance_from=None,
     stages=None,
+    replan=False,
 ) -> BatchConfig:
     """The BatchConfig of batch's flags; ``environ`` (default os.environ) feeds --shard auto."""
     keep_failed = False
@@ -431,7 +444,10 @@ def build_config(
         out = default_out_dir("batch")
     op_names: Optional[List[str]] = parse_ops_flag(ops) if ops else None
     stage_names = _stages(stages, ops, op_list) or tuple((saved or {}).get("stages") or ()) or None
-    if op_names is None and op_list is None and saved:
+    if replan and not resume:
+        raise BatchError("--replan needs --resume: it plans a batch again over a changed corpus")
+    if op_names is None and op_list is None and saved and not (replan and saved.get("full_corpus")):
+        # A re-planned whole-corpus batch takes the corpus as it is now.
         op_names = plan_ops
     if devices is None and saved:
         device_list = saved.get("devices")
@@ -472,6 +488,7 @@ def build_config(
         worker_prestart=_first_set(worker_prestart, (saved or {}).get("worker_prestart"), True),
         balance_from=_balance_from(balance_from, saved),
         stages=stage_names,
+        replan=replan,
     )
 
 
@@ -508,6 +525,7 @@ def config_from_args(args: Sequence[str]) -> BatchConfig:
             "worker_prestart",
             "balance_from",
             "stages",
+            "replan",
         )
     }
     params.pop("dry_run", None)

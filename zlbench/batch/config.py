@@ -205,6 +205,7 @@ class BatchConfig:
     run_command: Sequence[str] = field(default_factory=default_run_command)
     shard: HostShard = WHOLE
     keep_failed: bool = False  # on resume, keep failed/timeout/crashed rows too
+    replan: bool = False  # on resume, plan again over a corpus that changed
     run_mode: str = "worker"
     worker_max_ops: int = DEFAULT_WORKER_MAX_OPS
     worker_prestart: bool = True

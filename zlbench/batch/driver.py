@@ -22,9 +22,13 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from .. import backends, knobs, proc, providers, rundir, tuner_cache
 from ..backends import DeviceError
+from ..corpus.fingerprint import changes as corpus_changes
+from ..corpus.fingerprint import describe as describe_corpus_changes
+from ..corpus.fingerprint import fingerprint
 from ..corpus.operators import OperatorListError, load_operators, ops_in_stages
+from ..corpus.resolve import CorpusListing
 from ..markers import WORKER_FORK_REFUSED, format_marker
-from ..safe_read import describe_error, read_bytes_capped
+from ..safe_read import describe_error, read_bytes_capped, resolve_path
 from ..suggest import unknown_operator_hint
 from .classify import BAD
 from .config import RUN_MODES, BatchConfig, BatchResult, default_run_command
@@ -34,6 +38,7 @@ from .oplist import check_op_name, check_seconds, dedupe, load_dismiss, op_name_
 from .plan import OpPlan, Plan, make_plan
 from .progress import Progress
 from .state import BatchError, DriverLock, last_attempts, read_durations
+from .storage import EnvironmentFailure
 from .workers import WorkerSlot
 
 PLAN_FORMAT = 1
@@ -63,7 +68,10 @@ def run_batch(config: BatchConfig) -> BatchResult:
     it cannot start; returns once every operator has a row or the batch was stopped."""
     started = time.monotonic()
     environ = dict(os.environ if config.environ is None else config.environ)
-    batch_dir = Path(config.out).expanduser().resolve()
+    try:
+        batch_dir = resolve_path(config.out)
+    except OSError as e:
+        raise BatchError(f"--out {config.out}: {describe_error(e)}; give a directory") from None
     _check_batch_dir(batch_dir, config.resume)
     # A misspelt backend or operator is refused before the batch dir exists.
     _backend(_absolute(config.settings))
@@ -103,6 +111,12 @@ STORAGE_ERRNOS = {
 }
 
 
+def _storage_failure(e: OSError) -> bool:
+    """The batch's own storage failed (its files, or what an attempt found after it):
+    the batch stops; no operator is blamed."""
+    return isinstance(e, EnvironmentFailure) or e.errno in STORAGE_ERRNOS
+
+
 def storage_message(e: OSError, batch_dir: Path) -> str:
     where = f"{e.filename}: " if e.filename else ""
     return (
@@ -134,7 +148,10 @@ def _absolute(settings):
     for name in ("shape_file", "flaggems_dir", "replay_from"):
         value = settings.values.get(name)
         if value and not os.path.isabs(value):
-            changes[name] = str(Path(value).expanduser().resolve())
+            try:
+                changes[name] = str(resolve_path(value))
+            except OSError as e:
+                raise BatchError(f"--{name.replace('_', '-')} {value}: {describe_error(e)}") from None
     return settings.replace(**changes) if changes else settings
 
 
@@ -146,14 +163,22 @@ def _backend(settings):
 
 
 def _operators(config: BatchConfig, settings, log) -> tuple:
-    """(ops, per-op timeouts from the op list file, the corpus root, corpus names
-    refused as operator names: name -> why)."""
+    """(ops, per-op timeouts from the op list file, the corpus root, the rows that
+    cannot run: a corpus name refused as an operator name, or a benchmark file that does
+    not parse (named by its path) -> the reason its failed row gives)."""
     try:
         provider = providers.make_provider(settings)
-        corpus = provider.operators()
+        listing = provider.listing() if hasattr(provider, "listing") else CorpusListing(provider.operators())
     except providers.ResolveError as e:
         raise BatchError(str(e)) from None
     root = getattr(provider, "root", None)
+    corpus = listing.ops
+    if listing.unparsed:
+        log(
+            f"{len(listing.unparsed)} benchmark file(s) do not parse; the operators they hold "
+            f"are unknown: {'; '.join(f'{rel}: {why}' for rel, why in listing.unparsed.items())}",
+            show=True,
+        )
     explicit = [check_op_name(op, "--ops") for op in (config.ops or [])]
     file_timeouts: Dict[str, float] = {}
     if config.op_list:
@@ -186,16 +211,30 @@ def _operators(config: BatchConfig, settings, log) -> tuple:
             )
     # Names from a corpus (marks) are someone else's text: one such as ../../x would
     # put a run dir outside --out. They are refused, each with a failed row.
-    refused = {op: why for op in ops if (why := op_name_problem(op))}
-    if refused:
-        ops = [op for op in ops if op not in refused]
+    names = {op: why for op in ops if (why := op_name_problem(op))}
+    if names:
+        ops = [op for op in ops if op not in names]
         log(
-            f"corpus names refused as operator names (not run): {', '.join(repr(op) for op in refused)}",
+            f"corpus names refused as operator names (not run): {', '.join(repr(op) for op in names)}",
             show=True,
+        )
+    refused = {op: f"not a valid operator name ({why}); not run" for op, why in names.items()}
+    if not (explicit or config.ops is not None or config.op_list or config.stages):
+        # A full-corpus batch: a file that does not parse is a failed row of its own, so
+        # that the night it broke shows (pytest would fail to collect it).
+        refused.update(
+            (rel, f"collection error: {why}; its operators are unknown, not run")
+            for rel, why in listing.unparsed.items()
         )
     if not ops and not refused:
         raise BatchError("no operators to run: --ops / --op-list are empty")
-    return ops, file_timeouts, str(root) if root else None, refused
+    corpus_doc = (
+        fingerprint(Path(root), [*listing.ops, *listing.unparsed], settings.values.get("shape_file"))
+        if root
+        else None
+    )
+    full = not (explicit or config.ops is not None or config.op_list or config.stages)
+    return ops, file_timeouts, str(root) if root else None, refused, corpus_doc, full
 
 
 def _ops_in_stages(stages: Sequence[str], root, corpus: Sequence[str], log) -> List[str]:
@@ -377,6 +416,40 @@ def _check_resume(saved: dict, doc: dict, batch_dir: Path) -> List[str]:
     return []
 
 
+def _check_corpus(saved: dict, doc: dict, batch_dir: Path, replan: bool, log) -> Dict[str, List[str]]:
+    """Refuse a resume over a corpus that changed since the batch started, unless
+    ``replan``; return what changed (empty when nothing did)."""
+    old, new = saved.get("corpus"), doc.get("corpus")
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        if new is not None and old is None:
+            log(
+                "resume: plan.json holds no corpus fingerprint (an older zlbench wrote it): "
+                "changes to the corpus since the batch started cannot be checked",
+                show=True,
+            )
+        return {}
+    diff = corpus_changes(old, new)
+    if not saved.get("full_corpus"):
+        # A batch of named operators: only its own operators leaving the corpus matter.
+        planned = {item.get("op") for item in saved.get("ops", [])}
+        diff.pop("added", None)
+        gone = [op for op in diff.pop("removed", []) if op in planned]
+        if gone:
+            diff["removed"] = gone
+    if not diff:
+        return {}
+    if not replan:
+        raise BatchError(
+            f"--resume {batch_dir}: the corpus changed since the batch started "
+            f"({describe_corpus_changes(diff)}); the rest would be measured against "
+            "another corpus than what is kept. Resume with --replan to plan again over "
+            "the corpus as it is now (operators added run, removed ones leave the plan; "
+            "changed shapes or sources run every operator again), or start a new --out"
+        )
+    log(f"--replan: the corpus changed since the batch started: {describe_corpus_changes(diff)}", show=True)
+    return diff
+
+
 def _reconstructed_row(
     op: str, item: OpPlan, batch_dir: Path, attempts: List[dict], backend: str, timer: str
 ) -> Dict[str, object]:
@@ -523,7 +596,9 @@ def _prepare(
     _check_shape_file(settings)
     if list(config.run_command) == default_run_command():
         _check_children_import_us(child_environ(environ, batch_dir, config.extra_env))
-    ops, file_timeouts, corpus_root, refused = selection or _operators(config, settings, log)
+    ops, file_timeouts, corpus_root, refused, corpus_doc, full = selection or _operators(
+        config, settings, log
+    )
     ops = [op for op in ops if config.shard.holds(op)]
     refused = {op: why for op, why in refused.items() if config.shard.holds(op)}
     dismissed = load_dismiss(Path(config.dismiss)) if config.dismiss else {}
@@ -549,6 +624,10 @@ def _prepare(
             show=True,
         )
     doc = plan_document(config, plan, settings, backend.name, timer, op_timeouts)
+    doc["not_run"] = dict(sorted(refused.items()))
+    # What the batch measures against; --resume compares it (see _check_corpus).
+    doc["corpus"] = corpus_doc
+    doc["full_corpus"] = full
     return _Prepared(settings, backend.name, timer, ops, plan, doc, corpus_root, refused)
 
 
@@ -660,6 +739,7 @@ def _run_locked(
     prep = _prepare(config, batch_dir, environ, log, selection)
     plan = prep.plan
     warnings = _check_resume(saved, prep.doc, batch_dir) if saved else []
+    changed = _check_corpus(saved, prep.doc, batch_dir, config.replan, log) if saved else {}
     session = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     prep.doc["sessions"] = [
         *(saved or {}).get("sessions", []),
@@ -669,11 +749,25 @@ def _run_locked(
             "resume": bool(saved),
             "host": socket.gethostname(),
             **_scheduler_job(environ),
+            **({"replanned": changed} if changed else {}),
         },
     ]
     if saved:
+        # A batch started over the whole corpus stays one (a resume names its ops).
+        prep.doc["full_corpus"] = bool(saved.get("full_corpus"))
         _keep_unasked(prep.doc, saved)
+        if changed.get("removed"):
+            gone = set(changed["removed"])
+            prep.doc["ops"] = [item for item in prep.doc["ops"] if item["op"] not in gone]
     rundir.write_plan(batch_dir, prep.doc)
+    if changed.get("shape_files") or changed.get("sources"):
+        # Re-planned over changed shapes or benchmark code: nothing measured before
+        # belongs with what is measured now, so every operator runs again (the earlier
+        # run dirs are kept under set-aside/).
+        for item in plan.ops:
+            if (batch_dir / item.op).exists():
+                rundir.set_aside(batch_dir, item.op, f"replan-{session}")
+        log(f"--replan: {len(plan.ops)} operator(s) run again against the changed corpus", show=True)
 
     journal = rundir.Journal(batch_dir, session)
     journal.record("session", pid=os.getpid(), resume=bool(saved))
@@ -688,7 +782,7 @@ def _run_locked(
             "failed",
             attempts=0,
             backend=prep.backend_name,
-            reason=f"not a valid operator name ({why}); not run",
+            reason=why,
         )
         for op, why in prep.refused.items()
     )
@@ -788,6 +882,7 @@ def _run_locked(
         )
     if broken:
         raise BatchError(storage_message(broken[0], batch_dir))
+    _check_kept(batch_dir, status, log)
     if status.rewrite():
         log(
             f"{rundir.STATUS_FILE} was changed by another process during the batch; written "
@@ -809,6 +904,27 @@ def _run_locked(
         time.monotonic() - started,
         list(plan.devices),
     )
+
+
+def _check_kept(batch_dir: Path, status: rundir.StatusFile, log) -> None:
+    """Operators that finished ok but whose run dir is gone by the batch's end (removed
+    by something outside it): their row says so, and --resume measures them again."""
+    gone = []
+    for op, row in status.read().items():
+        if (
+            row.get("status") == "ok"
+            and row.get("run_dir")
+            and not rundir.is_complete(batch_dir / row["run_dir"])
+        ):
+            note = "; ".join(t for t in (row.get("notes"), "its run dir was removed after it finished") if t)
+            gone.append({**row, "notes": note})
+    if gone:
+        status.update(gone)
+        log(
+            f"{len(gone)} operator(s) finished ok but their run dirs are gone (removed outside the "
+            f"batch): {', '.join(r['operator'] for r in gone)}; --resume measures them again",
+            show=True,
+        )
 
 
 def _keep_unasked(doc: dict, saved: dict) -> None:
@@ -935,7 +1051,7 @@ def _device_worker(
     try:
         _run_queue(ctx, device, queue, status, progress)
     except OSError as e:
-        if e.errno not in STORAGE_ERRNOS:
+        if not _storage_failure(e):
             raise
         # The batch's own files cannot be written (disk full, read-only): no operator is
         # to blame, and none can be recorded. Stop the batch; the driver says why.
@@ -961,7 +1077,7 @@ def _run_queue(
         try:
             row = run_operator(ctx, item, lambda op, n, level: progress.attempt(device, op, n, level))
         except OSError as e:
-            if e.errno in STORAGE_ERRNOS:
+            if _storage_failure(e):
                 raise
             row = _spawn_failed(ctx, item, device, e)
         except Exception as e:  # a broken spawn must not take the other operators down

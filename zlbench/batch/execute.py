@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import knobs, proc, rundir
 from ..safe_read import read_text_capped
-from . import classify
+from . import classify, storage
 from .activity import Activity, phase_times, split_phases, tuning_times
 from .classify import Outcome
 from .plan import OpPlan
@@ -204,7 +204,8 @@ def run_attempt(
             f"its process group (pids {', '.join(map(str, escaped))})"
         )
     duration = time.monotonic() - started
-    kind = activity.kind(done.stalled) if done.timed_out else None
+    stopped_at = activity.stop_time(item.timeout_s, done.stalled) if done.timed_out else None
+    kind = activity.kind(done.stalled, stopped_at) if done.timed_out else None
     # The benchmark's output is in run.log (--no-echo); zlbench run's own lines (its
     # preflight marker, NO_MEASUREMENT) end the attempt log.
     run_log = rundir.run_log_path(ctx.batch_dir / item.op)
@@ -215,7 +216,7 @@ def run_attempt(
         tail,
         ctx.stall_s if done.stalled else item.timeout_s,
         kind,
-        activity.describe() if done.timed_out else "",
+        activity.describe(stopped_at) if done.timed_out else "",
     )
     phases = split_phases(phase_times(_lines(log_path) + _lines(run_log)), started_at, started_at + duration)
     phases.update(tuning_times(ctx.batch_dir / item.op))
@@ -308,7 +309,21 @@ def run_operator(
                         f"{item.op}: attempt {number - 1} set aside in {moved.relative_to(ctx.batch_dir)}"
                     )
             on_attempt(item.op, number, level)
+            run_dir = ctx.batch_dir / item.op
+            # Made here, so that a run dir removed under the attempt can be told from
+            # one the operator never wrote (zlbench run takes an existing empty dir).
+            try:
+                run_dir.mkdir(exist_ok=True)
+            except OSError as e:
+                raise storage.EnvironmentFailure(
+                    e.errno, f"cannot make the run dir: {e.strerror or e}", str(run_dir)
+                ) from None
+            before = storage.dir_id(run_dir)
             last = run_attempt(ctx, item, number, level, dtypes)
+            if not last.interrupted:
+                storage.after_attempt(
+                    ctx.batch_dir, run_dir, before, last.outcome.status not in (classify.OK, classify.SKIPPED)
+                )
             last_level, last_dtypes = level, dtypes
             total += last.duration_s
             if last.leftovers:

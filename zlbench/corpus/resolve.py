@@ -137,7 +137,30 @@ def _marked_outside_params(entry: TestEntry, op: str) -> bool:
     return any(op in case.marks and not case.from_params for case in entry.cases)
 
 
-def list_ops(root: Path) -> List[str]:
+@dataclass
+class CorpusListing:
+    """The operators of a tree, and its benchmark files that do not parse (checkout-
+    relative path -> why): their operators are unknown, and a batch must say so."""
+
+    ops: List[str]
+    unparsed: Dict[str, str] = field(default_factory=dict)
+
+
+def read_corpus(root: Path) -> CorpusListing:
     """Every operator mark of a tree, in either layout (v5.0.2's marks live inside
-    parametrize), read by AST without importing anything."""
-    return sorted({mark for entry in scan_tree(root) for mark in entry.marks})
+    parametrize), read by AST without importing anything; and the files that did not parse."""
+    tree = BenchTree(Path(root))
+    ops = sorted({mark for entry in scan_tree(tree) for mark in entry.marks})
+    unparsed = {rel: why for rel, why in tree.parse_errors.items() if _is_test_file(rel)}
+    return CorpusListing(ops, dict(sorted(unparsed.items())))
+
+
+def _is_test_file(rel: str) -> bool:
+    """What pytest would collect: a file no test module imports is still a test file."""
+    name = Path(rel).name
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
+def list_ops(root: Path) -> List[str]:
+    """Every operator mark of a tree (see read_corpus)."""
+    return read_corpus(root).ops

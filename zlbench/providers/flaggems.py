@@ -14,7 +14,8 @@ from typing import List, Optional
 
 from ..corpus.inventory import checkout_commit
 from ..corpus.layout import TreeError, bench_dir_name
-from ..corpus.resolve import ResolveError, Target, list_ops, resolve_node
+from ..corpus.resolve import CorpusListing, ResolveError, Target, list_ops, read_corpus, resolve_node
+from ..safe_read import describe_error, resolve_path
 
 
 def installed_benchmark_root() -> Optional[Path]:
@@ -30,7 +31,12 @@ class FlagGemsProvider:
 
     def __init__(self, flaggems_dir: Optional[str]):
         if flaggems_dir:
-            self.root = Path(flaggems_dir).expanduser().resolve()
+            try:
+                self.root = resolve_path(flaggems_dir)
+            except OSError as e:
+                raise ResolveError(
+                    "flaggems_dir", Path(flaggems_dir), f"FLAGGEMS_DIR {flaggems_dir}: {describe_error(e)}"
+                ) from None
             if not self.root.is_dir():
                 raise ResolveError(
                     "flaggems_dir", self.root, f"FLAGGEMS_DIR {flaggems_dir} is not a directory"
@@ -63,6 +69,10 @@ class FlagGemsProvider:
 
     def operators(self) -> List[str]:
         return list_ops(self.root)
+
+    def listing(self) -> CorpusListing:
+        """The operators and the benchmark files that do not parse."""
+        return read_corpus(self.root)
 
     def versions(self) -> dict:
         commit = checkout_commit(self.root)

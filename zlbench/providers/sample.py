@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List
 
-from ..corpus.resolve import Target, list_ops, resolve_node
+from ..corpus.resolve import CorpusListing, Target, list_ops, read_corpus, resolve_node
 
 CORPUS_ROOT = Path(__file__).resolve().parent.parent / "sample_corpus"
 
@@ -21,6 +21,10 @@ class SampleProvider:
 
     def operators(self) -> List[str]:
         return list_ops(self.root)
+
+    def listing(self) -> CorpusListing:
+        """The operators and the benchmark files that do not parse."""
+        return read_corpus(self.root)
 
     def versions(self) -> dict:
         return {"corpus": "zlbench-sample"}

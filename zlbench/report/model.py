@@ -23,6 +23,7 @@ from zlbench.summary.parse import Row
 from zlbench.summary.render import screen_state
 from zlbench.summary.render_ab import GAIN_NOTE, caliber_lines, verdict_lines
 from zlbench.summary.rows import Summary
+from zlbench.summary.sources import missing_run_dirs
 from zlbench.summary.status import operator_statuses
 from zlbench.summary.tables import compact_shape, marker_brief
 from zlbench.summary.verdict import FASTER, SAME, SLOWER, UNKNOWN
@@ -159,7 +160,7 @@ def _failures(root: Path, status: Dict[str, Dict[str, str]]) -> List[Failure]:
         if row.get("status") not in BAD:
             continue
         # The batch dir holding the op's run dir: the root, or its shard of a screen.
-        batch_dir = root / Path(row.get("run_dir") or op).parent
+        batch_dir = root / Path(row["run_dir"]).parent if row.get("run_dir") else root
         logs = rundir.attempt_logs(batch_dir, op)
         if logs:
             tail = "\n".join(tail_lines(logs[-1])[-TAIL_LINES:])
@@ -275,7 +276,7 @@ def batch_page(summary: Summary, families: Optional[Families] = None) -> Page:
         table=Table(columns, table_rows, "speedup"),
         families=families,
         notes=notes,
-        warnings=warnings,
+        warnings=warnings + [f"{i.op}: {i.message}" for i in missing_run_dirs(summary)],
         failures=_failures(root, status),
         issues=Table(ISSUE_COLUMNS, _issue_rows(summary), "kind"),
         distribution=distribution,
