@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import List, Optional
 
 import click
@@ -17,10 +18,11 @@ def _pct(v: float) -> str:
 
 
 def _open(db: Optional[str], create: bool = True):
+    """``create`` False: a reader, which never creates the file and opens it read-only."""
     from zlbench.history.store import HistoryError, db_exists, open_db
 
     path = knobs.history_db_path(db)
-    if not create and not db_exists(path):
+    if not create and not db_exists(path) and not os.path.lexists(path):
         # A command that reads never creates the file it was asked to read.
         settings = knobs.resolve({"history_db": db}, names=["history_db"])
         where = f" ({settings.origin('history_db')})" if settings.sources["history_db"] != "default" else ""
@@ -29,7 +31,7 @@ def _open(db: Optional[str], create: bool = True):
             "or give the file with --db FILE / ZL_HISTORY_DB"
         )
     try:
-        return path, open_db(path)
+        return path, open_db(path, readonly=not create)
     except HistoryError as e:
         raise click.ClickException(str(e)) from None
 
@@ -53,7 +55,7 @@ def add_command(path: str, db: Optional[str]) -> None:
     """Record a finished screen (a batch dir, a sharded screen or a run dir)."""
     from zlbench.history.store import HistoryError, add_screen, calibers
     from zlbench.summary.rows import summarize
-    from zlbench.summary.sources import SummaryInputError
+    from zlbench.summary.sources import SummaryInputError, missing_run_dirs
     from zlbench.summary.status import operator_statuses
 
     try:
@@ -71,6 +73,13 @@ def add_command(path: str, db: Optional[str]) -> None:
             )
             + "): finish it first (zlbench batch --resume --out DIR, or the same --shard "
             "command), then add it"
+        )
+    gone = missing_run_dirs(summary)
+    if gone:
+        raise click.ClickException(
+            f"{path}: {len(gone)} operator(s) counted ok have no run dir, so their rows "
+            f"would be missing from the night: {gone[0].message} ({', '.join(i.op or '?' for i in gone)}); "
+            "restore them, or measure them again (zlbench batch --resume --out DIR), then add it"
         )
     if not summary.rows:
         counts = ", ".join(f"{n} {name}" for name, n in statuses.counts.items())

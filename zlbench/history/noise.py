@@ -121,8 +121,12 @@ def record_floor(conn: sqlite3.Connection, rec: FloorRecord) -> FloorRecord:
 
 
 def latest_floor(conn: sqlite3.Connection, machine: str, caliber: str) -> Optional[FloorRecord]:
-    """The floor recorded last for this machine and caliber, or None."""
-    _ensure(conn)
+    """The floor recorded last for this machine and caliber, or None (a reader: nothing
+    is created, so a read-only database can be asked)."""
+    if not conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'noise_floors'"
+    ).fetchone():
+        return None
     row = conn.execute(
         "SELECT machine, caliber, fields, floor, quantile, rows, excluded, median, p90, batches, "
         "pairs, measured FROM noise_floors WHERE machine = ? AND caliber = ? ORDER BY id DESC LIMIT 1",
@@ -161,7 +165,7 @@ def floors_for(summary: Summary, db: str) -> Dict[str, NoiseFloor]:
     one. An absent database has none (nothing is created by looking)."""
     if not os.path.isfile(db):
         return {}
-    conn = open_db(db)
+    conn = open_db(db, readonly=True)
     try:
         machine = machine_of(summary)
         found: Dict[str, Optional[FloorRecord]] = {}

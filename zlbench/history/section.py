@@ -53,7 +53,7 @@ def history_section(summary: Summary, db: Optional[str]) -> Optional[HistorySect
     path = knobs.history_db_path(db)
     if not db_exists(path):
         return None
-    conn = open_db(path)
+    conn = open_db(path, readonly=True)
     try:
         mine = set(screen_calibers(summary))
         cals = [c for c in calibers(conn) if c.key in mine and len(c.nights) >= 2]

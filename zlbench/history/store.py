@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from zlbench.safe_read import missing_reason
 from zlbench.summary.caliber import CALIBER_FIELDS, caliber_values
 from zlbench.summary.rows import Summary
 from zlbench.summary.sources import RunLog
@@ -108,8 +109,19 @@ class Added:
     calibers: List[str]
 
 
-def open_db(path: str) -> sqlite3.Connection:
-    """Open (creating) the database; errors name the file and the knob."""
+def open_db(path: str, readonly: bool = False) -> sqlite3.Connection:
+    """Open (creating) the database; errors name the file and the knob.
+
+    ``readonly``: for readers (history show, the report's section). An existing file is
+    opened read-only and never written (its schema not touched), so a database on a
+    read-only mount or in someone else's dir can be read."""
+    if os.path.lexists(path) and not os.path.exists(path):
+        raise HistoryError(
+            f"the history database {path} {missing_reason(path)}; fix the link, or choose "
+            "another file with --db FILE or ZL_HISTORY_DB"
+        )
+    if readonly and os.path.isfile(path):
+        return _open_readonly(path)
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path)
@@ -133,6 +145,31 @@ def open_db(path: str) -> sqlite3.Connection:
 def operators(conn: sqlite3.Connection) -> List[str]:
     """Every operator with a recorded row, sorted."""
     return [r[0] for r in conn.execute("SELECT DISTINCT op FROM rows ORDER BY op")]
+
+
+def _open_readonly(path: str) -> sqlite3.Connection:
+    try:
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except (OSError, sqlite3.DatabaseError) as e:
+        raise HistoryError(
+            f"cannot read the history database {path}: {e}; choose another file with --db FILE or ZL_HISTORY_DB"
+        ) from None
+    if version > SCHEMA_VERSION:
+        conn.close()
+        raise HistoryError(
+            f"{path} was written by a newer zlbench (schema {version}); "
+            "upgrade zlbench or choose another file with --db / ZL_HISTORY_DB"
+        )
+    missing = {"screens", "calibers", "rows"} - tables
+    if missing:
+        conn.close()
+        raise HistoryError(
+            f"{path} is not a zlbench history database (no {', '.join(sorted(missing))} table); "
+            "record a screen with zlbench history add DIR, or choose another file with --db FILE"
+        )
+    return conn
 
 
 def _started(runs: Sequence[RunLog], root: Path) -> str:
@@ -200,38 +237,71 @@ def add_screen(conn: sqlite3.Connection, summary: Summary) -> Added:
     content, records, calibers = _records(summary)
     if not records:
         raise HistoryError(f"{summary.input} holds no table rows: nothing to record")
-    existing = conn.execute("SELECT id FROM screens WHERE content_key = ?", (content,)).fetchone()
-    if existing:
-        return Added(False, night(conn, existing[0]), len(records), sorted(calibers))
     started = _started(summary.runs, summary.root)
     label = f"{started[:16].replace('T', ' ')} {summary.root.name}"
-    with conn:
-        cur = conn.execute(
-            "INSERT INTO screens (content_key, path, started, added, label, versions) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                content,
-                str(summary.root.resolve()),
-                started,
-                time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                label,
-                json.dumps(_versions(summary.runs)),
-            ),
-        )
-        screen = cur.lastrowid
-        ids = {}
-        for key, fields in calibers.items():
-            conn.execute(
-                "INSERT OR IGNORE INTO calibers (key, fields) VALUES (?, ?)",
-                (key, json.dumps(fields, sort_keys=True)),
-            )
-            ids[key] = conn.execute("SELECT id FROM calibers WHERE key = ?", (key,)).fetchone()[0]
-        conn.executemany(
-            "INSERT INTO rows (screen, caliber, op, dtype, shape, status, timer, gems_ms, "
-            "torch_ms, spread) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(screen, ids[r[0]]) + r[1:] for r in records],
-        )
+    # The check and the insert are one write transaction: of two `history add` of one
+    # screen at once, the second waits for the first, then finds it recorded.
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as e:
+        raise HistoryError(
+            f"cannot write the history database: {e}; try again, or choose another --db"
+        ) from None
+    try:
+        existing = conn.execute("SELECT id FROM screens WHERE content_key = ?", (content,)).fetchone()
+        if existing:
+            conn.rollback()
+            return Added(False, night(conn, existing[0]), len(records), sorted(calibers))
+        screen = _insert(conn, summary, content, started, label, records, calibers)
+        conn.commit()
+    except sqlite3.IntegrityError:
+        # Another writer that did not take the lock first (an older zlbench) got there.
+        conn.rollback()
+        existing = conn.execute("SELECT id FROM screens WHERE content_key = ?", (content,)).fetchone()
+        if not existing:
+            raise
+        return Added(False, night(conn, existing[0]), len(records), sorted(calibers))
+    except BaseException:
+        conn.rollback()
+        raise
     return Added(True, night(conn, screen), len(records), sorted(calibers))
+
+
+def _insert(
+    conn: sqlite3.Connection,
+    summary: Summary,
+    content: str,
+    started: str,
+    label: str,
+    records: List[tuple],
+    calibers: Dict[str, Dict[str, str]],
+) -> int:
+    """The screen's rows, inside the caller's transaction; its screen id."""
+    cur = conn.execute(
+        "INSERT INTO screens (content_key, path, started, added, label, versions) VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            content,
+            str(summary.root.resolve()),
+            started,
+            time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            label,
+            json.dumps(_versions(summary.runs)),
+        ),
+    )
+    screen = cur.lastrowid
+    ids = {}
+    for key, fields in calibers.items():
+        conn.execute(
+            "INSERT OR IGNORE INTO calibers (key, fields) VALUES (?, ?)",
+            (key, json.dumps(fields, sort_keys=True)),
+        )
+        ids[key] = conn.execute("SELECT id FROM calibers WHERE key = ?", (key,)).fetchone()[0]
+    conn.executemany(
+        "INSERT INTO rows (screen, caliber, op, dtype, shape, status, timer, gems_ms, "
+        "torch_ms, spread) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(screen, ids[r[0]]) + r[1:] for r in records],
+    )
+    return screen
 
 
 def night(conn: sqlite3.Connection, screen: int) -> Night:

@@ -3,29 +3,46 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import click
 
 from zlbench import rundir
+from zlbench.atomic import write_chunks_atomic
 from zlbench.batch.flaggems_summary import write_screen_summary
 from zlbench.clihelp import InputError
 from zlbench.summary.ab import ABResult, NoiseFloor, pair_summaries
 from zlbench.summary.gate import Tripped, parse_fail_on, tripped
 from zlbench.summary.plot import PlotUnavailable, plot_gains, pyplot
-from zlbench.summary.render import FORMATS, render_csv, render_summary, screen_state
-from zlbench.summary.render_ab import caliber_lines, render_ab, render_ab_csv, same_run_warning
+from zlbench.summary.render import FORMATS, csv_lines, screen_state, summary_chunks
+from zlbench.summary.render_ab import ab_chunks, ab_csv_lines, caliber_lines, same_run_warning
 from zlbench.summary.rows import Summary, summarize
-from zlbench.summary.sources import OPS_STATUS, SummaryInputError
+from zlbench.summary.sources import OPS_STATUS, SummaryInputError, missing_run_dirs
 from zlbench.summary.tables import compact_shape
 from zlbench.summary.verdict import DEFAULT_NOISE_FLOOR
 
 
-def _write(path: Path, text: str, flag_hint: str) -> None:
+def _write(path: Path, text: Union[str, Iterable[str]], flag_hint: str) -> None:
+    """Write text (or its pieces, as they are made) to path, never half of it."""
     try:
-        path.write_text(text, encoding="utf-8")
+        write_chunks_atomic(path, [text] if isinstance(text, str) else text)
     except OSError as e:
-        raise click.ClickException(f"cannot write {path}: {e.strerror}; {flag_hint}") from None
+        raise click.ClickException(f"cannot write {path}: {e.strerror or e}; {flag_hint}") from None
+
+
+def echo_chunks(chunks: Iterable[str], size: int = 1 << 16) -> None:
+    """Print text made a piece at a time, in blocks of about ``size`` characters: the
+    whole output is never one string."""
+    block: List[str] = []
+    held = 0
+    for chunk in chunks:
+        block.append(chunk)
+        held += len(chunk)
+        if held >= size:
+            click.echo("".join(block), nl=False)
+            block, held = [], 0
+    if block:
+        click.echo("".join(block), nl=False)
 
 
 def load_summary(path: str) -> Summary:
@@ -78,8 +95,7 @@ def gate_lines(hits: List[Tripped]) -> List[str]:
 def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
     summary = _load_summary(path)
     target = Path(out) if out else summary.root / rundir.SUMMARY_CSV
-    csv_text = render_csv(summary)
-    _write(target, csv_text, "choose another file with --out FILE")
+    _write(target, csv_lines(summary), "choose another file with --out FILE")
     if summary.screen is not None:
         merged = summary.root / OPS_STATUS
         _write(merged, summary.screen.status_csv(), f"check the permissions of {summary.root}")
@@ -97,7 +113,15 @@ def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
                 f"cannot write {e.filename}: {e.strerror}; check the permissions of {summary.root}"
             )
         click.echo(f"wrote {fg_path} (FlagGems' run_tests.py format)", err=True)
-    click.echo(csv_text if fmt_name == "csv" else render_summary(summary, fmt_name), nl=False)
+    echo_chunks(summary_chunks(summary, fmt_name))
+    gone = missing_run_dirs(summary)
+    if gone:
+        click.secho(
+            f"{len(gone)} operator(s) the batch counts as ok have no run dir here, so none of "
+            f"their rows are above: {', '.join(i.op or '?' for i in gone)}",
+            err=True,
+            fg="red",
+        )
     state = screen_state(summary)
     not_run: List[str] = state["not_run"]  # type: ignore[assignment]
     unfinished = (
@@ -153,9 +177,9 @@ def print_ab(
     if warning and fmt_name in ("csv", "json"):
         # table and markdown open with these lines; machine formats keep stdout clean.
         click.echo("\n".join(warning), err=True)
-    click.echo(render_ab(result, fmt_name), nl=False)
+    echo_chunks(ab_chunks(result, fmt_name))
     if out:
-        _write(Path(out), render_ab_csv(result), "choose another file with --out FILE")
+        _write(Path(out), ab_csv_lines(result), "choose another file with --out FILE")
         click.echo(f"wrote {out}", err=True)
     if plot:
         plot_gains(result, Path(plot))

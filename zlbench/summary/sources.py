@@ -18,13 +18,15 @@ from typing import List, Optional, Tuple
 
 from zlbench.rundir import COMPLETE, IDENTITY, PLAN_FILE, RESERVED, RUN_LOG, is_complete, read_plan
 from zlbench.rundir import STATUS_FILE as OPS_STATUS
-from zlbench.safe_read import describe_error, read_text_capped
+from zlbench.safe_read import describe_error, missing_reason, read_text_capped
 from zlbench.summary.parse import Issue
 from zlbench.summary.screen import Screen
 
 IDENTITY_LIMIT = 16 * 1024 * 1024
 STATUS_LIMIT = 64 * 1024 * 1024
 OK_STATUS = "ok"
+# The issue kind of an operator ops_status.csv counts as ok whose run dir is gone.
+MISSING_RUN_DIR = "missing_run_dir"
 
 
 class SummaryInputError(Exception):
@@ -123,7 +125,9 @@ def find_runs(path: Path, screen: Optional[Screen] = None) -> Tuple[Path, List[R
             f"{path} is not a regular file or a directory: pass a run.log file, a run dir or a batch dir"
         )
     else:
-        raise SummaryInputError(f"{path} does not exist: pass a run.log file, a run dir or a batch dir")
+        raise SummaryInputError(
+            f"{path} {missing_reason(path)}: pass a run.log file, a run dir or a batch dir"
+        )
     runs = [_run_log(log, root, issues) for log in logs]
     issues.extend(read_ops_status(root))
     if path.is_dir():
@@ -187,6 +191,26 @@ def _run_log(log: Path, base: Path, issues: List[Issue]) -> RunLog:
     return RunLog(log, run_dir, os.path.relpath(run_dir, base), identity, complete)
 
 
+def _missing_run_dir(root: Path, rec: dict) -> str:
+    """Why an operator the batch counts as ok has no rows here ("" when it has its run
+    dir and run.log): the dir was removed (or never written) after the batch."""
+    rel = (rec.get("run_dir") or "").strip()
+    if not rel:  # a status file that does not name run dirs
+        return ""
+    run_dir = root / rel
+    if not os.path.isdir(run_dir):
+        return f"batch status ok but its run dir {run_dir} is gone; its rows are not in this summary"
+    if not os.path.lexists(run_dir / RUN_LOG) and not _walk_logs(run_dir):
+        return f"batch status ok but its run dir {run_dir} has no {RUN_LOG}; its rows are not in this summary"
+    return ""
+
+
+def missing_run_dirs(summary) -> List[Issue]:
+    """The issues of operators ops_status.csv counts as ok whose run dir (or its
+    run.log) is gone: summary, report and history each say so."""
+    return [i for i in summary.issues if i.kind == MISSING_RUN_DIR]
+
+
 def read_ops_status(root: Path) -> List[Issue]:
     """Operators the batch did not measure, from ops_status.csv (none if it is absent)."""
     path = root / OPS_STATUS
@@ -226,6 +250,11 @@ def read_ops_status(root: Path) -> List[Issue]:
         for lineno, rec in enumerate(reader, 2):
             status = (rec.get("status") or "").strip() or "(empty)"
             if status == OK_STATUS:
+                gone = _missing_run_dir(root, rec)
+                if gone:
+                    issues.append(
+                        Issue(MISSING_RUN_DIR, gone, op=rec.get("operator"), line=lineno, source=str(path))
+                    )
                 continue
             why = "; ".join(
                 t for t in ((rec.get("reason") or "").strip(), (rec.get("notes") or "").strip()) if t
