@@ -319,6 +319,17 @@ def _stat(pid: str) -> Optional[List[str]]:
     return text[text.rfind(")") + 2 :].split()
 
 
+def holds_files(pid: int) -> bool:
+    """True while ``pid`` runs with its file table: a process on its way out has released
+    it (so has closed every fd) even before it is a zombie. False without /proc."""
+    if not is_alive(pid):
+        return False
+    try:
+        return bool(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
 def is_alive(pid: int) -> bool:
     """True for a running process; a zombie or a missing pid is not alive."""
     fields = _stat(str(pid))

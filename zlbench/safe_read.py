@@ -10,6 +10,7 @@ and reads at most ``limit`` bytes.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -65,3 +66,30 @@ def describe_error(e: OSError) -> str:
     if isinstance(e, NotRegularFile):
         return str(e)
     return e.strerror or str(e)
+
+
+def resolve_path(path: Union[str, Path]) -> Path:
+    """``Path(path).expanduser().resolve()``, where a symlink loop is an OSError (ELOOP)
+    naming the path, as every other unusable path is (Python before 3.13 raises
+    RuntimeError for it)."""
+    try:
+        return Path(path).expanduser().resolve()
+    except RuntimeError:
+        raise OSError(
+            errno.ELOOP, "a symbolic link loop (it never reaches a file or dir)", str(path)
+        ) from None
+
+
+def missing_reason(path: Union[str, Path]) -> str:
+    """Why nothing usable is at ``path``: "does not exist", or what the link there does."""
+    if not os.path.lexists(path):
+        return "does not exist"
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "is a symbolic link loop (it never reaches a file or dir)"
+        if e.errno == errno.ENOENT:
+            return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+        return f"cannot be reached ({e.strerror or e})"
+    return "exists"

@@ -121,8 +121,18 @@ class Activity:
         return self.stall_s is not None and time.monotonic() - self.last_progress >= self.stall_s
 
     # -- verdict ----------------------------------------------------------------
-    def kind(self, stalled: bool) -> str:
+    def stop_time(self, timeout_s: Optional[float], stalled: bool) -> float:
+        """When the attempt was stopped: the timeout's moment, not the later one at which
+        its group was finally gone (the grace and the sweeps come after)."""
         now = time.monotonic()
+        if stalled and self.stall_s:
+            return min(now, self.last_progress + self.stall_s)
+        if timeout_s:
+            return min(now, self.started + timeout_s)
+        return now
+
+    def kind(self, stalled: bool, at: Optional[float] = None) -> str:
+        now = time.monotonic() if at is None else at
         if stalled:
             return NO_PROGRESS
         if self.last_cache_change is not None and (
@@ -133,16 +143,16 @@ class Activity:
             return STARTING
         return MEASURING
 
-    def describe(self) -> str:
-        """What it had done, for the reason of a stopped attempt."""
-        now = time.monotonic()
+    def describe(self, at: Optional[float] = None) -> str:
+        """What it had done by ``at`` (stop_time), for the reason of a stopped attempt."""
+        now = time.monotonic() if at is None else at
         parts = [f"{self._rows} latency call(s) timed"]
         if self.last_cache_change is not None:
             parts.append(
                 f"kernel/tuner caches grew {self.cache_changes} time(s), last "
                 f"{now - self.last_cache_change:.0f} s before"
             )
-        parts.append(f"last progress {now - self.last_progress:.0f} s before")
+        parts.append(f"last progress {max(0.0, now - self.last_progress):.0f} s before")
         return "; ".join(parts)
 
 

@@ -65,6 +65,9 @@ TRANSIENT_TEXT = re.compile(
 
 # Lines that carry an error, best first within one log tail.
 _PREFLIGHT = re.compile(r"^(PREFLIGHT_FAILED|NO_MEASUREMENT)\b")
+# zlbench run's line for a benchmark process that closed its stdout and stderr (see
+# zlbench.run.OUTPUT_CLOSED): nothing after it can explain the exit.
+_OUTPUT_CLOSED = re.compile(r"^zlbench run: (the benchmark process closed its output .*)$")
 _PYTEST_E = re.compile(r"^E\s+(\S.*)$")
 _EXCEPTION = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Failure))\b(:.*)?$")
 _FATAL = re.compile(r"Fatal Python error|Segmentation fault|Aborted|core dumped", re.IGNORECASE)
@@ -182,6 +185,7 @@ def last_error_line(lines: Iterable[str], limit: int = 300) -> str:
     lines = [ln.rstrip() for ln in lines]
     for find in (
         _whole(_PREFLIGHT),
+        _group(_OUTPUT_CLOSED, 1),
         _group(_PYTEST_E, 1),
         _failed_reason,
         _whole(_EXCEPTION),

@@ -20,7 +20,7 @@ from ..backends import Backend, Device, DeviceError
 from ..corpus.results import record_args, records_json
 from ..markers import NO_MEASUREMENT, format_marker
 from ..providers import ResolveError, Target
-from ..safe_read import read_text_capped
+from ..safe_read import read_text_capped, resolve_path
 from . import identity as ident
 from .outdir import claim_run_dir, use_run_dir
 from .preflight import (
@@ -308,6 +308,11 @@ def header_lines(plan: RunPlan, run_dir: Path, ident_data: dict, cmd: List[str])
     ]
 
 
+# What zlbench run prints when the benchmark process let go of its output pipe while
+# it ran on (batch.classify takes the line as the attempt's error).
+OUTPUT_CLOSED = "zlbench run: the benchmark process closed its output"
+
+
 def spawn_pytest(cmd: List[str], cwd: str, env: Dict[str, str], output_fd: int):
     """The benchmark process as a fresh interpreter (``python -m pytest ...``), in our
     own process group: Ctrl-C reaches it as it reaches us, and the batch's SIGKILL of our
@@ -325,7 +330,16 @@ def _launch(cmd, cwd, env, log, out: Optional[TextIO], cap_bytes: int, start=spa
         child = start(cmd, cwd, env, write_fd)
     finally:
         os.close(write_fd)
-    pumper = threading.Thread(target=pump, args=(read_fd, log, out, cap_bytes), daemon=True)
+    closed_at: List[float] = []
+
+    def copy() -> None:
+        pump(read_fd, log, out, cap_bytes)
+        # EOF while the process still holds its open files: it closed its stdout and
+        # stderr itself (at an exit the pipe closes as the whole file table goes).
+        if proc.holds_files(child.pid):
+            closed_at.append(time.monotonic())
+
+    pumper = threading.Thread(target=copy, daemon=True)
     pumper.start()
 
     def forward(signum, _frame):
@@ -344,8 +358,20 @@ def _launch(cmd, cwd, env, log, out: Optional[TextIO], cap_bytes: int, start=spa
         signal.signal(signal.SIGTERM, previous)
         if child.poll() is None:
             proc.stop([child], 0, sig=None, group=False)
+        exited_at = time.monotonic()
         pumper.join(timeout=5)
         os.close(read_fd)
+    if closed_at:
+        # Its stdout and stderr closed (os.close(1), os.close(2)) while it ran on: what it
+        # printed after that is lost, and "exit 1" alone would say nothing.
+        line = (
+            f"{OUTPUT_CLOSED} {max(0.0, exited_at - closed_at[0]):.1f} s before it exited (it closed "
+            "or redirected stdout and stderr); anything it printed after that is lost\n"
+        )
+        log.write(line.encode())
+        log.flush()
+        sys.stdout.write(line)
+        sys.stdout.flush()
     return rc
 
 
@@ -401,9 +427,9 @@ def execute_run(
         # root, and a relative dir would put the plugins' files below the corpus.
         try:
             run_dir = (
-                use_run_dir(Path(run_dir).expanduser().resolve())
+                use_run_dir(resolve_path(run_dir))
                 if run_dir
-                else claim_run_dir(Path(settings.out).expanduser().resolve(), settings.op)
+                else claim_run_dir(resolve_path(settings.out), settings.op)
             )
         except OSError as e:
             where = "--run-dir" if run_dir else "--out"

@@ -12,6 +12,7 @@ from typing import Optional
 
 from ..markers import PREFLIGHT_FAILED, format_marker
 from ..rundir import replay_records
+from ..safe_read import missing_reason, resolve_path
 
 EXIT_PREFLIGHT = 3
 
@@ -32,9 +33,13 @@ def check_shape_file(shape_mode: str, shape_file: Optional[str]) -> Optional[Pat
     if shape_mode == "file":
         if not shape_file:
             raise PreflightFailed("SHAPE_FILE", "SHAPE_MODE=file needs a shape file: give --shape-file")
-        path = Path(shape_file).expanduser().resolve()
+        try:
+            path = resolve_path(shape_file)
+        except OSError:
+            path = Path(shape_file)
         if not path.is_file():
-            raise PreflightFailed("SHAPE_FILE", f"shape file {shape_file} does not exist", path)
+            why = "is not a file" if path.is_dir() else missing_reason(shape_file)
+            raise PreflightFailed("SHAPE_FILE", f"shape file {shape_file} {why}", path)
         from ..corpus.shapes import shape_file_problem
 
         problem = shape_file_problem(path)

@@ -604,6 +604,10 @@ def fork_pytest(cmd: List[str], cwd: str, env: Dict[str, str], output_fd: int) -
     def body() -> int:
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
+        if output_fd > 2:
+            # As in a fresh process: fds 1 and 2 are its only hold on the output pipe, so
+            # closing them reaches EOF (zlbench run tells that from an exit).
+            os.close(output_fd)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)

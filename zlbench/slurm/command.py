@@ -17,6 +17,7 @@ from zlbench import knobs
 from zlbench.atomic import write_atomic
 from zlbench.batch.state import BatchError
 from zlbench.rundir import SLURM_DIR, SLURM_SCREEN, SLURM_SCRIPT, SLURM_SUBMISSIONS, SLURM_TASK_LOG, plan_path
+from zlbench.safe_read import describe_error, resolve_path
 from zlbench.slurm import scheduler
 from zlbench.slurm.script import array_spec, render_script
 from zlbench.slurm.status import (
@@ -55,6 +56,14 @@ class SubmitError(click.ClickException):
     """Nothing was submitted: exit 2, like a usage error."""
 
     exit_code = 2
+
+
+def _screen_dir(value, flag: str) -> Path:
+    """The screen dir, absolute; a symlink loop is one line, not a traceback."""
+    try:
+        return resolve_path(value)
+    except OSError as e:
+        raise SubmitError(f"{flag} {value}: {describe_error(e)}") from None
 
 
 @click.group("slurm", short_help="Run a screen as a Slurm job array, one task per host shard; its status.")
@@ -273,7 +282,7 @@ def _states(tasks: Dict[int, str], strict: bool):
 def submit_command(ctx, shards, out, sbatch_args, max_parallel, dry_run):
     batch_args = list(ctx.args)
     _check_args(batch_args, sbatch_args)
-    screen = Path(out).expanduser().resolve()
+    screen = _screen_dir(out, "--out")
     settings, from_env = _batch_settings(batch_args, screen)
     _check_screen(screen, shards, settings)
 
@@ -395,7 +404,7 @@ Exit codes (for scripts and cron):
 )
 @click.argument("screen_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
 def status_command(screen_dir):
-    screen = Path(screen_dir).expanduser().resolve()
+    screen = _screen_dir(screen_dir, "DIR")
     submissions = read_submissions(screen)
     recorded = _read_json(screen / SLURM_DIR / SLURM_SCREEN) or {}
     count = recorded.get("shards") or (submissions[-1].get("shards") if submissions else None)
