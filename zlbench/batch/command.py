@@ -59,7 +59,10 @@ def _given(ctx: click.Context, name: str) -> bool:
 _CORPUS_KNOBS = ["provider", "flaggems_dir", "backend"]
 _WORKER_KNOBS = ["parallel_warmup_gpus", "compile_workers", "pytest_plugins", "output_cap_mb"]
 OPTION_GROUPS = [
-    ("Common options", ["out", "resume", "devices", "ops", "op_list", "stages", "timeout", "dry_run"]),
+    (
+        "Common options",
+        ["out", "resume", "replan", "devices", "ops", "op_list", "stages", "timeout", "dry_run"],
+    ),
     ("Corpus and operators", [*_CORPUS_KNOBS, "dismiss", "op_timeout"]),
     (
         "Measurement caliber (recorded in run_identity.json; see docs/cli.md)",
@@ -94,11 +97,8 @@ OPTION_GROUPS = [
 @click.option(
     "--replan",
     is_flag=True,
-    help="With --resume, when the corpus changed since the batch started (operators "
-    "added or removed, shape files or benchmark sources edited; plan.json's corpus "
-    "fingerprint says): plan again over the corpus as it is now. Added operators run, "
-    "removed ones leave the plan; changed shapes or sources run every operator again "
-    "(earlier run dirs kept in set-aside/). Without it such a resume is refused.",
+    help="With --resume: plan again over a corpus that changed since the batch started "
+    "(see docs/cli.md); without it such a resume is refused.",
 )
 @click.option(
     "--devices",
