@@ -182,7 +182,7 @@ def test_an_unfinished_batch_says_so_and_names_what_did_not_run(tmp_path):
     assert doc["screen"] == {"operators": {"ok": 1, "not run": 2}, "finished": False,
                              "not_run": ["mm", "softmax"]}
     refused = zlbench("history", "add", root, "--db", tmp_path / "h.sqlite")
-    assert refused.returncode == 1 and "2 operators not run" in refused.stderr
+    assert refused.returncode == 2 and "2 operators not run" in refused.stderr
 
 
 def test_a_screen_with_a_shard_missing_is_unfinished(tmp_path):
