@@ -107,11 +107,11 @@ def test_two_nights_a_step_and_the_same_night_counted_once(nights, tmp_path):
 
     shown = zlbench("history", "show", "--db", db, check=True).stdout
     stepped = [line.split()[0] for line in shown.splitlines()
-               if re.match(r"\s+\S+\s+\d+\s+\d+\s+[+-]", line)]
+               if re.match(r"\s+\S+\s+\S+\s+\d+\s+\d+\s+[+-]", line)]
     assert stepped == ["mm"], shown
     mm_rows = len([ln for ln in (one / "mm" / "run.log").read_text().splitlines()
                    if ln.startswith("SUCCESS ")])
-    assert re.search(rf"\bmm\s+{mm_rows}\s+{mm_rows}\s+.*night 2: {mm_rows} rows, median "
+    assert re.search(rf"\bmm\s+Blas\s+{mm_rows}\s+{mm_rows}\s+.*night 2: {mm_rows} rows, median "
                      r"\+50\.0%", shown), shown
     assert "1 operators stepped beyond the noise (threshold 5%); 3 did not" in shown
 
@@ -173,7 +173,8 @@ def test_report_shows_the_nights_of_its_caliber(nights, tmp_path):
     assert section.count("<svg") == 1     # one picture: the one operator that stepped
     blob = json.loads(re.search(r'class="zl-data">(.*?)</script>', section, re.S)[1])
     assert {r[0] for r in blob["rows"]} == {"mm"}
-    assert all(r[6] == pytest.approx(0.5, abs=1e-4) for r in blob["rows"])
+    assert all(r[7] == pytest.approx(0.5, abs=1e-4) for r in blob["rows"])
+    assert {r[1] for r in blob["rows"]} == {"Blas"}  # the family, as recorded by history add
     # Without a database (or with 'none') the page has no history section.
     zlbench("report", two, "-o", html, "--history-db", "none", check=True)
     assert 'id="history"' not in html.read_text()

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
 OTHER = "other"
+KIND, CLASS_SCAN, INVENTORY = "kind", "class scan", "inventory"
 BASE = "Benchmark"
 # Inventory file by the corpus layout run_identity.json records.
 INVENTORIES = {"head": "flaggems", "v5.0.2": "flaggems-v5.0.2"}
@@ -25,6 +26,9 @@ INVENTORIES = {"head": "flaggems", "v5.0.2": "flaggems-v5.0.2"}
 class Families:
     of: Dict[str, str] = field(default_factory=dict)
     source: str = "none found"
+    # Where the names came from, in one word the history database records: "kind",
+    # "class scan" or "inventory" ("" when none was found).
+    origin: str = ""
 
     def get(self, op: str) -> str:
         return self.of.get(op, OTHER)
@@ -77,7 +81,7 @@ def operator_families(
     for root in roots:
         found = kinds(Path(root))
         if wanted & set(found):
-            return Families(found, f"kind in {operators_yaml(Path(root))}")
+            return Families(found, f"kind in {operators_yaml(Path(root))}", KIND)
     for root in roots:
         if (Path(root) / "benchmark").is_dir():
             try:
@@ -86,7 +90,7 @@ def operator_families(
                 notes.append(f"scan of {root} failed ({type(e).__name__}: {e})")
                 continue
             if wanted & set(found):
-                return Families(found, f"Benchmark classes scanned in {root}")
+                return Families(found, f"Benchmark classes scanned in {root}", CLASS_SCAN)
     for layout in dict.fromkeys(name for name in layouts if name):
         name = INVENTORIES.get(layout)
         if name is None:
@@ -97,7 +101,9 @@ def operator_families(
             notes.append(f"inventory {name} unreadable ({type(e).__name__}: {e})")
             continue
         if wanted & set(found):
-            return Families(found, f"ops/inventory/{name}.yaml (the corpus is not on this machine)")
+            return Families(
+                found, f"ops/inventory/{name}.yaml (the corpus is not on this machine)", INVENTORY
+            )
     return Families(
         source="; ".join(notes)
         or "neither the corpus nor an inventory is available: every operator is drawn as 'other'"

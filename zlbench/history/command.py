@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 import click
 
@@ -15,6 +15,13 @@ DB_HELP = knobs.BY_NAME["history_db"].help + " Env: ZL_HISTORY_DB."
 
 def _pct(v: float) -> str:
     return f"{v * 100:+.1f}%"
+
+
+def _families_text(conn, result) -> str:
+    from zlbench.history.store import family_sources, night_families
+
+    recorded = night_families(conn, result.night.id)
+    return "; ".join(family_sources(recorded, sorted(recorded)))
 
 
 def _open(db: Optional[str], create: bool = True):
@@ -44,6 +51,7 @@ def history_group():
     zlbench history add runs/nightly-2026-12-01     # once per finished screen
     zlbench history show                            # operators whose latency stepped
     zlbench history show --op softmax               # every row of one operator
+    zlbench history show --family Math --all        # the operators of one family
     Series are keyed by caliber: screens measured differently are never one line.
     """
 
@@ -92,14 +100,23 @@ def add_command(path: str, db: Optional[str]) -> None:
         result = add_screen(conn, summary)
         if not result.added:
             click.echo(
-                f"already recorded as night '{result.night.label}' ({result.rows} "
-                f"rows): nothing added to {db_path}"
+                f"already recorded as night '{result.night.label}' ({result.rows} rows): "
+                + (
+                    f"its operators' families recorded now ({_families_text(conn, result)})"
+                    if result.families
+                    else f"nothing added to {db_path}"
+                )
             )
             return
         click.echo(f"recorded night '{result.night.label}': {result.rows} rows in {db_path}")
         for cal in calibers(conn):
             if cal.key in result.calibers:
                 click.echo(f"  caliber {cal.key} ({len(cal.nights)} nights): {cal.label}")
+        click.echo(
+            f"  families: {_families_text(conn, result)}"
+            if result.families
+            else "  families: none found (neither the corpus nor an inventory knows its operators)"
+        )
     except HistoryError as e:
         raise click.ClickException(str(e)) from None
     finally:
@@ -108,6 +125,13 @@ def add_command(path: str, db: Optional[str]) -> None:
 
 @history_group.command("show")
 @click.option("--op", default=None, help="Every row of this operator, night by night.")
+@click.option(
+    "--family",
+    default=None,
+    metavar="NAME",
+    help="Only the operators of this family (FlagGems' kind, e.g. Math, or the Benchmark "
+    "class where the corpus had no conf/operators.yaml), as recorded when their screens were added.",
+)
 @click.option(
     "--caliber",
     "caliber_key",
@@ -131,6 +155,7 @@ def add_command(path: str, db: Optional[str]) -> None:
 )
 def show_command(
     op: Optional[str],
+    family: Optional[str],
     caliber_key: Optional[str],
     show_all: bool,
     threshold: float,
@@ -143,7 +168,7 @@ def show_command(
     Exit codes: 0 shown; 1 with --fail-on-step, some row stepped slower on the latest
     night (or the database cannot be used).
     """
-    from zlbench.history.store import calibers, operators
+    from zlbench.history.store import calibers, op_families, operators
     from zlbench.suggest import unknown_operator_hint
 
     db_path, conn = _open(db, create=False)
@@ -158,6 +183,8 @@ def show_command(
                     f"--op {unknown_operator_hint(op, known)}: no rows of it in {db_path} "
                     f"({len(known)} operators recorded)"
                 )
+        fams = op_families(conn)
+        only = None if family is None else _family_members(fams, family, op, db_path)
         if not cals:
             raise InputError(
                 f"no recorded screens in {db_path}"
@@ -166,9 +193,9 @@ def show_command(
             )
         tripped: List[str] = []
         for cal in cals:
-            click.echo("\n".join(_caliber_text(conn, cal, op, show_all, threshold)))
+            click.echo("\n".join(_caliber_text(conn, cal, op, show_all, threshold, fams, family, only)))
             if fail_on_step:
-                tripped += latest_slower_steps(conn, cal, op, threshold)
+                tripped += latest_slower_steps(conn, cal, op, threshold, only)
     finally:
         conn.close()
     if fail_on_step:
@@ -179,14 +206,45 @@ def show_command(
         click.echo("GATE: passed (no row stepped slower on the latest night)", err=True)
 
 
-def latest_slower_steps(conn, cal, op: Optional[str], threshold: float) -> List[str]:
-    """A line per row of ``cal`` whose latency stepped up on the caliber's latest night."""
+def _family_members(fams, family: str, op: Optional[str], db_path: str) -> Set[str]:
+    """The operators recorded in ``family``; a family no screen recorded is a usage error
+    naming the near ones."""
+    from zlbench.suggest import close_names
+
+    if not fams:
+        raise InputError(
+            f"--family {family}: no families recorded in {db_path} (its screens were added by a "
+            "zlbench that did not record them); zlbench history add DIR records a screen's, "
+            "also for a screen recorded already"
+        )
+    known = sorted({f.name for f in fams.values()})
+    if family not in known:
+        near = close_names(family, known + [k.lower() for k in known])
+        near = list(dict.fromkeys(k for k in known if k in near or k.lower() in near))
+        hint = f" (did you mean {' or '.join(near)}?)" if near else ""
+        raise InputError(
+            f"--family {family}{hint}: no operator of it in {db_path} (families: {', '.join(known)})"
+        )
+    members = {name for name, f in fams.items() if f.name == family}
+    if op is not None and op not in members:
+        where = f"in family {fams[op].name}" if op in fams else "of no recorded family"
+        raise InputError(f"--op {op} is {where}, not {family}: drop --family, or choose another --op")
+    return members
+
+
+def latest_slower_steps(
+    conn, cal, op: Optional[str], threshold: float, only: Optional[Set[str]] = None
+) -> List[str]:
+    """A line per row of ``cal`` whose latency stepped up on the caliber's latest night
+    (of the operators in ``only``, where given)."""
     from zlbench.history.analysis import analyse
     from zlbench.summary.tables import compact_shape
 
     last = len(cal.nights) - 1
     out = []
     for o in analyse(conn, cal, op, threshold):
+        if only is not None and o.op not in only:
+            continue
         for row in o.rows:
             for s in row.steps:
                 if s.index == last and s.change > 0:
@@ -198,8 +256,18 @@ def latest_slower_steps(conn, cal, op: Optional[str], threshold: float) -> List[
     return out
 
 
-def _caliber_text(conn, cal, op: Optional[str], show_all: bool, threshold: float) -> List[str]:
+def _caliber_text(
+    conn,
+    cal,
+    op: Optional[str],
+    show_all: bool,
+    threshold: float,
+    fams: Dict[str, Any],
+    family: Optional[str] = None,
+    only: Optional[Set[str]] = None,
+) -> List[str]:
     from zlbench.history.analysis import analyse, median_change
+    from zlbench.history.store import family_sources
     from zlbench.summary.tables import compact_shape
 
     nights = cal.nights
@@ -207,14 +275,23 @@ def _caliber_text(conn, cal, op: Optional[str], show_all: bool, threshold: float
     for i, n in enumerate(nights, 1):
         versions = " ".join(f"{k} {v}" for k, v in n.versions.items())
         lines.append(f"    {i:>3}  {n.label}" + (f"  ({versions})" if versions else ""))
-    ops = analyse(conn, cal, op, threshold)
+    ops = [o for o in analyse(conn, cal, op, threshold) if only is None or o.op in only]
+    sources = family_sources(fams, [o.op for o in ops])
+    if ops:
+        lines.append(
+            "  families: " + "; ".join(sources)
+            if sources
+            else "  families: none recorded for these operators (zlbench history add DIR records a "
+            "screen's, also for a screen recorded already)"
+        )
     if op is not None:
         if not ops:
             return lines + [f"  no rows of {op} in this caliber"]
         shown = nights[-8:]
         first = len(nights) - len(shown)
+        of = f" (family {fams[op].name}, {fams[op].origin})" if op in fams else ""
         lines.append(
-            f"  {op}: gems ms per night (nights {first + 1}-{len(nights)}); steps beyond the noise marked"
+            f"  {op}{of}: gems ms per night (nights {first + 1}-{len(nights)}); steps beyond the noise marked"
         )
         for row in ops[0].rows:
             _, dtype, shape = row.key
@@ -224,13 +301,19 @@ def _caliber_text(conn, cal, op: Optional[str], show_all: bool, threshold: float
                 f"    {dtype:<15} {compact_shape(shape):<28} {cells}" + (f"   STEP {steps}" if steps else "")
             )
         return lines
+    if family is not None and not ops:
+        return lines + [f"  no operators of family {family} in this caliber"]
+    of_family = f" of family {family}" if family is not None else ""
     stepped = [o for o in ops if o.stepped]
     if len(nights) < 2:
-        lines.append(f"  one night so far: steps need two ({len(ops)} operators recorded)")
+        lines.append(f"  one night so far: steps need two ({len(ops)} operators{of_family} recorded)")
         return lines
     listed = ops if show_all else stepped
+    width = max([len("family")] + [len(fams[o.op].name) for o in listed if o.op in fams])
     if listed:
-        lines.append(f"  {'operator':<28} {'rows':>5} {'stepped':>8}  latest night vs usual  steps")
+        lines.append(
+            f"  {'operator':<28} {'family':<{width}} {'rows':>5} {'stepped':>8}  latest night vs usual  steps"
+        )
     for o in listed:
         index = o.index(len(nights))
         latest = index[-1]
@@ -239,13 +322,14 @@ def _caliber_text(conn, cal, op: Optional[str], show_all: bool, threshold: float
             f"night {i + 1}: {len(s)} rows, median {_pct(median_change(s))}"
             for i, s in sorted(by_night.items())
         )
+        name = fams[o.op].name if o.op in fams else "-"
         lines.append(
-            f"  {o.op:<28} {len(o.rows):>5} {len(o.stepped):>8}  "
+            f"  {o.op:<28} {name:<{width}} {len(o.rows):>5} {len(o.stepped):>8}  "
             f"{_pct(latest - 1) if latest is not None else 'not measured':>21}  {text}"
         )
     quiet = len(ops) - len(stepped)
     lines.append(
-        f"  {len(stepped)} operators stepped beyond the noise (threshold "
+        f"  {len(stepped)} operators{of_family} stepped beyond the noise (threshold "
         f"{threshold * 100:g}%); {quiet} did not" + ("" if show_all or not quiet else " (--all lists them)")
     )
     return lines

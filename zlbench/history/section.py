@@ -9,7 +9,15 @@ from typing import List, Optional
 from zlbench import knobs
 from zlbench.history.analysis import OpHistory, analyse, median_change
 from zlbench.history.steps import THRESHOLD
-from zlbench.history.store import calibers, db_exists, open_db, recorded, screen_calibers
+from zlbench.history.store import (
+    calibers,
+    db_exists,
+    family_sources,
+    op_families,
+    open_db,
+    recorded,
+    screen_calibers,
+)
 from zlbench.report.model import Column, Table
 from zlbench.summary.rows import Summary
 
@@ -27,6 +35,7 @@ class HistorySection:
 
 STEP_COLUMNS = [
     Column("op", "operator"),
+    Column("family", "family", title="as recorded when the screens were added"),
     Column("dtype", "dtype"),
     Column("shape", "shape"),
     Column("night", "night"),
@@ -62,6 +71,7 @@ def history_section(summary: Summary, db: Optional[str]) -> Optional[HistorySect
         cal = max(cals, key=lambda c: len(c.nights))
         night = recorded(conn, summary)
         ops = analyse(conn, cal)
+        fams = op_families(conn)
     finally:
         conn.close()
     labels = [n.label for n in cal.nights]
@@ -84,11 +94,19 @@ def history_section(summary: Summary, db: Optional[str]) -> Optional[HistorySect
         "side); the pictures show the latency of each operator's rows relative to their "
         "own median, dashed lines where rows stepped."
     )
+    sources = family_sources(fams, [o.op for o in ops])
+    section.notes.append(
+        f"Families: {'; '.join(sources)}, as recorded when the screens were added."
+        if sources
+        else "Families: none recorded in the database (zlbench history add DIR records a screen's, "
+        "also for a screen recorded already)."
+    )
     for o in stepped[:MAX_PLOTS]:
         marks = [
             (i, f"{len(s)} rows {median_change(s) * 100:+.0f}%") for i, s in sorted(o.step_nights().items())
         ]
-        section.svgs.append(Markup(history_svg(o.op, labels, [(cal.key, o.index(len(labels)))], marks)))
+        title = f"{o.op} ({fams[o.op].name})" if o.op in fams else o.op
+        section.svgs.append(Markup(history_svg(title, labels, [(cal.key, o.index(len(labels)))], marks)))
     rows = []
     for o in stepped:
         for r in o.stepped:
@@ -96,6 +114,7 @@ def history_section(summary: Summary, db: Optional[str]) -> Optional[HistorySect
                 rows.append(
                     [
                         o.op,
+                        fams[o.op].name if o.op in fams else "",
                         r.key[1].replace("torch.", ""),
                         r.key[2],
                         labels[s.index],

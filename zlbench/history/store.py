@@ -8,6 +8,11 @@ latency of one (op, dtype, shape) over nights, never crosses calibers.
 The row's dtype is part of its key, so the DTYPES knob (which a dtype fallback changes
 per operator) is left out of the caliber a series is keyed by; every other field that
 `summary --ab` compares is in it.
+
+Each screen also records its operators' families, as summary and the report find them
+when it is added (FlagGems' ``kind`` where the corpus has conf/operators.yaml, else the
+Benchmark class scan, else the inventory), and which of the three said so: the corpus
+may be gone or changed by the time the nights are read.
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from zlbench.corpus.families import OTHER, Families, operator_families
 from zlbench.safe_read import missing_reason
 from zlbench.summary.caliber import CALIBER_FIELDS, caliber_values
 from zlbench.summary.rows import Summary
 from zlbench.summary.sources import RunLog
 
-SCHEMA_VERSION = 1
+# 1: screens, calibers, rows. 2: families (a writer adds the table to a schema-1 file;
+# its screens have no families until they are added again).
+SCHEMA_VERSION = 2
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS screens (
     id          INTEGER PRIMARY KEY,
@@ -56,6 +64,14 @@ CREATE TABLE IF NOT EXISTS rows (
     spread  REAL
 );
 CREATE INDEX IF NOT EXISTS rows_by_series ON rows (caliber, op, dtype, shape);
+CREATE TABLE IF NOT EXISTS families (
+    screen  INTEGER NOT NULL REFERENCES screens(id),
+    op      TEXT NOT NULL,
+    family  TEXT NOT NULL,
+    origin  TEXT NOT NULL,
+    source  TEXT NOT NULL,
+    PRIMARY KEY (screen, op)
+);
 """
 # Not part of a series' caliber: the row key carries the dtype.
 SERIES_EXCLUDED = {"knobs.DTYPES"}
@@ -107,6 +123,16 @@ class Added:
     night: Night
     rows: int
     calibers: List[str]
+    # Operators whose family was recorded by this add (for a screen recorded before
+    # families were: its families alone).
+    families: int = 0
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    origin: str  # "kind", "class scan" or "inventory"
+    source: str  # where exactly: the operators.yaml, the scanned corpus, the inventory file
 
 
 def open_db(path: str, readonly: bool = False) -> sqlite3.Connection:
@@ -145,6 +171,51 @@ def open_db(path: str, readonly: bool = False) -> sqlite3.Connection:
 def operators(conn: sqlite3.Connection) -> List[str]:
     """Every operator with a recorded row, sorted."""
     return [r[0] for r in conn.execute("SELECT DISTINCT op FROM rows ORDER BY op")]
+
+
+def has_families(conn: sqlite3.Connection) -> bool:
+    """Whether the database has the families table (a schema-1 file opened by a reader
+    has not: readers never change the file)."""
+    return (
+        conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'families'").fetchone()
+        is not None
+    )
+
+
+def op_families(conn: sqlite3.Connection) -> Dict[str, Family]:
+    """Each operator's family as its latest recorded screen has it (an operator's kind
+    may change between nights: the newest word counts); {} where none are recorded."""
+    if not has_families(conn):
+        return {}
+    out: Dict[str, Family] = {}
+    for op, name, origin, source in conn.execute(
+        "SELECT f.op, f.family, f.origin, f.source FROM families f JOIN screens s ON s.id = f.screen "
+        "ORDER BY s.started, s.id"
+    ):
+        out[op] = Family(name, origin, source)
+    return out
+
+
+def night_families(conn: sqlite3.Connection, screen: int) -> Dict[str, Family]:
+    """The families recorded with one screen."""
+    if not has_families(conn):
+        return {}
+    return {
+        op: Family(name, origin, source)
+        for op, name, origin, source in conn.execute(
+            "SELECT op, family, origin, source FROM families WHERE screen = ?", (screen,)
+        )
+    }
+
+
+def family_sources(families: Dict[str, Family], ops: Sequence[str]) -> List[str]:
+    """'kind in .../operators.yaml (4 operators)', one per source among ``ops``."""
+    counts: Dict[Tuple[str, str], int] = {}
+    for op in ops:
+        f = families.get(op)
+        if f is not None:
+            counts[(f.origin, f.source)] = counts.get((f.origin, f.source), 0) + 1
+    return [f"{source} ({n} operators)" for (_, source), n in sorted(counts.items(), key=lambda kv: -kv[1])]
 
 
 def _open_readonly(path: str) -> sqlite3.Connection:
@@ -232,13 +303,24 @@ def screen_calibers(summary: Summary) -> List[str]:
     return sorted(_records(summary)[2])
 
 
+def screen_families(summary: Summary) -> Families:
+    """The families of a screen's operators, found as summary and the report find them."""
+    return operator_families(
+        {row.op for row in summary.rows},
+        [(r.identity or {}).get("corpus_root") for r in summary.runs],
+        [(r.identity or {}).get("layout") for r in summary.runs],
+    )
+
+
 def add_screen(conn: sqlite3.Connection, summary: Summary) -> Added:
-    """Record a summarised screen; a screen already recorded (same rows) is a no-op."""
+    """Record a summarised screen; a screen already recorded (same rows) is a no-op but
+    for its families, recorded where it has none (a screen added before they were)."""
     content, records, calibers = _records(summary)
     if not records:
         raise HistoryError(f"{summary.input} holds no table rows: nothing to record")
     started = _started(summary.runs, summary.root)
     label = f"{started[:16].replace('T', ' ')} {summary.root.name}"
+    families = screen_families(summary)
     # The check and the insert are one write transaction: of two `history add` of one
     # screen at once, the second waits for the first, then finds it recorded.
     try:
@@ -250,9 +332,11 @@ def add_screen(conn: sqlite3.Connection, summary: Summary) -> Added:
     try:
         existing = conn.execute("SELECT id FROM screens WHERE content_key = ?", (content,)).fetchone()
         if existing:
-            conn.rollback()
-            return Added(False, night(conn, existing[0]), len(records), sorted(calibers))
+            done = _fill_families(conn, existing[0], records, families)
+            conn.commit()
+            return Added(False, night(conn, existing[0]), len(records), sorted(calibers), done)
         screen = _insert(conn, summary, content, started, label, records, calibers)
+        done = _fill_families(conn, screen, records, families)
         conn.commit()
     except sqlite3.IntegrityError:
         # Another writer that did not take the lock first (an older zlbench) got there.
@@ -264,7 +348,22 @@ def add_screen(conn: sqlite3.Connection, summary: Summary) -> Added:
     except BaseException:
         conn.rollback()
         raise
-    return Added(True, night(conn, screen), len(records), sorted(calibers))
+    return Added(True, night(conn, screen), len(records), sorted(calibers), done)
+
+
+def _fill_families(conn: sqlite3.Connection, screen: int, records: List[tuple], found: Families) -> int:
+    """Record the families of the screen's operators unless it has some already; how many."""
+    if conn.execute("SELECT 1 FROM families WHERE screen = ? LIMIT 1", (screen,)).fetchone():
+        return 0
+    known = [
+        (screen, op, found.get(op), found.origin, found.source)
+        for op in sorted({r[1] for r in records})
+        if found.get(op) != OTHER
+    ]
+    conn.executemany(
+        "INSERT INTO families (screen, op, family, origin, source) VALUES (?, ?, ?, ?, ?)", known
+    )
+    return len(known)
 
 
 def _insert(
