@@ -121,7 +121,7 @@ def test_a_schema_1_database_is_read_as_it_is_and_migrated_in_place_by_a_writer(
     _schema_1_db(db, one, two)
     before = _digest(db)
 
-    # Readers: show and the report's section read it, say no families are recorded, and
+    # Readers: show, the report's section and `noise --list` read it, say no families are recorded, and
     # leave the file as it was (no table added, schema version unchanged).
     shown = zlbench("history", "show", "--db", db, "--all", check=True).stdout
     assert "families: none recorded for these operators" in shown
@@ -132,6 +132,8 @@ def test_a_schema_1_database_is_read_as_it_is_and_migrated_in_place_by_a_writer(
     html = tmp_path / "r.html"
     zlbench("report", two, "-o", html, "--history-db", db, check=True)
     assert "Families: none recorded in the database" in html.read_text()
+    listed = zlbench("noise", "--list", "--db", db)
+    assert listed.returncode == 1 and "no noise floor recorded" in listed.stderr
     assert _digest(db) == before
     assert _query(db, "PRAGMA user_version") == [(1,)]
 

@@ -195,7 +195,10 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
     if list_only:
         if not os.path.isfile(db_path):
             raise click.ClickException(f"no history database at {db_path}: run zlbench noise first")
-        conn = open_db(db_path)
+        try:
+            conn = open_db(db_path, readonly=True)  # listing never changes the file
+        except HistoryError as e:
+            raise click.ClickException(str(e)) from None
         try:
             found = floors(conn)
         finally:

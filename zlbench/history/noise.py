@@ -91,6 +91,13 @@ def run_calibers(summary: Summary) -> Dict[str, str]:
     return {str(r.run_dir): caliber_key(series_caliber(r.identity)) for r in summary.runs}
 
 
+def _has_table(conn: sqlite3.Connection) -> bool:
+    return (
+        conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'noise_floors'").fetchone()
+        is not None
+    )
+
+
 def _ensure(conn: sqlite3.Connection) -> None:
     conn.executescript(TABLE)
 
@@ -123,9 +130,7 @@ def record_floor(conn: sqlite3.Connection, rec: FloorRecord) -> FloorRecord:
 def latest_floor(conn: sqlite3.Connection, machine: str, caliber: str) -> Optional[FloorRecord]:
     """The floor recorded last for this machine and caliber, or None (a reader: nothing
     is created, so a read-only database can be asked)."""
-    if not conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'noise_floors'"
-    ).fetchone():
+    if not _has_table(conn):
         return None
     row = conn.execute(
         "SELECT machine, caliber, fields, floor, quantile, rows, excluded, median, p90, batches, "
@@ -152,8 +157,9 @@ def latest_floor(conn: sqlite3.Connection, machine: str, caliber: str) -> Option
 
 
 def floors(conn: sqlite3.Connection) -> List[FloorRecord]:
-    """The latest floor of every machine and caliber."""
-    _ensure(conn)
+    """The latest floor of every machine and caliber (a reader: nothing is created)."""
+    if not _has_table(conn):
+        return []
     keys = conn.execute(
         "SELECT DISTINCT machine, caliber FROM noise_floors ORDER BY machine, caliber"
     ).fetchall()
