@@ -214,8 +214,8 @@ def _family_members(fams, family: str, op: Optional[str], db_path: str) -> Set[s
     if not fams:
         raise InputError(
             f"--family {family}: no families recorded in {db_path} (its screens were added by a "
-            "zlbench that did not record them); zlbench history add DIR records a screen's, "
-            "also for a screen recorded already"
+            "zlbench that did not record them, or their corpus was not found); zlbench history "
+            "add DIR records a screen's, also for a screen recorded already"
         )
     known = sorted({f.name for f in fams.values()})
     if family not in known:
