@@ -44,7 +44,7 @@ import yaml
 from zlbench import autotune_records as ar
 from zlbench import rundir
 from zlbench.rundir import read_identity, read_plugin_reports
-from zlbench.summary.parse import parse_log
+from zlbench.runlog import parse_log
 from zlbench.tuner_cache import compare_triton_caches, scan_triton_cache
 
 SMALL_BLAS_SHAPES = [[2, 384, 384, 384], [16, 1024, 1024, 1024]]

@@ -128,7 +128,7 @@ def run_kernel_mode(args, ops: List[str], out: Path) -> None:
 
 def op_figures(batch: Path) -> Dict[str, dict]:
     """Per operator of a batch dir: status, wall, phases, timings, budget, efficiency."""
-    from zlbench import rundir
+    from zlbench import rowstats, rundir
 
     path = batch / "ops_status.csv"
     if not path.is_file():
@@ -137,7 +137,7 @@ def op_figures(batch: Path) -> Dict[str, dict]:
         status = {r["operator"]: r for r in csv.DictReader(f)}
     out = {}
     for op, row in status.items():
-        records, _ = rundir.read_row_stats(batch / (row.get("run_dir") or op))
+        records, _ = rowstats.read(batch / (row.get("run_dir") or op))
         first_key = None
         inside = []
         for rec in records:

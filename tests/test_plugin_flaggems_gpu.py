@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH
-from zlbench.summary.parse import parse_log
+from zlbench.runlog import parse_log
 
 pytestmark = pytest.mark.gpu
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from summary_logwriter import identity, session_end, table_text, write_run
 from zlbench.summary.aggregate import aggregate
-from zlbench.summary.parse import ANSI_RE, parse_log
+from zlbench.runlog import ANSI_RE, parse_log
 from zlbench.summary.rows import summarize
 
 # Pieces of real FlagGems and pytest output, and of lines built to make a regex backtrack.

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from summary_logwriter import SESSION_START, session_end, table_text
-from zlbench.summary.parse import parse_log, parse_row
+from zlbench.runlog import parse_log, parse_row
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 H200 = LOGS / "h200"

@@ -121,7 +121,8 @@ def test_row_stats_round_trip_and_a_torn_line_is_reported(tmp_path):
     records, problems = rowstats.read(tmp_path)
     assert records == [rec] and len(problems) == 1
     assert list(rowstats.by_key(records)) == [("abs", "torch.float16", "[torch.Size([64])]", "gems")]
-    assert json.loads((tmp_path / rowstats.ROW_STATS).read_text().splitlines()[0]) == rec
+    # The line carries the record's format; the reader hands the record back without it.
+    assert json.loads((tmp_path / rowstats.ROW_STATS).read_text().splitlines()[0]) == {"format": 1, **rec}
 
 
 # --- summary --ab end to end over run dirs carrying row_stats.jsonl -------------------
@@ -262,7 +263,7 @@ def test_the_kernels_clock_is_chosen_only_where_the_backend_has_a_tracer():
 
 def test_a_pair_timed_by_different_clocks_gets_no_verdict():
     from zlbench.summary.ab import PairedRow, judge
-    from zlbench.summary.parse import Row
+    from zlbench.runlog import Row
 
     def row(ms, clock):
         r = Row("nonzero", "torch.float16", "kernel", "core", "[1024]", "SUCCESS", 1)

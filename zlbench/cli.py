@@ -7,8 +7,6 @@ Subcommands live beside the code they drive and are imported only when invoked, 
 from __future__ import annotations
 
 import importlib
-import sys
-from pathlib import Path
 
 import click
 
@@ -19,8 +17,8 @@ from . import __version__
 # that it matches each command's own).
 SUBCOMMANDS = {
     "run": (
-        "zlbench.cli:run_command",
-        RUN_HELP := "Measure one operator: preflight, a private run dir, zlbench's pytest plugins.",
+        "zlbench.run.command:run_command",
+        "Measure one operator: preflight, a private run dir, zlbench's pytest plugins.",
     ),
     "batch": (
         "zlbench.batch.command:batch_command",
@@ -107,70 +105,6 @@ def main():
       zlbench run --flaggems-dir ~/FlagGems --op abs --backend cuda
     Every setting is a flag and an environment variable; flags win.
     """
-
-
-# -- run ---------------------------------------------------------------------
-from . import knobs  # noqa: E402  (after the group: keeps the import order readable)
-from .clihelp import GroupedCommand  # noqa: E402
-
-_RUN_COMMON = [
-    "op",
-    "op_file",
-    "test_node",
-    "flaggems_dir",
-    "provider",
-    "backend",
-    "device",
-    "out",
-    "run_dir",
-]
-RUN_OPTION_GROUPS = [
-    ("Common options", _RUN_COMMON),
-    (
-        "Measurement caliber (recorded in run_identity.json; see docs/cli.md)",
-        [k.name for k in knobs.KNOBS if k.caliber and k.name not in _RUN_COMMON],
-    ),
-    (
-        "The benchmark process",
-        ["parallel_warmup_gpus", "compile_workers", "pytest_plugins", "output_cap_mb", "echo"],
-    ),
-]
-
-
-@click.command(
-    "run",
-    cls=GroupedCommand,
-    option_groups=RUN_OPTION_GROUPS,
-    short_help=RUN_HELP,
-    context_settings={"show_default": False},
-)
-@knobs.knob_options([k.name for k in knobs.KNOBS])
-@click.option(
-    "--run-dir",
-    "run_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Measure into exactly this dir (the batch uses <batch>/<op>) "
-    "instead of a fresh <out>/<timestamp>_<op>.",
-)
-@click.option(
-    "--echo/--no-echo",
-    "echo",
-    default=True,
-    help="Copy the benchmark's output to stdout as well as run.log. The batch "
-    "passes --no-echo: each operator's output is stored once, in run.log.",
-)
-def run_command(run_dir, echo, **flags):
-    """Measure one operator: preflight, a private run dir, pytest with zlbench's plugins.
-
-    \b
-    Exit codes: 0 all measured, 1 a benchmark failed, 3 preflight failed (a broken
-    environment, not a broken operator); pytest's own 2/4/5 pass through.
-    The last line printed is the run dir.
-    """
-    from .run import run_from_flags
-
-    sys.exit(run_from_flags(flags, run_dir=run_dir, echo=echo))
 
 
 # -- backends ------------------------------------------------------------------

@@ -19,22 +19,94 @@ autotuning while the row was timed (absent when it did neither); ``cost_ms`` (th
 timer's steps in ms and how they ended), ``gap_ms`` (the benchmark's own work since the
 previous timing). A graph row's ``stop`` is ``noise`` (pinned after the first round of
 replays) or ``budget`` (the caller's rep filled).
-Nothing here imports torch.
+Each line carries ``format`` (rundir.ROW_STATS_FORMAT); a line without one is format 1.
+This module is the record's one writer (``append``) and one reader (``read``); the
+file's name is zlbench.rundir's. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Dict, Iterable, List, Optional, Tuple
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from zlbench import rundir
+from zlbench.safe_read import read_text_capped
 
 Key = Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]
 
-# The file itself (name, append, read) belongs to zlbench.rundir.
 ROW_STATS = rundir.ROW_STATS
-append = rundir.append_row_stat
-read = rundir.read_row_stats
+FORMAT = rundir.ROW_STATS_FORMAT
+# The fields a record may carry (the docstring above says what each means): the key
+# that joins it to its printed row, then what the timer and the plugins add.
+KEY_FIELDS = ("op", "dtype", "shape", "side")
+FIELDS = frozenset(
+    {
+        *KEY_FIELDS,
+        "timer",
+        "median_ms",
+        "samples",
+        "spread",
+        "stop",
+        "throttled",
+        "clock",
+        "placements",
+        "cost_ms",
+        "gap_ms",
+        "autotune",
+        "compile_s",
+        "tune_s",
+        "device",
+    }
+)
+
+
+def append(run_dir: Path, record: Mapping[str, Any]) -> None:
+    """One JSON line, flushed at once: a killed run keeps every row it measured.
+    Raises ValueError for a field the record does not have (a typo in a plugin)."""
+    unknown = set(record) - FIELDS
+    if unknown:
+        raise ValueError(f"not a {ROW_STATS} field: {', '.join(sorted(unknown))}")
+    line = json.dumps({rundir.FORMAT_KEY: FORMAT, **record}, sort_keys=True, default=str)
+    with open(rundir.row_stats_path(Path(run_dir)), "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+def read(run_dir: Path, strict: bool = False) -> "tuple[List[dict], List[str]]":
+    """(records, problems): a torn last line (the process was killed), a line that is
+    not a record or one of a newer format is a problem and left out. ``strict``: raise
+    rundir.DocumentError at the first problem instead. Records come without ``format``."""
+    path = rundir.row_stats_path(Path(run_dir))
+    if not path.is_file():
+        return [], []
+    records: List[dict] = []
+    bad: List[Tuple[str, str]] = []  # (where in the file, what is wrong)
+    try:
+        text, _ = read_text_capped(path)
+    except OSError as e:
+        bad.append(("", str(e)))
+        text = ""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            bad.append((f":{lineno}", "not a JSON line"))
+            continue
+        if not isinstance(rec, dict):
+            continue
+        problem = rundir.format_problem(rec, FORMAT, "row record")
+        if problem:
+            bad.append((f":{lineno}", problem))
+            continue
+        rec.pop(rundir.FORMAT_KEY, None)
+        records.append(rec)
+    if strict and bad:
+        raise rundir.DocumentError(path, f"{bad[0][0]}: {bad[0][1]}")
+    problems = [f"{path}{where}: {why}" + (", skipped" if where else "") for where, why in bad]
+    return records, problems
 
 
 def key_of(record: dict) -> Key:

@@ -45,7 +45,48 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
 from .atomic import write_atomic, write_json_atomic
-from .safe_read import read_text_capped
+from .safe_read import describe_error, read_bytes_capped, read_text_capped, resolve_path
+
+
+class DocumentError(ValueError):
+    """A run or batch file that cannot be read as its document: unreadable, not JSON,
+    not the document's shape, or written in a format this zlbench does not read. The
+    reader raises it; its caller decides what that means (refuse to go on, or an issue
+    in a summary). ``str()`` names the file and what is wrong with it."""
+
+    def __init__(self, path: Path, why: str):
+        super().__init__(f"{path}{why}")
+        self.path = Path(path)
+        self.why = why
+
+
+# Each document carries its format in "format" (plan.json, run_identity.json) or in
+# each record (row_stats.jsonl): a reader refuses a format newer than it knows. Files
+# from before formats were recorded have none and read as format 1.
+PLAN_FORMAT = 1
+IDENTITY_FORMAT = 1
+ROW_STATS_FORMAT = 1
+STATUS_FORMAT = 1  # ops_status.csv: the last column of every row
+FORMAT_KEY = "format"
+
+
+def _with_format(doc: Mapping[str, Any], version: int) -> Dict[str, Any]:
+    """``doc`` with the writer's format, first: the writer, not its caller, says it."""
+    return {FORMAT_KEY: version, **{k: v for k, v in doc.items() if k != FORMAT_KEY}}
+
+
+def format_problem(doc: Mapping[str, Any], known: int, what: str) -> str:
+    """Why ``doc``'s format cannot be read ("" when it can: absent means 1)."""
+    version = doc.get(FORMAT_KEY, 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        return f"its {what} format is {version!r}, not a format number"
+    if version > known:
+        return (
+            f"it is {what} format {version}, written by a newer zlbench (this one reads "
+            f"format {known} and older); read it with that zlbench"
+        )
+    return ""
+
 
 # --- a run dir -------------------------------------------------------------------------
 RUN_LOG = "run.log"
@@ -118,13 +159,40 @@ def mark_complete(run_dir: Path, stamp: str) -> None:
     write_atomic(run_dir / COMPLETE, stamp + "\n")
 
 
+IDENTITY_LIMIT = 16 * 1024 * 1024
+
+
+def load_identity(run_dir: Path) -> Optional[dict]:
+    """run_identity.json; None when the run dir has none. Raises DocumentError when it
+    cannot be read as one (unreadable, a FIFO, not a JSON object, a newer format)."""
+    path = Path(run_dir) / IDENTITY
+    if not os.path.lexists(path):
+        return None
+    try:
+        doc = json.loads(read_text_capped(path, IDENTITY_LIMIT)[0])
+    except OSError as e:
+        raise DocumentError(path, f": cannot read it ({describe_error(e)})") from None
+    except ValueError as e:
+        raise DocumentError(path, f" is not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise DocumentError(path, " is not a JSON object")
+    problem = format_problem(doc, IDENTITY_FORMAT, "run identity")
+    if problem:
+        raise DocumentError(path, f": {problem}")
+    return doc
+
+
 def read_identity(run_dir: Path) -> dict:
-    """run_identity.json as a dict; {} when absent or unreadable."""
-    return _read_json(run_dir / IDENTITY)
+    """run_identity.json as a dict; {} when absent or not readable as one (load_identity
+    says why)."""
+    try:
+        return load_identity(run_dir) or {}
+    except DocumentError:
+        return {}
 
 
 def write_identity(run_dir: Path, data: Mapping[str, Any]) -> None:
-    write_json_atomic(run_dir / IDENTITY, dict(data))
+    write_json_atomic(run_dir / IDENTITY, _with_format(data, IDENTITY_FORMAT))
 
 
 def identity_paths(root: Path) -> List[Path]:
@@ -210,6 +278,38 @@ def parse_shard_dir_name(name: str) -> Optional[tuple]:
 
 # --- batch dir -------------------------------------------------------------------------
 
+# Exit codes of ``zlbench run`` (docs/design.md, "Exit codes of zlbench run"): what the
+# batch records in ops_status.csv's exit_code and reads its status from. pytest's own
+# 2/4/5 pass through; a run killed by signal N shows as -N (or 128+N: its pytest was).
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_PREFLIGHT = 3
+EXIT_NO_TESTS = 5
+
+# ops_status.csv's status column: every status an operator's row may hold.
+OK, FAILED, TIMEOUT, CRASHED, SKIPPED, DISMISSED = (
+    "ok",
+    "failed",
+    "timeout",
+    "crashed",
+    "skipped",
+    "dismissed",
+)
+STATUSES = (OK, FAILED, TIMEOUT, CRASHED, SKIPPED, DISMISSED)
+# Statuses that make a batch exit 1; an operator without a row yet is "not run".
+BAD = (FAILED, TIMEOUT, CRASHED)
+NOT_RUN = "not run"
+
+
+def count_statuses(rows: Mapping[str, Mapping[str, str]], planned: Iterable[str]) -> Dict[str, int]:
+    """How many planned operators hold each status (NOT_RUN: no row yet)."""
+    counts: Dict[str, int] = {}
+    for op in planned:
+        status = rows.get(op, {}).get("status") or NOT_RUN
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
 COLUMNS = [
     "operator",
     "status",
@@ -236,7 +336,10 @@ COLUMNS = [
     # Of first_call_s + measure_s: compiling kernels, and tuning (autotune plugin's clock).
     "compile_s",
     "tune_s",
+    # STATUS_FORMAT, written by format_status; a file without the column is format 1.
+    FORMAT_KEY,
 ]
+STATUS_LIMIT = 64 * 1024 * 1024
 
 
 def status_row(operator: str, status: str, **cells: object) -> Dict[str, object]:
@@ -326,8 +429,44 @@ def format_status(rows: Mapping[str, Mapping[str, object]]) -> str:
     writer = csv.DictWriter(out, fieldnames=COLUMNS, extrasaction="ignore")
     writer.writeheader()
     for op in sorted(rows):
-        writer.writerow({c: rows[op].get(c, "") for c in COLUMNS})
+        writer.writerow({**{c: rows[op].get(c, "") for c in COLUMNS}, FORMAT_KEY: STATUS_FORMAT})
     return out.getvalue()
+
+
+def read_status_rows(batch_dir: Path) -> Optional[List[tuple]]:
+    """ops_status.csv's rows as (line number, row), in file order; None when the batch
+    has none. Raises DocumentError when it cannot be read as one (unreadable, not text,
+    no operator and status columns, not CSV, a row of a newer format).
+
+    The driver's own StatusFile reads leniently instead (a garbled line is left out and
+    its operator re-run); every other reader reads through here."""
+    path = status_path(Path(batch_dir))
+    if not os.path.lexists(path):
+        return None
+    try:
+        text, _ = read_text_capped(path, STATUS_LIMIT)
+    except OSError as e:
+        raise DocumentError(path, f": cannot read it ({describe_error(e)})") from None
+    if "\0" in text or "\ufffd" in text:
+        raise DocumentError(path, " is not text (binary or not UTF-8)")
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        fields = reader.fieldnames or []
+        if "operator" not in fields or "status" not in fields:
+            raise DocumentError(
+                path, f" has no 'operator' and 'status' columns (found: {', '.join(fields) or 'none'})"
+            )
+        rows = []
+        for lineno, row in enumerate(reader, 2):
+            version = (row.get(FORMAT_KEY) or "").strip()
+            stamped = {FORMAT_KEY: int(version) if version.isdigit() else version} if version else {}
+            problem = format_problem(stamped, STATUS_FORMAT, "status row")
+            if problem:
+                raise DocumentError(path, f":{lineno}: {problem}")
+            rows.append((lineno, row))
+        return rows
+    except csv.Error as e:
+        raise DocumentError(path, f" is not valid CSV ({e})") from None
 
 
 def _cell(value: object) -> str:
@@ -454,16 +593,113 @@ def plan_path(batch_dir: Path) -> Path:
     return batch_dir / PLAN_FILE
 
 
+PLAN_LIMIT = 64 * 1024 * 1024
+# Plan keys that define what a number means: a resumed batch, or another shard of a
+# screen, must not change them.
+SAME_ON_RESUME = ("settings", "backend", "extra_env", "shard")
+
+
 def read_plan(batch_dir: Path) -> Optional[dict]:
-    """plan.json, or None when the batch has none yet. Raises ValueError when unreadable."""
-    path = plan_path(batch_dir)
-    if not path.is_file():
+    """plan.json, or None when the batch has none yet. Raises DocumentError when it is
+    not a plan this zlbench reads (unreadable, not JSON, not a plan's shape, a newer
+    format); the message names the file and what is wrong."""
+    path = plan_path(Path(batch_dir))
+    if not os.path.lexists(path):
         return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        doc = json.loads(read_bytes_capped(path, PLAN_LIMIT)[0].decode("utf-8"))
+    except OSError as e:
+        raise DocumentError(path, f": cannot read it ({describe_error(e)})") from None
+    except ValueError as e:
+        raise DocumentError(path, f" is not valid JSON ({e})") from None
+    problem = plan_problem(doc)
+    if problem:
+        raise DocumentError(path, f" is not a zlbench batch plan ({problem})")
+    problem = format_problem(doc, PLAN_FORMAT, "plan")
+    if problem:
+        raise DocumentError(path, f": {problem}")
+    return doc
 
 
 def write_plan(batch_dir: Path, doc: Mapping[str, Any]) -> None:
-    write_atomic(plan_path(batch_dir), json.dumps(doc, indent=2) + "\n")
+    write_atomic(plan_path(batch_dir), json.dumps(_with_format(doc, PLAN_FORMAT), indent=2) + "\n")
+
+
+def _json_type(value: object) -> str:
+    return {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def plan_problem(doc: object) -> str:
+    """What makes ``doc`` unusable as a plan ("" when nothing)."""
+    if not isinstance(doc, dict):
+        return f"a JSON {_json_type(doc)}, not an object"
+    kinds = {
+        "ops": list,
+        "settings": dict,
+        "devices": list,
+        "dismissed": dict,
+        "op_timeouts": dict,
+        "extra_env": dict,
+        "sessions": list,
+        "fallback_dtypes": list,
+    }
+    for key, kind in kinds.items():
+        if key in doc and not isinstance(doc[key], kind):
+            return f"{key} is a JSON {_json_type(doc[key])}"
+    if "ops" not in doc:
+        return "no ops"
+    for item in doc["ops"]:
+        if not isinstance(item, dict) or not isinstance(item.get("op"), str):
+            return "an ops entry without an operator name"
+    if not all(isinstance(d, str) for d in doc.get("devices", [])):
+        return "devices are not names"
+    return ""
+
+
+def plan_settings(values: Mapping[str, Any]) -> Dict[str, object]:
+    """Settings (name -> value) as plan.json records them: sorted, tuples as lists."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in sorted(values.items())}
+
+
+# Settings that name a path: plan.json records them absolute, so that the children and a
+# later --resume find them from any cwd.
+PATH_SETTINGS = ("shape_file", "flaggems_dir", "replay_from")
+
+
+def absolute_settings(settings):
+    """``settings`` (knobs.Settings) with its PATH_SETTINGS absolute. Raises ValueError
+    naming the flag when a path cannot be resolved (a symlink loop, say)."""
+    changes = {}
+    for name in PATH_SETTINGS:
+        value = settings.values.get(name)
+        if value and not os.path.isabs(value):
+            try:
+                changes[name] = str(resolve_path(value))
+            except OSError as e:
+                raise ValueError(f"--{name.replace('_', '-')} {value}: {describe_error(e)}") from None
+    return settings.replace(**changes) if changes else settings
+
+
+def caliber_diffs(saved: Mapping[str, Any], doc: Mapping[str, Any]) -> List[str]:
+    """What differs between two plan documents in what a number means ("name: a -> b")."""
+    diffs = []
+    for key in SAME_ON_RESUME:
+        old, new = saved.get(key), doc.get(key)
+        if key == "settings":
+            for name in sorted(set(old or {}) | set(new or {})):
+                if (old or {}).get(name) != (new or {}).get(name):
+                    diffs.append(f"{name}: {(old or {}).get(name)!r} -> {(new or {}).get(name)!r}")
+        elif old != new:
+            diffs.append(f"{key}: {old!r} -> {new!r}")
+    return diffs
 
 
 def batch_log_path(batch_dir: Path) -> Path:
@@ -535,36 +771,3 @@ def _read_json(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
-
-
-# --- per-row measurement records (the record's fields: zlbench/rowstats.py) ----------
-
-
-def append_row_stat(run_dir: Path, record: Mapping[str, Any]) -> None:
-    """One JSON line, flushed at once: a killed run keeps every row it measured."""
-    with open(Path(run_dir) / ROW_STATS, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True, default=str) + "\n")
-
-
-def read_row_stats(run_dir: Path) -> "tuple[List[dict], List[str]]":
-    """(records, problems); a torn last line (the process was killed) is a problem."""
-    path = Path(run_dir) / ROW_STATS
-    if not path.is_file():
-        return [], []
-    records: List[dict] = []
-    problems: List[str] = []
-    try:
-        text, _ = read_text_capped(path)
-    except OSError as e:
-        return [], [f"{path}: {e}"]
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            problems.append(f"{path}:{lineno}: not a JSON line, skipped")
-            continue
-        if isinstance(rec, dict):
-            records.append(rec)
-    return records, problems

@@ -3,9 +3,8 @@
 Pure functions over (exit code, timed out, log tail), so the retry and fallback rules
 are testable without running anything.
 
-Exit codes of ``zlbench run`` (docs/design.md): 0 measured, 1 a benchmark failed,
-3 preflight failed, pytest's 2/4/5 pass through. A process killed by signal N shows as
--N (the run itself was killed) or 128+N (the run saw its pytest killed).
+The exit codes of ``zlbench run`` and the status vocabulary are the run-dir contract's
+(zlbench/rundir.py); this module reads an attempt's exit through them.
 """
 
 from __future__ import annotations
@@ -13,37 +12,12 @@ from __future__ import annotations
 import re
 import signal
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Optional, Tuple
 
 from .. import backends
 from ..markers import NO_MEASUREMENT, PREFLIGHT_FAILED, parse_marker
 from ..pytestlog import FAILED_RE, last_session_end
-
-EXIT_OK = 0
-EXIT_PREFLIGHT = 3
-EXIT_NO_TESTS = 5
-
-OK, FAILED, TIMEOUT, CRASHED, SKIPPED, DISMISSED = (
-    "ok",
-    "failed",
-    "timeout",
-    "crashed",
-    "skipped",
-    "dismissed",
-)
-STATUSES = (OK, FAILED, TIMEOUT, CRASHED, SKIPPED, DISMISSED)
-# Statuses that make a batch exit 1; an operator without a row yet is "not run".
-BAD = (FAILED, TIMEOUT, CRASHED)
-NOT_RUN = "not run"
-
-
-def count_statuses(rows: Mapping[str, Mapping[str, str]], planned: Sequence[str]) -> Dict[str, int]:
-    counts: Dict[str, int] = {}
-    for op in planned:
-        status = rows.get(op, {}).get("status") or NOT_RUN
-        counts[status] = counts.get(status, 0) + 1
-    return counts
-
+from ..rundir import CRASHED, EXIT_NO_TESTS, EXIT_OK, EXIT_PREFLIGHT, FAILED, OK, SKIPPED, TIMEOUT
 
 # Error text that usually means the device or driver hiccuped, not the operator: these
 # words, and each backend's runtime errors (backends/<vendor>.py transient_patterns).

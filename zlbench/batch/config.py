@@ -224,7 +224,7 @@ class BatchResult:
     devices: List[str] = field(default_factory=list)
 
     def counts(self) -> Dict[str, int]:
-        from .classify import count_statuses
+        from ..rundir import count_statuses
 
         return count_statuses(self.rows, self.planned)
 
@@ -234,6 +234,6 @@ class BatchResult:
         130 interrupted (resume with --resume)."""
         if self.interrupted:
             return 130
-        from .classify import BAD, NOT_RUN
+        from ..rundir import BAD, NOT_RUN
 
         return 1 if any(s in (*BAD, NOT_RUN) for s in self.counts()) else 0

@@ -8,7 +8,6 @@ One thread per device runs its operators one after another, each in its own
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import socket
@@ -28,9 +27,8 @@ from ..corpus.fingerprint import fingerprint
 from ..corpus.operators import OperatorListError, load_operators, ops_in_stages
 from ..corpus.resolve import CorpusListing
 from ..markers import WORKER_FORK_REFUSED, format_marker
-from ..safe_read import describe_error, read_bytes_capped, resolve_path
+from ..safe_read import describe_error, resolve_path
 from ..suggest import unknown_operator_hint
-from .classify import BAD
 from .config import RUN_MODES, BatchConfig, BatchResult, default_run_command
 from .execute import ATTEMPT_TAG, BATCH_TAG, ExecContext, Stopper, child_environ, dtype_ladder, run_operator
 from .flaggems_summary import write_summary as write_flaggems_summary
@@ -40,11 +38,6 @@ from .progress import Progress
 from .state import BatchError, DriverLock, last_attempts, read_durations
 from .storage import EnvironmentFailure
 from .workers import WorkerSlot
-
-PLAN_FORMAT = 1
-PLAN_LIMIT = 64 * 1024 * 1024
-# Plan keys that define what a number means: a resumed batch must not change them.
-_SAME_ON_RESUME = ("settings", "backend", "extra_env", "shard")
 
 
 class _Log:
@@ -144,15 +137,10 @@ def _check_batch_dir(batch_dir: Path, resume: bool) -> None:
 
 def _absolute(settings):
     """Paths the children and a later --resume must find from any cwd."""
-    changes = {}
-    for name in ("shape_file", "flaggems_dir", "replay_from"):
-        value = settings.values.get(name)
-        if value and not os.path.isabs(value):
-            try:
-                changes[name] = str(resolve_path(value))
-            except OSError as e:
-                raise BatchError(f"--{name.replace('_', '-')} {value}: {describe_error(e)}") from None
-    return settings.replace(**changes) if changes else settings
+    try:
+        return rundir.absolute_settings(settings)
+    except ValueError as e:
+        raise BatchError(str(e)) from None
 
 
 def _backend(settings):
@@ -287,19 +275,13 @@ def _replay_root(settings) -> Optional[Path]:
 
 
 def _settings_doc(settings) -> Dict[str, object]:
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in sorted(settings.values.items())}
-
-
-def settings_document(settings) -> Dict[str, object]:
-    """The settings as plan.json records them (paths absolute): what resume compares."""
-    return _settings_doc(_absolute(settings))
+    return rundir.plan_settings(settings.values)
 
 
 def plan_document(
     config: BatchConfig, plan: Plan, settings, backend_name: str, timer: str, op_timeouts: Mapping[str, float]
 ) -> dict:
     return {
-        "format": PLAN_FORMAT,
         "backend": backend_name,
         "timer": timer,
         "devices": plan.devices,
@@ -328,80 +310,16 @@ def plan_document(
 
 def load_plan(batch_dir: Path) -> Optional[dict]:
     """The saved plan; None when there is none. Raises BatchError for a plan.json that
-    is not one (wrong JSON type, binary, a FIFO)."""
-    path = rundir.plan_path(Path(batch_dir))
-    if not os.path.lexists(path):
-        return None
+    is not one (wrong JSON type, binary, a FIFO, a newer format)."""
     try:
-        doc = json.loads(read_bytes_capped(path, PLAN_LIMIT)[0].decode("utf-8"))
-    except OSError as e:
-        raise BatchError(
-            f"{path}: cannot read it ({describe_error(e)}); restore it or start a new --out"
-        ) from None
-    except ValueError as e:
-        raise BatchError(f"{path} is not valid JSON ({e}); restore it or start a new --out") from None
-    problem = plan_problem(doc)
-    if problem:
-        raise BatchError(f"{path} is not a zlbench batch plan ({problem}); restore it or start a new --out")
-    return doc
-
-
-def _json_type(value: object) -> str:
-    return {
-        dict: "object",
-        list: "array",
-        str: "string",
-        bool: "boolean",
-        int: "number",
-        float: "number",
-        type(None): "null",
-    }.get(type(value), type(value).__name__)
-
-
-def plan_problem(doc: object) -> str:
-    """What makes ``doc`` unusable as a plan ("" when nothing)."""
-    if not isinstance(doc, dict):
-        return f"a JSON {_json_type(doc)}, not an object"
-    kinds = {
-        "ops": list,
-        "settings": dict,
-        "devices": list,
-        "dismissed": dict,
-        "op_timeouts": dict,
-        "extra_env": dict,
-        "sessions": list,
-        "fallback_dtypes": list,
-    }
-    for key, kind in kinds.items():
-        if key in doc and not isinstance(doc[key], kind):
-            return f"{key} is a JSON {_json_type(doc[key])}"
-    if "ops" not in doc:
-        return "no ops"
-    for item in doc["ops"]:
-        if not isinstance(item, dict) or not isinstance(item.get("op"), str):
-            return "an ops entry without an operator name"
-    if not all(isinstance(d, str) for d in doc.get("devices", [])):
-        return "devices are not names"
-    return ""
-
-
-def caliber_diffs(saved: dict, doc: dict) -> List[str]:
-    """What differs between two plan documents in what a number means ("name: a -> b")."""
-    diffs = []
-    for key in _SAME_ON_RESUME:
-        old, new = saved.get(key), doc.get(key)
-        if key == "settings":
-            for name in sorted(set(old or {}) | set(new or {})):
-                if (old or {}).get(name) != (new or {}).get(name):
-                    diffs.append(f"{name}: {(old or {}).get(name)!r} -> {(new or {}).get(name)!r}")
-        elif old != new:
-            diffs.append(f"{key}: {old!r} -> {new!r}")
-    return diffs
+        return rundir.read_plan(Path(batch_dir))
+    except rundir.DocumentError as e:
+        raise BatchError(f"{e}; restore it or start a new --out") from None
 
 
 def _check_resume(saved: dict, doc: dict, batch_dir: Path) -> List[str]:
     """Refuse a resume that would measure differently; return warnings."""
-    diffs = caliber_diffs(saved, doc)
+    diffs = rundir.caliber_diffs(saved, doc)
     if diffs:
         raise BatchError(
             f"--resume {batch_dir}: the batch was started with other settings "
@@ -524,7 +442,7 @@ def _prepare_resume(
                     _reconstructed_row(item.op, item, batch_dir, attempts.get(item.op, []), backend, timer)
                 )
             continue
-        if keep_failed and rows.get(item.op, {}).get("status") in BAD:
+        if keep_failed and rows.get(item.op, {}).get("status") in rundir.BAD:
             failed_kept += 1
             continue
         if run_dir.exists():

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, TextIO
 
-from .classify import BAD
+from ..rundir import BAD
 
 
 @dataclass

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from .. import rundir
-from .classify import BAD, NOT_RUN, STATUSES, count_statuses
+from ..rundir import BAD, NOT_RUN, STATUSES, count_statuses
 from .progress import fmt_duration
 
 

@@ -76,8 +76,8 @@ def _reading(chunks: Iterator[str]) -> Iterator[str]:
 
 
 def _history(summary, history_db: Optional[str]):
-    from zlbench.history.section import history_section
     from zlbench.history.store import HistoryError
+    from zlbench.report.history import history_section
 
     try:
         return history_section(summary, history_db)

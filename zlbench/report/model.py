@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from zlbench import backends, rundir
-from zlbench.batch.classify import BAD, NOT_RUN, STATUSES
 from zlbench.batch.state import tail_lines
 from zlbench.corpus.families import Families, operator_families
+from zlbench.rundir import BAD, NOT_RUN, STATUSES
+from zlbench.runlog import Row
 from zlbench.summary.ab import ABResult
 from zlbench.summary.caliber import batch_caliber
-from zlbench.summary.parse import Row
 from zlbench.summary.render import screen_state
 from zlbench.summary.render_ab import GAIN_NOTE, caliber_lines, verdict_lines
 from zlbench.summary.rows import Summary

@@ -20,11 +20,11 @@ from ..backends import Backend, Device, DeviceError
 from ..corpus.results import record_args, records_json
 from ..markers import NO_MEASUREMENT, format_marker
 from ..providers import ResolveError, Target
+from ..rundir import EXIT_FAILED, EXIT_OK, EXIT_PREFLIGHT
 from ..safe_read import read_text_capped, resolve_path
 from . import identity as ident
 from .outdir import claim_run_dir, use_run_dir
 from .preflight import (
-    EXIT_PREFLIGHT,
     PreflightFailed,
     check_plugins_importable,
     check_replay_from,
@@ -33,8 +33,6 @@ from .preflight import (
 )
 from .tee import pump
 
-EXIT_OK = 0
-EXIT_FAILED = 1
 # How long a child gets to exit after SIGINT/SIGTERM before it is killed.
 CHILD_GRACE_S = 10.0
 
@@ -516,7 +514,7 @@ def execute_run(
 def _verify_measured(run_dir: Path, op: Optional[str], out: TextIO, log) -> int:
     """Exit 0 from pytest is not enough: the log must show pytest's closing line and at
     least one row that can be counted. Otherwise NO_MEASUREMENT and exit 1."""
-    from ..summary.rows import measurement_problem
+    from ..runlog import measurement_problem
 
     log.flush()
     text, _ = read_text_capped(rundir.run_log_path(run_dir))

@@ -14,8 +14,6 @@ from ..markers import PREFLIGHT_FAILED, format_marker
 from ..rundir import replay_records
 from ..safe_read import missing_reason, resolve_path
 
-EXIT_PREFLIGHT = 3
-
 
 class PreflightFailed(Exception):
     def __init__(self, check: str, message: str, path: Optional[Path] = None):

@@ -264,7 +264,7 @@ def _run_attempt(msg: dict, start, note: str = "") -> None:
 
 def _run_flags(argv: List[str]) -> Tuple[dict, Optional[Path]]:
     """``zlbench run``'s flags from its argv, and its --run-dir."""
-    from ..cli import run_command
+    from .command import run_command
 
     ctx = run_command.make_context("zlbench run", list(argv))
     flags = dict(ctx.params)

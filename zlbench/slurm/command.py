@@ -16,7 +16,18 @@ import click
 from zlbench import knobs
 from zlbench.atomic import write_atomic
 from zlbench.batch.state import BatchError
-from zlbench.rundir import SLURM_DIR, SLURM_SCREEN, SLURM_SCRIPT, SLURM_SUBMISSIONS, SLURM_TASK_LOG, plan_path
+from zlbench.rundir import (
+    SLURM_DIR,
+    SLURM_SCREEN,
+    SLURM_SCRIPT,
+    SLURM_SUBMISSIONS,
+    SLURM_TASK_LOG,
+    DocumentError,
+    absolute_settings,
+    caliber_diffs,
+    plan_settings,
+    read_plan,
+)
 from zlbench.safe_read import describe_error, resolve_path
 from zlbench.slurm import scheduler
 from zlbench.slurm.script import array_spec, render_script
@@ -144,25 +155,21 @@ def _batch_settings(batch_args: Sequence[str], screen: Path):
     """(settings as plan.json records them, [(variable, flag, value)] taken from the
     environment); refuses what `zlbench batch` would refuse."""
     from zlbench.batch.command import config_from_args
-    from zlbench.batch.driver import settings_document
 
     try:
         config = config_from_args([*batch_args, "--out", str(screen)])
+        document = plan_settings(absolute_settings(config.settings).values)
     except click.ClickException as e:
         raise click.UsageError(f"batch option: {e.format_message()}") from None
-    except BatchError as e:
+    except (BatchError, ValueError) as e:
         raise click.UsageError(str(e)) from None
     settings = config.settings
     from_env = [
-        (
-            knobs.BY_NAME[name].env,
-            knobs.BY_NAME[name].flag,
-            knobs.flag_text(settings_document(settings)[name]),
-        )
+        (knobs.BY_NAME[name].env, knobs.BY_NAME[name].flag, knobs.flag_text(document[name]))
         for name in knobs.MEASURE_KNOBS
         if settings.sources.get(name) == "env"
     ]
-    return settings_document(settings), from_env
+    return document, from_env
 
 
 def _read_json(path: Path) -> Optional[dict]:
@@ -176,8 +183,6 @@ def _read_json(path: Path) -> Optional[dict]:
 
 def _check_screen(screen: Path, shards: int, settings: dict) -> None:
     """Refuse a DIR that holds something else: another N, other settings, a plain batch."""
-    from zlbench.batch.driver import caliber_diffs
-
     found = shard_dirs(screen)
     others = sorted({n for _, n in found if n != shards})
     if others:
@@ -199,7 +204,10 @@ def _check_screen(screen: Path, shards: int, settings: dict) -> None:
     if recorded:
         sources.append((f"{SLURM_DIR}/{SLURM_SCREEN}", recorded.get("settings") or {}))
     for (k, n), path in sorted(found.items()):
-        plan = _read_json(plan_path(path))
+        try:
+            plan = read_plan(path)
+        except DocumentError as e:
+            raise SubmitError(f"{e}; restore it or choose a new --out") from None
         if plan:
             sources.append((path.name, plan.get("settings") or {}))
     for name, saved in sources:

@@ -13,9 +13,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from zlbench.corpus.results import canonical_shape
 from zlbench.markers import DEVICE_THROTTLED
+from zlbench.runlog import Row
 from zlbench.stats import geomean, quantile
 from zlbench.summary.caliber import CaliberReport, compare_run_pairs
-from zlbench.summary.parse import Row
 from zlbench.summary.rows import Summary, summarize
 from zlbench.summary.sources import RunLog
 from zlbench.summary.verdict import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
 
+from zlbench.runlog import Row
 from zlbench.stats import geomean
-from zlbench.summary.parse import Row
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from zlbench.knobs import KNOBS
-from zlbench.summary.parse import Row
+from zlbench.runlog import Row
 from zlbench.summary.sources import RunLog
 
 UNKNOWN = "unknown"

@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 
 from zlbench import rundir
 from zlbench.corpus import results as fg
-from zlbench.summary.parse import Issue, Row, value_problem
+from zlbench.runlog import Issue, Row, value_problem
 from zlbench.summary.sources import RunLog, SummaryInputError
 
 FORMAT = "flaggems"

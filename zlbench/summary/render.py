@@ -9,8 +9,8 @@ from collections.abc import Iterator as IteratorABC
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from zlbench.corpus.families import OTHER, Families, operator_families
+from zlbench.runlog import Issue, Row
 from zlbench.summary.aggregate import Aggregate, aggregate
-from zlbench.summary.parse import Issue, Row
 from zlbench.summary.rows import Summary
 from zlbench.summary.status import NOT_RUN, STATUSES, operator_statuses
 from zlbench.summary.tables import (

@@ -8,8 +8,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from zlbench import rowstats, rundir
 from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, RUN_PHASE, Marker
+from zlbench.runlog import Issue, ParsedLog, Row, parse_log, reads_as
 from zlbench.safe_read import DEFAULT_LIMIT, describe_error, read_text_capped
-from zlbench.summary.parse import Issue, ParsedLog, Row, parse_log
 from zlbench.summary.screen import Screen, read_screen
 from zlbench.summary.sources import RunLog, find_runs
 
@@ -111,37 +111,6 @@ def attach_row_stats(rows: Sequence[Row], run_dir: Path, issues: List[Issue]) ->
             setattr(row, f"{side}_autotune", tuned if isinstance(tuned, dict) else None)
 
 
-def _reads_as(printed: str, run_op: str) -> bool:
-    """A table of run ``run_op`` may print its own name or a variant of it
-    (``mm`` prints ``mm_self_transpose``, a backward test ``abs_backward``)."""
-    return printed == run_op or printed.startswith(run_op + "_")
-
-
-def measurement_problem(text: str, run_op: Optional[str]) -> Optional[Tuple[str, str]]:
-    """(reason, detail) when a benchmark process that exited 0 measured nothing that
-    can be counted; None when it did (or when pytest says every test was skipped).
-
-    no_session_end: it stopped before pytest's closing line (``os._exit(0)`` mid-test);
-    no_rows: tests passed but printed no table row; no_valid_rows: every row names
-    another operator or has impossible numbers.
-    """
-    parsed = parse_log(text)
-    if parsed.session_end is None:
-        return ("no_session_end", "the benchmark process exited 0 before pytest's closing summary line")
-    if "passed" not in parsed.session_end:
-        return None
-    if not parsed.rows:
-        return ("no_rows", f"pytest says {parsed.session_end!r} but no table row was printed")
-    valid = [r for r in parsed.rows if not r.problem and (not run_op or _reads_as(r.op, run_op))]
-    if not valid:
-        return (
-            "no_valid_rows",
-            f"none of its {len(parsed.rows)} rows can be counted (another "
-            "operator's name, or impossible numbers)",
-        )
-    return None
-
-
 def rows_of_run(run: RunLog) -> Tuple[List[Row], List[Issue]]:
     try:
         text, cut = read_text_capped(run.log)
@@ -161,7 +130,7 @@ def rows_of_run(run: RunLog) -> Tuple[List[Row], List[Issue]]:
     run_op = (run.identity or {}).get("op")
     if isinstance(run_op, str) and run_op:
         for row in parsed.rows:
-            if not row.problem and not _reads_as(row.op, run_op):
+            if not row.problem and not reads_as(row.op, run_op):
                 row.problem = f"table names operator {row.op}, but the run measured {run_op}"
                 parsed.issues.append(
                     Issue(

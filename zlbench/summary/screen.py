@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from zlbench.rundir import (
+    BAD,
     PLAN_FILE,
     StatusFile,
     format_status,
@@ -25,10 +26,7 @@ from zlbench.rundir import (
     read_plan,
     shard_dir_name,
 )
-from zlbench.summary.parse import Issue
-
-# Statuses that count as an operator measured badly (batch/classify.py's BAD).
-_BAD = ("failed", "timeout", "crashed")
+from zlbench.runlog import Issue
 
 
 @dataclass
@@ -57,7 +55,7 @@ class ShardDir:
 
     @property
     def failed(self) -> List[str]:
-        return [op for op in self.done if self.rows[op].get("status") in _BAD]
+        return [op for op in self.done if self.rows[op].get("status") in BAD]
 
     @property
     def started(self) -> bool:

@@ -8,23 +8,30 @@ screen holds one batch dir per host shard (screen.py reads it as one batch).
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from zlbench.rundir import COMPLETE, IDENTITY, PLAN_FILE, RESERVED, RUN_LOG, is_complete, read_plan
+from zlbench.rundir import (
+    COMPLETE,
+    IDENTITY,
+    OK,
+    PLAN_FILE,
+    RESERVED,
+    RUN_LOG,
+    DocumentError,
+    is_complete,
+    load_identity,
+    read_plan,
+    read_status_rows,
+    status_path,
+)
 from zlbench.rundir import STATUS_FILE as OPS_STATUS
-from zlbench.safe_read import describe_error, missing_reason, read_text_capped
-from zlbench.summary.parse import Issue
+from zlbench.runlog import Issue
+from zlbench.safe_read import missing_reason
 from zlbench.summary.screen import Screen
 
-IDENTITY_LIMIT = 16 * 1024 * 1024
-STATUS_LIMIT = 64 * 1024 * 1024
-OK_STATUS = "ok"
 # The issue kind of an operator ops_status.csv counts as ok whose run dir is gone.
 MISSING_RUN_DIR = "missing_run_dir"
 
@@ -55,21 +62,13 @@ def _walk_logs(root: Path) -> List[Path]:
 
 
 def _read_identity(run_dir: Path, issues: List[Issue]) -> Optional[dict]:
-    path = run_dir / IDENTITY
-    if not os.path.lexists(path):
-        return None
+    """The run's identity; a file that is not one is an issue, and the run reads as
+    having none."""
     try:
-        identity = json.loads(read_text_capped(path, IDENTITY_LIMIT)[0])
-    except OSError as e:
-        issues.append(Issue("bad_identity", f"cannot read {IDENTITY}: {describe_error(e)}", source=str(path)))
+        return load_identity(run_dir)
+    except DocumentError as e:
+        issues.append(Issue("bad_identity", f"{IDENTITY}{e.why}", source=str(e.path)))
         return None
-    except ValueError as e:
-        issues.append(Issue("bad_identity", f"cannot read {IDENTITY}: {e}", source=str(path)))
-        return None
-    if not isinstance(identity, dict):
-        issues.append(Issue("bad_identity", f"{IDENTITY} is not a JSON object", source=str(path)))
-        return None
-    return identity
 
 
 def _screen_logs(screen: Screen) -> List[Tuple[Path, Path]]:
@@ -170,9 +169,8 @@ def _not_run_issues(batch_dir: Path, planned: List[str], done: set) -> List[Issu
 def status_operators(root: Path) -> set:
     """Operators ops_status.csv has a row for (empty when it is absent or unreadable)."""
     try:
-        text, _ = read_text_capped(root / OPS_STATUS, STATUS_LIMIT)
-        return {rec.get("operator") for rec in csv.DictReader(io.StringIO(text, newline=""))}
-    except (OSError, csv.Error):
+        return {row.get("operator") for _, row in read_status_rows(root) or []}
+    except DocumentError:
         return set()
 
 
@@ -213,67 +211,29 @@ def missing_run_dirs(summary) -> List[Issue]:
 
 def read_ops_status(root: Path) -> List[Issue]:
     """Operators the batch did not measure, from ops_status.csv (none if it is absent)."""
-    path = root / OPS_STATUS
-    if not os.path.lexists(path):
-        return []
     try:
-        text, _ = read_text_capped(path, STATUS_LIMIT)
-    except OSError as e:
+        rows = read_status_rows(root) or []
+    except DocumentError as e:
         return [
-            Issue(
-                "bad_ops_status",
-                f"cannot read {OPS_STATUS}: {describe_error(e)}; operator outcomes not checked",
-                source=str(path),
-            )
+            Issue("bad_ops_status", f"{OPS_STATUS}{e.why}; operator outcomes not checked", source=str(e.path))
         ]
-    if "\0" in text or "\ufffd" in text:
-        return [
+    path = str(status_path(root))
+    issues = []
+    for lineno, rec in rows:
+        status = (rec.get("status") or "").strip() or "(empty)"
+        if status == OK:
+            gone = _missing_run_dir(root, rec)
+            if gone:
+                issues.append(Issue(MISSING_RUN_DIR, gone, op=rec.get("operator"), line=lineno, source=path))
+            continue
+        why = "; ".join(t for t in ((rec.get("reason") or "").strip(), (rec.get("notes") or "").strip()) if t)
+        issues.append(
             Issue(
-                "bad_ops_status",
-                f"{OPS_STATUS} is not text (binary or not UTF-8); operator outcomes not checked",
-                source=str(path),
+                f"op_{status}",
+                f"batch status {status}" + (f": {why}" if why else ""),
+                op=rec.get("operator"),
+                line=lineno,
+                source=path,
             )
-        ]
-    try:
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        fields = reader.fieldnames or []
-        if "operator" not in fields or "status" not in fields:
-            return [
-                Issue(
-                    "bad_ops_status",
-                    f"{OPS_STATUS} has no 'operator' and 'status' columns (found: "
-                    f"{', '.join(fields) or 'none'}); operator outcomes not checked",
-                    source=str(path),
-                )
-            ]
-        issues = []
-        for lineno, rec in enumerate(reader, 2):
-            status = (rec.get("status") or "").strip() or "(empty)"
-            if status == OK_STATUS:
-                gone = _missing_run_dir(root, rec)
-                if gone:
-                    issues.append(
-                        Issue(MISSING_RUN_DIR, gone, op=rec.get("operator"), line=lineno, source=str(path))
-                    )
-                continue
-            why = "; ".join(
-                t for t in ((rec.get("reason") or "").strip(), (rec.get("notes") or "").strip()) if t
-            )
-            issues.append(
-                Issue(
-                    f"op_{status}",
-                    f"batch status {status}" + (f": {why}" if why else ""),
-                    op=rec.get("operator"),
-                    line=lineno,
-                    source=str(path),
-                )
-            )
-        return issues
-    except csv.Error as e:
-        return [
-            Issue(
-                "bad_ops_status",
-                f"{OPS_STATUS} is not valid CSV ({e}); operator outcomes not checked",
-                source=str(path),
-            )
-        ]
+        )
+    return issues

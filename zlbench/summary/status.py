@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List
 
-from zlbench.batch.classify import NOT_RUN, STATUSES, count_statuses
-from zlbench.rundir import StatusFile, plan_path, read_plan
+from zlbench.rundir import NOT_RUN, STATUSES, StatusFile, count_statuses, plan_path, read_plan
 from zlbench.summary.rows import Summary
 
 __all__ = ["NOT_RUN", "STATUSES", "Statuses", "operator_statuses"]

@@ -1,4 +1,7 @@
-"""Read one benchmark log: FlagGems' printed tables, marker lines and failures.
+"""Read one run.log: FlagGems' printed tables, marker lines and failures.
+
+The one reader of a run's log: ``zlbench run`` asks it whether a run measured anything
+(``measurement_problem``), summary turns its rows into tables.
 
 FlagGems prints each (op, dtype) as one table; zlbench.corpus.table holds its format
 (title, column titles, rows of 3 to 6 value cells and a Size Detail).
@@ -309,3 +312,34 @@ def _scan_outside_table(line: str, lineno: int, out: ParsedLog, issue: Callable[
     end = pytestlog.session_end(line)
     if end is not None:
         out.session_end = end
+
+
+def reads_as(printed: str, run_op: str) -> bool:
+    """A table of run ``run_op`` may print its own name or a variant of it
+    (``mm`` prints ``mm_self_transpose``, a backward test ``abs_backward``)."""
+    return printed == run_op or printed.startswith(run_op + "_")
+
+
+def measurement_problem(text: str, run_op: Optional[str]) -> Optional[Tuple[str, str]]:
+    """(reason, detail) when a benchmark process that exited 0 measured nothing that
+    can be counted; None when it did (or when pytest says every test was skipped).
+
+    no_session_end: it stopped before pytest's closing line (``os._exit(0)`` mid-test);
+    no_rows: tests passed but printed no table row; no_valid_rows: every row names
+    another operator or has impossible numbers.
+    """
+    parsed = parse_log(text)
+    if parsed.session_end is None:
+        return ("no_session_end", "the benchmark process exited 0 before pytest's closing summary line")
+    if "passed" not in parsed.session_end:
+        return None
+    if not parsed.rows:
+        return ("no_rows", f"pytest says {parsed.session_end!r} but no table row was printed")
+    valid = [r for r in parsed.rows if not r.problem and (not run_op or reads_as(r.op, run_op))]
+    if not valid:
+        return (
+            "no_valid_rows",
+            f"none of its {len(parsed.rows)} rows can be counted (another "
+            "operator's name, or impossible numbers)",
+        )
+    return None
