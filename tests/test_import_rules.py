@@ -28,11 +28,18 @@ HEAVY = ("torch", "triton", "flag_gems")
 BENCHMARK_SIDE = ("plugins/", "sample_corpus/", "cpu_timer.py", "timing.py",
                   "corpus/cpu_collect_driver.py", "corpus/collect_dump.py")
 # Who may not import whom: a module under the key never imports one under a value.
+_ABOVE_RUNDIR = ("zlbench.batch", "zlbench.run", "zlbench.summary", "zlbench.plugins",
+                 "zlbench.corpus", "zlbench.report", "zlbench.ab", "zlbench.history",
+                 "zlbench.slurm", "zlbench.cli", "zlbench.noise", "zlbench.ops",
+                 "zlbench.knobs", "zlbench.rowstats", "zlbench.runlog")
 LAYERS = {
     "zlbench/proc.py": ("zlbench.",),
     "zlbench/atomic.py": ("zlbench.",),
-    "zlbench/rundir.py": ("zlbench.batch", "zlbench.run", "zlbench.summary", "zlbench.plugins",
-                          "zlbench.corpus", "zlbench.report", "zlbench.ab"),
+    "zlbench/rundir.py": _ABOVE_RUNDIR,
+    # The row record and the run.log reader sit just above the run-dir contract: run,
+    # the plugins and summary all use them.
+    "zlbench/rowstats.py": tuple(n for n in _ABOVE_RUNDIR if n != "zlbench.rowstats"),
+    "zlbench/runlog.py": tuple(n for n in _ABOVE_RUNDIR if n not in ("zlbench.runlog", "zlbench.corpus")),
     "zlbench/backends/": ("zlbench.batch", "zlbench.run", "zlbench.summary", "zlbench.plugins",
                           "zlbench.corpus", "zlbench.report", "zlbench.knobs", "zlbench.rundir"),
     "zlbench/corpus/": ("zlbench.batch", "zlbench.run", "zlbench.summary", "zlbench.plugins",
@@ -40,9 +47,29 @@ LAYERS = {
                         "zlbench.cli"),
     "zlbench/plugins/": ("zlbench.batch", "zlbench.run", "zlbench.summary", "zlbench.report",
                          "zlbench.ops", "zlbench.providers", "zlbench.ab", "zlbench.cli"),
-    "zlbench/summary/": ("zlbench.batch.driver", "zlbench.batch.execute", "zlbench.run",
-                         "zlbench.plugins"),
+    # One operator's run: below the batch and every reader of its files.
+    "zlbench/run/": ("zlbench.cli", "zlbench.batch", "zlbench.summary", "zlbench.report",
+                     "zlbench.history", "zlbench.slurm", "zlbench.ab", "zlbench.noise"),
+    "zlbench/batch/": ("zlbench.cli", "zlbench.summary", "zlbench.report", "zlbench.history",
+                       "zlbench.slurm", "zlbench.ab", "zlbench.noise"),
+    # The readers take the status vocabulary from zlbench/rundir.py, not from batch.
+    "zlbench/summary/": ("zlbench.batch.driver", "zlbench.batch.execute", "zlbench.batch.classify",
+                         "zlbench.run", "zlbench.plugins", "zlbench.report", "zlbench.slurm",
+                         "zlbench.cli"),
+    "zlbench/report/": ("zlbench.batch.driver", "zlbench.batch.execute", "zlbench.batch.classify",
+                        "zlbench.run", "zlbench.plugins", "zlbench.slurm", "zlbench.cli"),
+    # The report shows history (report/history.py); history never reaches up into it.
+    "zlbench/history/": ("zlbench.report", "zlbench.batch", "zlbench.run", "zlbench.plugins",
+                         "zlbench.slurm", "zlbench.cli"),
+    # slurm submits batches (batch.command) but reads their plans through rundir.
+    "zlbench/slurm/": ("zlbench.batch.driver", "zlbench.batch.execute", "zlbench.batch.classify",
+                       "zlbench.run", "zlbench.plugins", "zlbench.cli"),
 }
+# Names of the run-dir contract only zlbench/rundir.py defines: the exit codes of
+# `zlbench run`, ops_status.csv's statuses, the documents' formats.
+RUNDIR_NAMES = {"EXIT_OK", "EXIT_FAILED", "EXIT_PREFLIGHT", "EXIT_NO_TESTS", "STATUSES", "BAD",
+                "NOT_RUN", "PLAN_FORMAT", "IDENTITY_FORMAT", "ROW_STATS_FORMAT", "STATUS_FORMAT"}
+BAD_STATUSES = {rundir.FAILED, rundir.TIMEOUT, rundir.CRASHED}
 
 
 def vendor_names() -> List[str]:
@@ -212,8 +239,36 @@ def test_layers_import_only_downwards():
     assert not found, broken(found)
 
 
+def test_the_run_dir_vocabulary_has_one_home():
+    found = []
+    for rel, tree in sources():
+        if rel == "zlbench/rundir.py":
+            continue
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, ast.AnnAssign) else [])
+            names = [n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)]
+            for name in names:
+                if name.lstrip("_") in RUNDIR_NAMES:
+                    found.append(f"{rel}:{node.lineno}: defines {name}; exit codes, statuses and "
+                                 "document formats are zlbench/rundir.py's (import them)")
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                words = {e.value for e in node.elts if isinstance(e, ast.Constant)}
+                if BAD_STATUSES <= words:
+                    found.append(f"{rel}:{node.lineno}: spells the bad statuses "
+                                 f"{sorted(BAD_STATUSES)}; use rundir.BAD")
+    assert not found, broken(found)
+
+
 def test_the_rules_see_a_violation():
     # The checker itself: a module spelling a run file and importing torch is caught.
     tree = ast.parse('import torch\nPATH = "run_identity.json"\n')
     assert [text for _, text in strings(tree) if text in RUN_FILES] == ["run_identity.json"]
     assert [name for _, name in imports("zlbench/x.py", tree)] == ["torch"]
+    # An import running back up is named by file, line and rule.
+    upward = ast.parse("x = 1\nfrom zlbench.cli import main\n")
+    banned = LAYERS["zlbench/run/"]
+    assert [(line, name) for line, name in imports("zlbench/run/worker.py", upward)
+            if any(name == b or name.startswith(b + ".") for b in banned)] == [
+        (2, "zlbench.cli"), (2, "zlbench.cli.main")]
