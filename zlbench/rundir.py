@@ -42,7 +42,7 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional
 
 from .atomic import write_atomic, write_json_atomic
 from .safe_read import describe_error, read_bytes_capped, read_text_capped, resolve_path
@@ -688,14 +688,18 @@ def absolute_settings(settings):
     return settings.replace(**changes) if changes else settings
 
 
-def caliber_diffs(saved: Mapping[str, Any], doc: Mapping[str, Any]) -> List[str]:
-    """What differs between two plan documents in what a number means ("name: a -> b")."""
+def caliber_diffs(
+    saved: Mapping[str, Any], doc: Mapping[str, Any], fixed: Callable[[str], bool] = lambda name: True
+) -> List[str]:
+    """What differs between two plan documents in what a number means ("name: a -> b").
+    ``fixed(name)``: whether a difference in setting ``name`` counts (the knobs table
+    knows which settings a resume may change; this module does not import it)."""
     diffs = []
     for key in SAME_ON_RESUME:
         old, new = saved.get(key), doc.get(key)
         if key == "settings":
             for name in sorted(set(old or {}) | set(new or {})):
-                if (old or {}).get(name) != (new or {}).get(name):
+                if fixed(name) and (old or {}).get(name) != (new or {}).get(name):
                     diffs.append(f"{name}: {(old or {}).get(name)!r} -> {(new or {}).get(name)!r}")
         elif old != new:
             diffs.append(f"{key}: {old!r} -> {new!r}")
