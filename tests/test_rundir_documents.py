@@ -116,6 +116,7 @@ def test_a_status_row_of_a_newer_format_is_an_issue_not_a_guess(tmp_path):
     with pytest.raises(rundir.DocumentError, match=r":2: it is status row format 2"):
         rundir.read_status_rows(root)
     assert "status row format 2" in kinds(summarize(root))["bad_ops_status"]
+    assert rundir.StatusFile(root).read() == {}  # the lenient reader leaves the row out
 
 
 # --- row_stats.jsonl -----------------------------------------------------------------

@@ -390,6 +390,7 @@ class StatusFile:
                     isinstance(op, str)
                     and op
                     and all(isinstance(v, str) or v is None for k, v in row.items() if k is not None)
+                    and not _row_format_problem(row)
                 ):
                     rows[op] = row
         except csv.Error:
@@ -433,13 +434,22 @@ def format_status(rows: Mapping[str, Mapping[str, object]]) -> str:
     return out.getvalue()
 
 
+def _row_format_problem(row: Mapping[str, Optional[str]]) -> str:
+    """Why an ops_status.csv row's format cannot be read ("" when it can; none: 1)."""
+    version = (row.get(FORMAT_KEY) or "").strip()
+    stamped = {FORMAT_KEY: int(version) if version.isdigit() else version} if version else {}
+    return format_problem(stamped, STATUS_FORMAT, "status row")
+
+
 def read_status_rows(batch_dir: Path) -> Optional[List[tuple]]:
     """ops_status.csv's rows as (line number, row), in file order; None when the batch
     has none. Raises DocumentError when it cannot be read as one (unreadable, not text,
     no operator and status columns, not CSV, a row of a newer format).
 
-    The driver's own StatusFile reads leniently instead (a garbled line is left out and
-    its operator re-run); every other reader reads through here."""
+    The other way in, StatusFile.read_file, is lenient: a garbled row (or one of a newer
+    format) is left out; the driver re-runs its operator, the status counts and the
+    screen merge count what they can. Summary's per-operator issues read through here,
+    so that a file it cannot read is said."""
     path = status_path(Path(batch_dir))
     if not os.path.lexists(path):
         return None
@@ -458,9 +468,7 @@ def read_status_rows(batch_dir: Path) -> Optional[List[tuple]]:
             )
         rows = []
         for lineno, row in enumerate(reader, 2):
-            version = (row.get(FORMAT_KEY) or "").strip()
-            stamped = {FORMAT_KEY: int(version) if version.isdigit() else version} if version else {}
-            problem = format_problem(stamped, STATUS_FORMAT, "status row")
+            problem = _row_format_problem(row)
             if problem:
                 raise DocumentError(path, f":{lineno}: {problem}")
             rows.append((lineno, row))
