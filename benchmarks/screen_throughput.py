@@ -222,6 +222,7 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         "pointwise_wall_median_s": statistics.median(pointwise) if pointwise else None,
         "wall_median_s": statistics.median(walls.values()) if walls else None,
         "projected_corpus_h": round(projected_h, 2),
+        "projected_corpus_s": round(projected_h * 3600, 1),
         "projected_by_kind_h": {k: round(kind_means[k] * n / 3600, 3) for k, n in sorted(counts.items())},
         "kernel_mode": kernel, "kernel_over_zlbench": ratios,
         "kernel_over_zlbench_median": statistics.median(ratios.values()) if ratios else None,

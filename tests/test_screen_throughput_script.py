@@ -59,5 +59,8 @@ def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_
         records = (out / "a" / status[op]["run_dir"] / "row_stats.jsonl").read_text().splitlines()
         assert mine["timings"] == len(records) and mine["budget_s"] > 0
         assert mine["efficiency"] == pytest.approx(mine["measure_s"] / mine["budget_s"], abs=0.01)
-    assert figures["aa"]["pairs"] > 0 and figures["projected_corpus_h"] > 0
+    # Every corpus operator at its kind's mean wall (the sample has no kinds: its mean).
+    mean = sum(figures["per_operator"][op]["a"]["wall_s"] for op in ("abs", "add")) / 2
+    assert figures["projected_corpus_s"] == pytest.approx(11 * mean, rel=0.01)
+    assert figures["aa"]["pairs"] > 0
     assert "measure_efficiency_median" in proc.stdout
