@@ -71,7 +71,6 @@ PREIMPORT = (
     "zlbench.plugins.graph_timer",
     "zlbench.plugins.autotune",
     "zlbench.plugins.parallel_warmup",
-    "zlbench.plugins.report",
     "zlbench.cli",
     "zlbench.run",
     "zlbench.providers",
