@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .. import knobs, proc, rundir
+from .. import benchenv, knobs, proc, rundir
 from ..safe_read import read_text_capped
 from . import classify, storage
 from .activity import Activity, phase_times, split_phases, tuning_times
@@ -26,8 +26,6 @@ from .classify import Outcome
 from .plan import OpPlan
 from .state import tail_lines
 
-# Child environment variables that would override the flags the batch passes.
-_STRIP_ENV = {k.env for k in knobs.KNOBS} | {"ZL_RUN_DIR"}
 # Inherited by every process of a batch, so a later driver finds what a killed one left.
 BATCH_TAG = "ZL_BATCH_DIR"
 # Inherited by every process of one attempt: what is still alive after the attempt, in
@@ -49,7 +47,8 @@ def knob_args(settings: knobs.Settings, skip: Sequence[str] = ()) -> List[str]:
 
 
 def child_environ(base: Mapping[str, str], batch_dir: Path, extra: Mapping[str, str]) -> Dict[str, str]:
-    env = {k: v for k, v in base.items() if k not in _STRIP_ENV}
+    # The batch gives each `zlbench run` its settings as flags: no variable may add to them.
+    env = benchenv.without_settings(base)
     env[BATCH_TAG] = str(batch_dir)
     env.update(extra)
     return env

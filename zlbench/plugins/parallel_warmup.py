@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import pytest
 
-from zlbench import knobs, proc, rundir
+from zlbench import benchenv, knobs, proc, rundir
 from zlbench.plugins import print_line, run_dir, write_plugin_json
 from zlbench.plugins.keys import PARALLEL_WARMUP_REPLAY
 
@@ -123,7 +123,7 @@ def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
     for res in resolutions:
         print_line(_resolution_line(res))
     refusal = autotune_sweep.refusal_before_launch(
-        level, environ.get("ZL_AUTOTUNE_MODE", "record"), environ.get("REPLAY_FROM"), resolutions, by_key
+        level, benchenv.autotune_mode(environ), knobs.env_value("replay_from", environ), resolutions, by_key
     )
     if refusal:
         return _refuse(report, refusal)

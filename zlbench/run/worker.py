@@ -50,6 +50,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+from .. import benchenv
 from ..proc import ATTEMPT_TAG, kill_group_now, set_parent_death_signal
 
 # Imported by every benchmark process and safe before any device is touched.
@@ -84,7 +85,7 @@ PLUGIN_PACKAGE = "zlbench.plugins"
 # Environment keys that differ between attempts by design and that the library under
 # test never reads: a spare's benchmark process serves any attempt whose environment
 # differs from its own in these only.
-PER_RUN_KEYS = frozenset({"ZL_RUN_DIR", ATTEMPT_TAG})
+PER_RUN_KEYS = benchenv.per_run_keys([ATTEMPT_TAG])
 
 _WORKER_PYTHONPATH: List[str] = []
 
