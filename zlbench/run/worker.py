@@ -551,7 +551,9 @@ def _exit(code: int) -> None:
 
 class ForkedPytest:
     """The benchmark process as a fork that calls ``pytest.main``: the Popen subset
-    ``zlbench.run._launch`` uses."""
+    ``zlbench.run._launch`` uses (a ``proc.GroupChild`` this process reaps)."""
+
+    own_child = True
 
     def __init__(self, pid: int):
         self.pid = pid

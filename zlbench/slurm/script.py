@@ -78,7 +78,7 @@ def render_script(
     if from_env:
         lines.append(
             "# From the submitting environment: "
-            + ", ".join(f"{var}={shlex.quote(value)}" for var, _, value in from_env)
+            + ", ".join(f"{var}={shlex.quote(value)}" for var, value, _ in from_env)
         )
     options: List[Tuple[str, ...]] = [("--shard", "auto"), ("--shards", str(shards)), ("--out", str(screen))]
     options += pair_options(batch_args)
