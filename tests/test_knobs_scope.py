@@ -4,7 +4,8 @@ benchmark process is given (zlbench/benchenv.py)."""
 from pathlib import Path
 
 from zlbench import backends, benchenv, knobs
-from zlbench.batch.driver import caliber_diffs, resume_changes
+from zlbench.batch.driver import resume_changes
+from zlbench.rundir import caliber_diffs
 
 
 def test_every_knob_has_a_scope_and_the_caliber_ones_are_fixed_on_resume():
@@ -21,10 +22,10 @@ def test_every_knob_has_a_scope_and_the_caliber_ones_are_fixed_on_resume():
 def test_a_resume_records_batch_changes_and_refuses_caliber_ones():
     saved = {"settings": {"level": "core", "compile_workers": 0}, "run_mode": "worker", "retries": 1}
     doc = {"settings": {"level": "core", "compile_workers": 4}, "run_mode": "fresh", "retries": 1}
-    assert caliber_diffs(saved, doc) == []
+    assert caliber_diffs(saved, doc, knobs.fixed_on_resume) == []
     assert resume_changes(saved, doc) == {"run_mode": ["worker", "fresh"], "compile_workers": [0, 4]}
     doc["settings"]["level"] = "comprehensive"
-    assert caliber_diffs(saved, doc) == ["level: 'core' -> 'comprehensive'"]
+    assert caliber_diffs(saved, doc, knobs.fixed_on_resume) == ["level: 'core' -> 'comprehensive'"]
 
 
 def _child_env(backend_name, **values):

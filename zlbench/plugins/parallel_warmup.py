@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -282,10 +281,10 @@ class SweepTerminated(BaseException):
     """SIGTERM arrived while shards were running (``zlbench run`` forwards it)."""
 
 
-def launch_shards(jobs: Sequence[Dict[str, Any]], cwd: Path) -> List[subprocess.Popen]:
+def launch_shards(jobs: Sequence[Dict[str, Any]], cwd: Path) -> List[proc.Child]:
     """Start every shard in its own process group (so the group can be killed whole),
     output to its log. A shard whose parent dies without reaping it gets SIGTERM."""
-    procs: List[subprocess.Popen] = []
+    procs: List[proc.Child] = []
     try:
         for job in jobs:
             with open(job["log"], "wb") as log:
@@ -296,7 +295,7 @@ def launch_shards(jobs: Sequence[Dict[str, Any]], cwd: Path) -> List[subprocess.
     return procs
 
 
-def wait_shards(procs: Sequence[subprocess.Popen], grace_s: float = GRACE_S, on_exit=None) -> List[int]:
+def wait_shards(procs: Sequence[proc.Child], grace_s: float = GRACE_S, on_exit=None) -> List[int]:
     """Exit codes in shard order. Anything raised meanwhile (KeyboardInterrupt, or
     SweepTerminated for SIGTERM) stops and reaps every shard before it propagates."""
     previous = _raise_on_sigterm()
@@ -319,7 +318,7 @@ def wait_shards(procs: Sequence[subprocess.Popen], grace_s: float = GRACE_S, on_
             signal.signal(signal.SIGTERM, previous)
 
 
-def stop_shards(procs: Sequence[subprocess.Popen], grace_s: float = GRACE_S) -> None:
+def stop_shards(procs: Sequence[proc.Child], grace_s: float = GRACE_S) -> None:
     """Stop every shard's process group (zlbench.proc's one rule) and reap them all."""
     proc.stop(procs, grace_s)
 
