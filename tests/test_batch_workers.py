@@ -320,7 +320,7 @@ def test_a_library_that_fails_to_import_fails_its_runs_prestarted_or_not(tmp_pat
 
 def test_a_spare_that_exited_before_its_attempt_is_not_used_and_says_so(capfd):
     # The attempt then forks plainly; the worker log must say why the spare was passed over.
-    from zlbench.run.worker import Spare
+    from zlbench.run.spare import Spare
 
     pid = os.fork()
     if pid == 0:

@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
-from zlbench import backends, rundir
+from zlbench import backends, benchenv, knobs, rundir
 
 PACKAGE = Path(__file__).resolve().parents[1] / "zlbench"
 
@@ -272,3 +272,25 @@ def test_the_rules_see_a_violation():
     assert [(line, name) for line, name in imports("zlbench/run/worker.py", upward)
             if any(name == b or name.startswith(b + ".") for b in banned)] == [
         (2, "zlbench.cli"), (2, "zlbench.cli.main")]
+    spelt = ast.parse('env = {"ZL_RUN_DIR": "/r"}\n')
+    assert [text for _, text in strings(spelt) if text in settings_variables()] == ["ZL_RUN_DIR"]
+
+
+# The benchmark process' variables (what `zlbench run` hands to pytest) and every
+# knob's variable: spelled by the settings table and the benchmark environment only.
+SETTINGS_HOMES = ("zlbench/knobs.py", "zlbench/benchenv.py")
+
+
+def settings_variables() -> set:
+    return set(benchenv.variables()) | {k.env for k in knobs.BY_NAME.values() if k.env}
+
+
+def test_only_the_settings_modules_spell_the_benchmark_variables():
+    names = settings_variables()
+    assert {"ZL_RUN_DIR", "REPLAY_FROM", "ZL_AUTOTUNE_MODE", "ZL_STALL_TIMEOUT"} <= names
+    found = [f"{rel}:{line}: spells {text!r}; only {' and '.join(SETTINGS_HOMES)} name the "
+             "settings' and the benchmark process' variables (use knobs.BY_NAME[...].env, "
+             "knobs.env_value or a zlbench.benchenv reader)"
+             for rel, tree in sources() if rel not in SETTINGS_HOMES
+             for line, text in strings(tree) if text in names]
+    assert not found, broken(found)

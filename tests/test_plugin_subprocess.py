@@ -62,7 +62,7 @@ def markers(stdout):
 def direct_run(tmp_path_factory):
     return run_fake(
         tmp_path_factory.mktemp("direct"),
-        ["zlbench.plugins.device_setup", "zlbench.plugins.direct_timer", "zlbench.plugins.report"],
+        ["zlbench.plugins.device_setup", "zlbench.plugins.direct_timer"],
         {"ZL_BACKEND": "cuda", "ZL_TIMER": "direct", "ZL_DIRECT_TIMER": "do_bench",
          "ZL_DIRECT_REPEAT": "3"},
     )
@@ -175,7 +175,7 @@ def test_graph_timer_marks_every_row_it_cannot_capture(tmp_path):
 def test_plugins_are_silent_without_a_run_dir(tmp_path):
     stdout, counts, run_dir = run_fake(
         tmp_path,
-        ["zlbench.plugins.device_setup", "zlbench.plugins.graph_timer", "zlbench.plugins.report"],
+        ["zlbench.plugins.device_setup", "zlbench.plugins.graph_timer"],
         {"ZL_BACKEND": "cuda", "ZL_DIRECT_REPEAT": "5"},
         with_run_dir=False,
     )

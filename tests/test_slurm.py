@@ -202,7 +202,8 @@ def test_dry_run_prints_a_readable_script_and_writes_nothing(tmp_path):
     """No cluster needed: --dry-run only prints."""
     import os
 
-    env = {**os.environ, "BENCH_LEVEL": "comprehensive"}
+    # Batch settings from the environment are spelled out too (a task's shell may lack them).
+    env = {**os.environ, "BENCH_LEVEL": "comprehensive", "ZL_RUN_MODE": "fresh", "ZL_WORKER_PRESTART": "0"}
     env.pop("ZL_BACKEND", None)
     screen = tmp_path / "nightly"
     proc = zl(env, "slurm", "submit", "--shards", 4, "--out", screen, "--dry-run",
@@ -217,8 +218,10 @@ def test_dry_run_prints_a_readable_script_and_writes_nothing(tmp_path):
                  f"exec {sys.executable} -m zlbench batch \\", "    --shard auto \\",
                  "    --shards 4 \\", f"    --out {screen} \\", f"    --flaggems-dir {CORPUS} \\",
                  "    --backend cpu \\", "    --ops good_op,dtype_op \\", "    --timeout 600 \\",
-                 "# From the submitting environment: BENCH_LEVEL=comprehensive",
-                 "    --level comprehensive \\", "    --progress plain"):
+                 "# From the submitting environment: BENCH_LEVEL=comprehensive, "
+                 "ZL_RUN_MODE=fresh, ZL_WORKER_PRESTART=0",
+                 "    --level comprehensive \\", "    --run-mode fresh \\", "    --no-worker-prestart \\",
+                 "    --progress plain"):
         assert line in script.splitlines(), (line, script)
     assert f"would write {screen}/slurm/array.sbatch and run: sbatch --parsable " \
            f"{screen}/slurm/array.sbatch" in proc.stderr

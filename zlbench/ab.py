@@ -22,12 +22,11 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import click
 
 from . import knobs
-from .batch.config import FINITE_SECONDS
 
 # Set on every run of an A/B: keep the isolated Triton cache for the liveness check.
 KEEP_TRITON_CACHE_ENV = "ZL_KEEP_TRITON_CACHE"
 # B replays A's records by design: these caliber differences are expected.
-EXPECTED_DIFFS = ("autotune_mode", "REPLAY_FROM", "replay_from")
+EXPECTED_DIFFS = ("autotune_mode", knobs.BY_NAME["replay_from"].env, "replay_from")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -250,6 +249,10 @@ def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -
     return True
 
 
+# The batch knobs an A/B passes to both of its batches (the rest stay at their defaults).
+AB_BATCH_KNOBS = ["timeout", "retries"]
+
+
 @click.command("ab", short_help="Compare a build switch: A (ENV=0) records, B (ENV=1) replays A's configs.")
 @knobs.knob_options(
     [n for n in knobs.MEASURE_KNOBS if n not in ("isolate_tuner_cache", "replay_from", "shape_file")]
@@ -284,14 +287,7 @@ def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -
     default=None,
     help="Where A/ and B/ go. [default: ./runs/ab-<timestamp>]",
 )
-@click.option(
-    "--timeout",
-    type=FINITE_SECONDS,
-    default=None,
-    metavar="SECONDS",
-    help="Per operator and attempt (as in zlbench batch).",
-)
-@click.option("--retries", type=click.IntRange(min=0), default=None, help="As in zlbench batch.")
+@knobs.knob_options(AB_BATCH_KNOBS)
 @click.option(
     "--format",
     "fmt_name",
@@ -346,10 +342,11 @@ def ab_command(
     settings = knobs.resolve(flags, names=knobs.MEASURE_KNOBS)
     out = out or default_out_dir("ab")
     batch_kwargs = {"ops": parse_ops_flag(ops) if ops else None, "devices": parse_devices_flag(devices)}
-    if timeout is not None:
-        batch_kwargs["timeout_s"] = timeout or None
-    if retries is not None:
-        batch_kwargs["retries"] = retries
+    given = knobs.resolve({"timeout": timeout, "retries": retries}, names=AB_BATCH_KNOBS)
+    if given.sources["timeout"] == "flag":
+        batch_kwargs["timeout_s"] = given.timeout or None
+    if given.sources["retries"] == "flag":
+        batch_kwargs["retries"] = given.retries
     try:
         results = run_ab(
             out,

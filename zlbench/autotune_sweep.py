@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from . import autotune_records as ar
-from . import knobs
+from . import benchenv, knobs
 from .backends.base import _split  # visibility lists parse as the backends parse them
 from .corpus.layout import TreeError
 from .corpus.scan import find_construction, scan_module, shape_key_for
@@ -64,7 +64,7 @@ def device_pool(environ: Mapping[str, str]) -> Tuple[Optional[str], List[str]]:
     6,7. Without it only the run's own device is known (never a bare 0, 1, ...).
     """
     key = environ.get("ZL_VISIBLE_KEY") or None
-    pool = _split(environ.get("ZL_WARMUP_DEVICES", ""))
+    pool = list(benchenv.warmup_devices(environ))
     if not pool and key and environ.get(key):
         pool = _split(environ[key])[:1]
     return key, pool
@@ -340,11 +340,7 @@ def shard_env(
     the run's isolated one (dropped with it): in one shared fresh DB a shard would take
     another shard's winner as "cached" and the conflict count would miss that key.
     """
-    env = dict(environ)
-    for name in ("REPLAY_FROM", "PARALLEL_WARMUP_GPUS"):
-        env.pop(name, None)
-    env["ZL_RUN_DIR"] = str(shard_dir)
-    env["ZL_AUTOTUNE_MODE"] = "record"
+    env = benchenv.sweep_shard_env(environ, shard_dir)
     if visible_key and device is not None:
         env[visible_key] = device
     isolated = environ.get("FLAGGEMS_CACHE_DIR")

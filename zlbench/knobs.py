@@ -1,15 +1,26 @@
 """Every setting of a run, in one table.
 
-A knob has a CLI flag and an environment variable (the names users already export in
-their scripts), a default, a parser that rejects bad values before any pytest starts,
-and a ``caliber`` flag: caliber knobs change what a number means, so they are printed
-in the run header, recorded in run_identity.json, and compared by ``summary --ab``.
+A knob has a CLI flag and (most) an environment variable (the names users already
+export in their scripts), a default, a parser that rejects bad values before any pytest
+starts, a scope, and whether the benchmark process gets it (``child``: zlbench/benchenv.py
+writes those into its environment):
 
-Precedence: flag, then environment, then default.
+  caliber  what a number means: printed in the run header, recorded in
+           run_identity.json, compared by ``summary --ab``; a resumed batch keeps its
+           plan's value and refuses a flag or variable that differs
+  corpus   what is measured, and with which code (the corpus, the operator, the pytest
+           plugins loaded): fixed on resume like the caliber, not part of it
+  batch    how a run or batch goes about it (timeouts, retries, workers, output cap):
+           a resume may change it, and plan.json records the change
+  reader   settings of the commands that read results (never in a run's record)
+
+Precedence: flag, then environment, then (on ``--resume``, batch scope) the plan's
+value, then default.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
@@ -25,6 +36,10 @@ SHAPE_MODES = ("file", "upstream")
 PROVIDERS = ("sample", "flaggems")
 # FlagGems' --dtypes choices (benchmark/conftest.py).
 KNOWN_DTYPES = ("float16", "float32", "bfloat16", "int16", "int32", "bool", "cfloat")
+RUN_MODES = ("worker", "fresh")
+
+CALIBER, CORPUS, BATCH, READER = "caliber", "corpus", "batch", "reader"
+SCOPES = (CALIBER, CORPUS, BATCH, READER)
 
 
 class KnobError(click.UsageError, ValueError):
@@ -34,11 +49,12 @@ class KnobError(click.UsageError, ValueError):
         self.knob = knob
         self.value = value
         self.why = why
-        where = (
-            f"{knob.env}={value!r} (from the environment; the flag is {knob.flag})"
-            if from_env
-            else f"{knob.flag} / {knob.env}={value!r}"
-        )
+        if from_env:
+            where = f"{knob.env}={value!r} (from the environment; the flag is {knob.flag})"
+        elif knob.env:
+            where = f"{knob.flag} / {knob.env}={value!r}"
+        else:
+            where = f"{knob.flag} {value!r}"
         super().__init__(f"{where}: {why}", ctx=None)
 
 
@@ -69,6 +85,20 @@ def _positive_int(knob: "Knob", raw: str) -> int:
     value = _nonneg_int(knob, raw)
     if value < 1:
         raise KnobError(knob, raw, "must be at least 1")
+    return value
+
+
+def _seconds(knob: "Knob", raw: str) -> float:
+    """Seconds >= 0 that a wait can use: inf, nan and 1e400 are refused here, not after
+    a child has started."""
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise KnobError(knob, raw, "is not a number of seconds") from None
+    if not math.isfinite(value):
+        raise KnobError(knob, raw, "is not a finite number of seconds (0 means no limit)")
+    if value < 0:
+        raise KnobError(knob, raw, "is negative (0 means no limit)")
     return value
 
 
@@ -125,12 +155,33 @@ def _names(knob: "Knob", raw: str) -> Optional[Tuple[str, ...]]:
 @dataclass(frozen=True)
 class Knob:
     name: str
-    env: str
+    env: Optional[str]  # None: a flag only
     flag: str
     default: Any
     parse: Callable[["Knob", str], Any]
-    caliber: bool
+    scope: str
     help: str
+    child: bool = False  # the benchmark process gets it (zlbench/benchenv.py)
+    switch: bool = False  # a boolean given as --flag / --no-flag
+    metavar: Optional[str] = None  # --help's name of the value (default: the variable)
+
+    def __post_init__(self) -> None:
+        assert self.scope in SCOPES, self.scope
+
+    @property
+    def caliber(self) -> bool:
+        return self.scope == CALIBER
+
+    @property
+    def fixed_on_resume(self) -> bool:
+        """A resumed batch keeps the plan's value: it changes what is measured."""
+        return self.scope in (CALIBER, CORPUS)
+
+    def args(self, value: Any) -> Tuple[str, ...]:
+        """The command-line words that give this value (``--retries 2``, ``--no-worker-prestart``)."""
+        if self.switch:
+            return (self.flag if value else "--no-" + self.flag[2:],)
+        return (self.flag, flag_text(value) or "")
 
     def parse_value(self, raw: Any) -> Any:
         if raw is None:
@@ -147,7 +198,7 @@ KNOBS: List[Knob] = [
         "--provider",
         None,
         _choice(PROVIDERS),
-        False,
+        CORPUS,
         "Where benchmarks come from: the bundled 'sample' corpus or a 'flaggems' checkout "
         "(default: flaggems when a FlagGems dir is given, else sample).",
     ),
@@ -157,17 +208,17 @@ KNOBS: List[Knob] = [
         "--flaggems-dir",
         None,
         _text,
-        False,
+        CORPUS,
         "FlagGems checkout (the parent of benchmark/); implies --provider flaggems.",
     ),
-    Knob("op", "OP", "--op", None, _text, False, "Operator to measure (its pytest mark)."),
+    Knob("op", "OP", "--op", None, _text, CORPUS, "Operator to measure (its pytest mark)."),
     Knob(
         "op_file",
         "OP_FILE",
         "--op-file",
         None,
         _text,
-        False,
+        CORPUS,
         "Benchmark file holding the operator, when its name does not say (test_<op>.py).",
     ),
     Knob(
@@ -176,7 +227,7 @@ KNOBS: List[Knob] = [
         "--test-node",
         None,
         _text,
-        False,
+        CORPUS,
         "A pytest node to run as is (benchmark/test_abs.py::test_abs); overrides --op.",
     ),
     Knob(
@@ -185,10 +236,11 @@ KNOBS: List[Knob] = [
         "--backend",
         None,
         _text,
-        True,
+        CALIBER,
         f"{', '.join(backends.BACKENDS)}, or an alias "
         f"({', '.join(a for b in backends.BACKENDS.values() for a in b.aliases[:1])}, ...); "
         "default: detected.",
+        child=True,
     ),
     Knob(
         "device",
@@ -196,7 +248,7 @@ KNOBS: List[Knob] = [
         "--device",
         None,
         _text,
-        True,
+        CALIBER,
         "Device index within the visible devices (default: the first).",
     ),
     Knob(
@@ -205,7 +257,7 @@ KNOBS: List[Knob] = [
         "--level",
         "core",
         _choice(BENCH_LEVELS),
-        True,
+        CALIBER,
         "FlagGems bench level: core or comprehensive (adds set_more_shapes).",
     ),
     Knob(
@@ -214,7 +266,7 @@ KNOBS: List[Knob] = [
         "--dtypes",
         None,
         _dtypes,
-        True,
+        CALIBER,
         "Comma-separated dtypes (float16,bfloat16); default: each operator's own.",
     ),
     Knob(
@@ -223,7 +275,7 @@ KNOBS: List[Knob] = [
         "--shape-file",
         None,
         _text,
-        True,
+        CALIBER,
         "Shape file (core_shapes.yaml format) to measure with.",
     ),
     Knob(
@@ -232,7 +284,7 @@ KNOBS: List[Knob] = [
         "--shape-mode",
         None,
         _choice(SHAPE_MODES),
-        True,
+        CALIBER,
         "file: use --shape-file; upstream: the corpus' own core_shapes.yaml "
         "(default: file when a shape file is given, else upstream).",
     ),
@@ -242,9 +294,10 @@ KNOBS: List[Knob] = [
         "--replay-from",
         None,
         _text,
-        True,
+        CALIBER,
         "autotune_records/ dir (or a run dir holding one) whose configs to replay. "
         "In zlbench batch: an earlier batch dir (each op replays <dir>/<op>/autotune_records).",
+        child=True,
     ),
     Knob(
         "use_flagtune",
@@ -252,8 +305,9 @@ KNOBS: List[Knob] = [
         "--use-flagtune",
         False,
         _bool,
-        True,
+        CALIBER,
         "1: FlagGems' FlagTune autotuning; 0 (default): plain autotune.",
+        child=True,
     ),
     Knob(
         "isolate_tuner_cache",
@@ -261,8 +315,9 @@ KNOBS: List[Knob] = [
         "--isolate-tuner-cache",
         False,
         _bool,
-        True,
+        CALIBER,
         "1: give the run its own FLAGGEMS_CACHE_DIR and TRITON_CACHE_DIR (default 0).",
+        child=True,
     ),
     Knob(
         "direct_repeat",
@@ -270,8 +325,9 @@ KNOBS: List[Knob] = [
         "--direct-repeat",
         1,
         _positive_int,
-        True,
+        CALIBER,
         "Direct timer: repeat each timed call N times and take the median (default 1).",
+        child=True,
     ),
     Knob(
         "direct_timer",
@@ -279,7 +335,7 @@ KNOBS: List[Knob] = [
         "--direct-timer",
         "kernels",
         _choice(DIRECT_MODES),
-        True,
+        CALIBER,
         "How the direct timer measures (rows that cannot be graph-captured): kernels "
         "(every call on its own: the device time of the kernels and copies it ran, from "
         "the profiler's trace, host gaps left out like graph replay leaves them out; "
@@ -288,6 +344,7 @@ KNOBS: List[Knob] = [
         "the median is pinned to ZL_DIRECT_NOISE or 10x the rep budget, warm L2; or "
         "do_bench (FlagGems' kernel mode: triton's do_bench with its L2 flush, "
         "ZL_DIRECT_REPEAT times, median).",
+        child=True,
     ),
     Knob(
         "direct_noise",
@@ -295,9 +352,10 @@ KNOBS: List[Knob] = [
         "--direct-noise",
         DEFAULT_NOISE_TARGET * 100,
         _percent,
-        True,
+        CALIBER,
         "kernels and percall direct timers: stop once the median's 95% confidence half-width is "
         "within this many percent of it (nvbench's --max-noise; default 0.5).",
+        child=True,
     ),
     Knob(
         "cpu_threads",
@@ -305,9 +363,10 @@ KNOBS: List[Knob] = [
         "--cpu-threads",
         1,
         _positive_int,
-        True,
+        CALIBER,
         "cpu backend: torch threads (and OMP/MKL) of the benchmark process (default 1, "
         "so that rows repeat on a shared machine).",
+        child=True,
     ),
     Knob(
         "cpu_keep_memory",
@@ -315,11 +374,12 @@ KNOBS: List[Knob] = [
         "--cpu-keep-memory",
         True,
         _bool,
-        True,
+        CALIBER,
         "cpu backend: 1 (default) keeps the memory the benchmark process frees for its next "
         "allocation (glibc's mmap threshold fixed at 32 MiB, trim threshold at 1 GiB, by "
         "mallopt), so a row that allocates is not timed with the page faults of memory "
         "handed back and taken again; 0 leaves glibc's adaptive thresholds.",
+        child=True,
     ),
     Knob(
         "enable_cudagraph",
@@ -327,7 +387,7 @@ KNOBS: List[Knob] = [
         "--enable-cudagraph",
         True,
         _bool,
-        True,
+        CALIBER,
         "0 forces the direct timer on backends that can graph-capture (default 1).",
     ),
     Knob(
@@ -336,10 +396,11 @@ KNOBS: List[Knob] = [
         "--graph-placements",
         8,
         _positive_int,
-        True,
+        CALIBER,
         "Graph timer: time each row over N placements of its inputs in device memory "
         "(the inputs where they are, then moved copies), replays pooled, so that a row's "
         "number does not hang on one process's addresses (default 8; 1: where they are).",
+        child=True,
     ),
     Knob(
         "graph_noise",
@@ -347,10 +408,11 @@ KNOBS: List[Knob] = [
         "--graph-noise",
         DEFAULT_NOISE_TARGET * 100,
         _percent_or_off,
-        True,
+        CALIBER,
         "Graph timer: after a first round of replays at every placement, stop once the pooled "
         "median's 95% confidence half-width is within this many percent of it; otherwise fill "
         "the caller's rep budget (default 0.5; 0: always fill it, as before this rule).",
+        child=True,
     ),
     Knob(
         "warmup_rule",
@@ -358,10 +420,11 @@ KNOBS: List[Knob] = [
         "--warmup-rule",
         "settle",
         _choice(WARMUP_RULES),
-        True,
+        CALIBER,
         "How long each timing warms up after its first call: 'settle' (default) until per-call "
         "time stops drifting and the device is at its working clock, FlagGems' --warmup as the "
         "cap; 'budget' FlagGems' --warmup at least (1,000 ms per timing).",
+        child=True,
     ),
     Knob(
         "parallel_warmup_gpus",
@@ -369,8 +432,9 @@ KNOBS: List[Knob] = [
         "--parallel-warmup-gpus",
         0,
         _nonneg_int,
-        False,
+        BATCH,
         "Shard the autotune sweep over N devices before measuring on one (default 0: off).",
+        child=True,
     ),
     Knob(
         "compile_workers",
@@ -378,12 +442,13 @@ KNOBS: List[Knob] = [
         "--compile-workers",
         0,
         _nonneg_int,
-        False,
+        BATCH,
         "Autotuned kernels: compile the candidate configs an autotuner is about to "
         "benchmark in N forked processes at once (threads where the OS cannot fork), then "
         "benchmark them one by one as before, so the same config wins and only the wait "
         "changes (1: triton's own way, each compiled inside the benchmark loop; default 0: "
         "min(8, half the CPUs the process may use)).",
+        child=True,
     ),
     Knob(
         "pytest_plugins",
@@ -391,7 +456,7 @@ KNOBS: List[Knob] = [
         "--pytest-plugins",
         None,
         _names,
-        False,
+        CORPUS,
         "Third-party pytest plugins the benchmark process loads (-p each, comma list); "
         "'autoload' loads every installed one as plain pytest does. Default: none "
         "(PYTEST_DISABLE_PLUGIN_AUTOLOAD=1; the loaded ones are recorded in run_identity.json).",
@@ -402,11 +467,11 @@ KNOBS: List[Knob] = [
         "--output-cap-mb",
         64,
         _positive_int,
-        False,
+        BATCH,
         "Most MiB of a benchmark's output kept in run.log: beyond it the first and last "
         "halves are kept and an OUTPUT_TRUNCATED line marks the cut.",
     ),
-    Knob("out", "ZL_OUT", "--out", "runs", _text, False, "Root under which run dirs are created."),
+    Knob("out", "ZL_OUT", "--out", "runs", _text, BATCH, "Root under which run dirs are created."),
 ]
 
 # What --help says of a knob whose explanation is long (the whole text: docs/cli.md,
@@ -432,6 +497,82 @@ SHORT_HELP: Dict[str, str] = {
     "OUTPUT_TRUNCATED between).",
 }
 
+# How a batch goes about its operators: flags of `zlbench batch` (and, where they make
+# sense, `ab`), recorded in plan.json; a --resume may change them (flag or variable, else
+# the plan's). Not in run_identity.json and never given to the benchmark process.
+BATCH_KNOBS: List[Knob] = [
+    Knob(
+        "timeout",
+        None,
+        "--timeout",
+        1800.0,
+        _seconds,
+        BATCH,
+        "Per operator and attempt (its process group is stopped); 0: none.",
+        metavar="SECONDS",
+    ),
+    Knob(
+        "retries",
+        None,
+        "--retries",
+        1,
+        _nonneg_int,
+        BATCH,
+        "Extra attempts for failures that look transient (timeout, signal).",
+        metavar="N",
+    ),
+    Knob(
+        "kill_grace",
+        None,
+        "--kill-grace",
+        10.0,
+        _seconds,
+        BATCH,
+        "Between SIGTERM and SIGKILL when a group is stopped.",
+        metavar="SECONDS",
+    ),
+    Knob(
+        "stall_timeout",
+        "ZL_STALL_TIMEOUT",
+        "--stall-timeout",
+        0.0,
+        _seconds,
+        BATCH,
+        "Stop an attempt after this long without output, rows or cache growth; 0: off.",
+        metavar="SECONDS",
+    ),
+    Knob(
+        "run_mode",
+        "ZL_RUN_MODE",
+        "--run-mode",
+        "worker",
+        _choice(RUN_MODES),
+        BATCH,
+        "worker: a warm worker per device forks each attempt; fresh: a new `zlbench run` each.",
+        metavar="|".join(RUN_MODES),
+    ),
+    Knob(
+        "worker_max_ops",
+        "ZL_WORKER_MAX_OPS",
+        "--worker-max-ops",
+        50,
+        _positive_int,
+        BATCH,
+        "Replace a worker after this many attempts.",
+        metavar="N",
+    ),
+    Knob(
+        "worker_prestart",
+        "ZL_WORKER_PRESTART",
+        "--worker-prestart",
+        True,
+        _bool,
+        BATCH,
+        "Ready the next operator's process, library imported, while one runs.",
+        switch=True,
+    ),
+]
+
 # Settings of the commands that read results, not of a run: never in run_identity.json,
 # and not flags of `run` or `batch`.
 READER_KNOBS: List[Knob] = [
@@ -441,14 +582,17 @@ READER_KNOBS: List[Knob] = [
         "--db",
         None,
         _text,
-        False,
+        READER,
         "SQLite file that `zlbench history` records screens in (default: "
         "$XDG_DATA_HOME/zlbench/history.sqlite, else ~/.local/share/zlbench/history.sqlite).",
     ),
 ]
 
-BY_NAME: Dict[str, Knob] = {k.name: k for k in KNOBS + READER_KNOBS}
-BY_ENV: Dict[str, Knob] = {k.env: k for k in KNOBS + READER_KNOBS}
+BY_NAME: Dict[str, Knob] = {k.name: k for k in KNOBS + BATCH_KNOBS + READER_KNOBS}
+# The variables of run settings and readers (a batch knob's variable is no caliber, and
+# an A/B side may set it).
+BY_ENV: Dict[str, Knob] = {k.env: k for k in KNOBS + READER_KNOBS if k.env}
+BATCH_OPTIONS = [k.name for k in BATCH_KNOBS]
 
 
 def history_db_path(value: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> str:
@@ -513,7 +657,7 @@ def resolve(
         flag_value = flags.get(knob.name)
         if flag_value is not None:
             values[knob.name], sources[knob.name] = knob.parse_value(flag_value), "flag"
-        elif environ.get(knob.env) not in (None, ""):
+        elif knob.env and environ.get(knob.env) not in (None, ""):
             try:
                 values[knob.name], sources[knob.name] = knob.parse_value(environ[knob.env]), "env"
             except KnobError as e:
@@ -530,11 +674,18 @@ def resolve(
     return Settings(values, sources)
 
 
+def fixed_on_resume(name: str) -> bool:
+    """Whether a resumed batch must keep plan.json's value of setting ``name`` (an
+    unknown name counts: it came from a newer or older table)."""
+    knob = BY_NAME.get(name)
+    return knob is None or knob.fixed_on_resume
+
+
 def env_value(name: str, environ: Optional[Mapping[str, str]] = None) -> Any:
     """A knob as a benchmark process reads it from the environment ``zlbench run`` gave
     it: the flag's own parser; unset or blank is the default. Raises KnobError."""
     knob = BY_NAME[name]
-    raw = (os.environ if environ is None else environ).get(knob.env)
+    raw = (os.environ if environ is None else environ).get(knob.env) if knob.env else None
     return knob.default if raw is None or not raw.strip() else knob.parse_value(raw)
 
 
@@ -546,17 +697,33 @@ def knob_options(names: Iterable[str]):
 
     def decorate(fn):
         for knob in reversed(knobs):
-            default_text = "" if knob.default in (None,) else f" [default: {flag_text(knob.default)}]"
+            help_text = SHORT_HELP.get(knob.name, knob.help) + (f" Env: {knob.env}." if knob.env else "")
+            if knob.switch:
+                shown = "on" if knob.default else "off"
+                fn = click.option(
+                    f"{knob.flag}/--no-{knob.flag[2:]}",
+                    knob.name,
+                    default=None,
+                    help=f"{help_text} [default: {shown}]",
+                )(fn)
+                continue
             fn = click.option(
                 knob.flag,
                 knob.name,
                 default=None,
-                metavar=knob.env,
-                help=f"{SHORT_HELP.get(knob.name, knob.help)} Env: {knob.env}.{default_text}",
+                metavar=knob.metavar or knob.env,
+                help=f"{help_text}{default_help(knob)}",
             )(fn)
         return fn
 
     return decorate
+
+
+def default_help(knob: Knob) -> str:
+    if knob.default is None:
+        return ""
+    shown = f"{knob.default:g}" if isinstance(knob.default, float) else flag_text(knob.default)
+    return f" [default: {shown}]"
 
 
 def flag_text(value: Any) -> Optional[str]:

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import IO, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 # Fallback polling period where pidfd_open is missing (not Linux, old kernels).
 _POLL_S = 0.02
@@ -32,6 +32,24 @@ KILL_SETTLE_S = 10.0
 # The environment tag every process of a batch attempt carries (a fork inherits it in
 # its environment; ``kill_tagged`` finds exec'd escapees by it).
 ATTEMPT_TAG = "ZL_ATTEMPT"
+
+
+class GroupChild(Protocol):
+    """A group leader that ``stop`` and ``wait_group`` take: a child we started
+    (``Child``), or a warm worker's fork (batch.workers.ForkedAttempt), which its worker
+    reaps: the exit is seen through a pidfd either way, ``wait()`` reaps (and returns
+    the exit code, None when a worker lost it)."""
+
+    pid: int
+    own_child: bool  # True: this process reaps it; False: its parent (a warm worker) does
+
+    def wait(self) -> Optional[int]: ...
+
+
+class Child(subprocess.Popen):
+    """A Popen that says it is ours to reap (``GroupChild``)."""
+
+    own_child = True
 
 
 def python_module(module: str) -> List[str]:
@@ -80,14 +98,14 @@ def start(
     parent_death: bool = False,
     stdin: Union[int, IO] = subprocess.DEVNULL,
     stderr: Union[int, IO] = subprocess.STDOUT,
-) -> subprocess.Popen:
+) -> Child:
     """Start ``cmd``; by default stdin is closed and stderr goes where stdout goes.
 
     ``new_group``: as the leader of a new session, so Ctrl-C in the terminal does not
     reach it (its owner decides when it stops) and its whole group can be killed.
     ``parent_death``: Linux SIGTERMs it if this process dies without reaping it.
     """
-    return subprocess.Popen(
+    return Child(
         list(cmd),
         cwd=cwd,
         env=dict(env),
@@ -99,7 +117,7 @@ def start(
     )
 
 
-def start_group(cmd: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
+def start_group(cmd: Sequence[str], env: Mapping[str, str], log_path: Path) -> Child:
     """``start`` a group leader with stdout and stderr appended to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
@@ -107,7 +125,7 @@ def start_group(cmd: Sequence[str], env: Mapping[str, str], log_path: Path) -> s
 
 
 def stop(
-    procs: Sequence,
+    procs: Sequence[GroupChild],
     grace_s: float,
     sig: Optional[int] = signal.SIGTERM,
     group: bool = True,
@@ -119,9 +137,8 @@ def stop(
     same way. Returns how many group members outlived their leader; ``rcs`` receives
     each exit code (None when a warm worker lost it).
 
-    A child is a Popen, or anything with ``pid`` and ``wait()`` (and ``own_child``
-    False for a warm worker's child, reaped by its worker)."""
-    watches = [_ExitWatch(p.pid, getattr(p, "own_child", True)) for p in procs]
+    Each child is a ``GroupChild``: one that ``start`` made, or a warm worker's."""
+    watches = [_ExitWatch(p.pid, p.own_child) for p in procs]
     try:
         if sig is not None:
             for proc in procs:
@@ -143,7 +160,8 @@ def stop(
     return leftovers
 
 
-def _signal(proc: subprocess.Popen, sig: int, group: bool) -> None:
+def _signal(proc, sig: int, group: bool) -> None:
+    # group=False is for children that poll and send_signal themselves (Child, ForkedPytest).
     if group:
         _signal_group(proc.pid, sig)
     elif proc.poll() is None:
@@ -247,16 +265,15 @@ class _ExitWatch:
 
 
 def wait_group(
-    proc, timeout_s: Optional[float], grace_s: float, wake_fd: Optional[int] = None, stall=None
+    proc: GroupChild, timeout_s: Optional[float], grace_s: float, wake_fd: Optional[int] = None, stall=None
 ) -> Finished:
     """Wait for the leader, at most ``timeout_s``; on timeout, when ``stall.stalled()``
     says the run stopped making progress (asked every ``stall.tick_s``), or when
     ``wake_fd`` turns readable, stop the whole group (``stop``). Returns only once the
     leader is reaped and its group holds no live process.
 
-    ``proc`` is a Popen, or anything with ``pid``, ``wait()`` (reaps, returns the exit
-    code or None when it is lost) and ``own_child`` False (a warm worker's child)."""
-    watch = _ExitWatch(proc.pid, getattr(proc, "own_child", True))
+    ``proc`` is a ``GroupChild``: one that ``start`` made, or a warm worker's."""
+    watch = _ExitWatch(proc.pid, proc.own_child)
     stalled = False
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:

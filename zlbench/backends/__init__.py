@@ -92,7 +92,6 @@ def plugin_plan(backend: Backend, enable_cudagraph: bool = True) -> List[str]:
         # Its configure hook is tryfirst: it can switch autotune to replaying the
         # merged sweep before the autotune plugin reads its settings.
         "zlbench.plugins.parallel_warmup",
-        "zlbench.plugins.report",
     ]
 
 

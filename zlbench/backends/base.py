@@ -128,6 +128,9 @@ class Backend:
     # Extra variables for the benchmark process, from the run's knob values (cpu pins
     # its thread count here).
     run_env: Optional[Callable[[Mapping[str, object]], Dict[str, str]]] = None
+    # Knobs (by name) the benchmark process gets on this backend only; elsewhere their
+    # variables are absent, which the plugins read as "not asked".
+    child_knobs: Tuple[str, ...] = ()
     # (module, attribute) of the do_bench functions benchmark code calls here: the
     # direct timer patches them. Vendor modules are patched only once loaded.
     timer_targets: Tuple[Tuple[str, str], ...] = (TRITON_TIMER,)

@@ -43,12 +43,11 @@ def keep_freed_memory() -> bool:
 
 
 def benchmark_env(knob_values: Mapping[str, object]) -> Dict[str, str]:
-    """The thread variables of the benchmark process (the timer plugin also calls
-    torch.set_num_threads(ZL_CPU_THREADS) there) and ZL_CPU_KEEP_MEMORY (the timer plugin
-    calls keep_freed_memory there)."""
+    """The thread variables of the benchmark process (OMP, MKL, ...); the knobs
+    cpu_threads and cpu_keep_memory reach it too (``child_knobs``), and the timer plugin
+    calls torch.set_num_threads and keep_freed_memory with them."""
     n = str(knob_values.get("cpu_threads") or 1)
-    keep = "1" if knob_values.get("cpu_keep_memory", True) else "0"
-    return {"ZL_CPU_THREADS": n, "ZL_CPU_KEEP_MEMORY": keep, **{key: n for key in THREAD_VARIABLES}}
+    return {key: n for key in THREAD_VARIABLES}
 
 
 REFERENCE_LOOP = 20_000  # iterations of the speed probe: about 1 ms on a 2020s core
@@ -109,6 +108,7 @@ BACKEND = Backend(
     description="host CPU; devices are worker slots; direct timer; ZL_CPU_THREADS threads",
     slots_only=True,
     run_env=benchmark_env,
+    child_knobs=("cpu_threads", "cpu_keep_memory"),
     device_state=HostState,
     # The sample corpus times through triton when it imports, else zlbench's stand-in.
     timer_targets=(TRITON_TIMER, ("zlbench.cpu_timer", "do_bench")),

@@ -5,23 +5,16 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import click
-from click.core import ParameterSource
 
 from .. import knobs
 from ..clihelp import GroupedCommand
 from ..corpus.operators import parse_stages
-from ..rundir import plan_path, shard_dir_name
+from ..rundir import absolute_settings, plan_path, plan_settings, shard_dir_name
 from .config import (
     DEFAULT_FALLBACK_DTYPES,
-    DEFAULT_KILL_GRACE_S,
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT_S,
-    DEFAULT_WORKER_MAX_OPS,
-    FINITE_SECONDS,
-    RUN_MODES,
     BatchConfig,
     default_out_dir,
     parse_devices_flag,
@@ -52,10 +45,6 @@ def parse_fallback_dtypes(values: Sequence[str]) -> Tuple[Tuple[str, ...], ...]:
     return tuple(levels)
 
 
-def _given(ctx: click.Context, name: str) -> bool:
-    return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
-
-
 _CORPUS_KNOBS = ["provider", "flaggems_dir", "backend"]
 _WORKER_KNOBS = ["parallel_warmup_gpus", "compile_workers", "pytest_plugins", "output_cap_mb"]
 OPTION_GROUPS = [
@@ -82,6 +71,7 @@ OPTION_GROUPS = [
     short_help="Measure many operators across devices, surviving hangs, crashes and restarts.",
 )
 @knobs.knob_options(knobs.MEASURE_KNOBS)
+@knobs.knob_options(knobs.BATCH_OPTIONS)
 @click.option(
     "--out",
     "out",
@@ -140,14 +130,6 @@ OPTION_GROUPS = [
     "[default: ops/dismiss.yaml if present]",
 )
 @click.option(
-    "--timeout",
-    "timeout",
-    type=FINITE_SECONDS,
-    default=None,
-    metavar="SECONDS",
-    help=f"Per operator and attempt (its process group is stopped); 0: none. [default: {DEFAULT_TIMEOUT_S:g}]",
-)
-@click.option(
     "--op-timeout",
     "op_timeout",
     multiple=True,
@@ -155,26 +137,11 @@ OPTION_GROUPS = [
     help="Timeout for one operator (repeatable): --op-timeout mm=3600.",
 )
 @click.option(
-    "--retries",
-    "retries",
-    type=click.IntRange(min=0),
-    default=None,
-    help=f"Extra attempts for failures that look transient (timeout, signal). [default: {DEFAULT_RETRIES}]",
-)
-@click.option(
     "--fallback-dtypes",
     "fallback_dtypes",
     multiple=True,
-    metavar="DTYPES",
+    metavar="DTYPE[,DTYPE]",
     help="Dtype lists tried after a deterministic failure (repeatable; 'none'). [default: float32, then float16]",
-)
-@click.option(
-    "--kill-grace",
-    "kill_grace",
-    type=FINITE_SECONDS,
-    default=None,
-    metavar="SECONDS",
-    help=f"Between SIGTERM and SIGKILL when a group is stopped. [default: {DEFAULT_KILL_GRACE_S:g}]",
 )
 @click.option(
     "--shard",
@@ -193,41 +160,6 @@ OPTION_GROUPS = [
     help="With --shard auto: the screen's shard count (Kubernetes needs it; wins over Slurm's).",
 )
 @click.option(
-    "--stall-timeout",
-    "stall_timeout",
-    type=click.FloatRange(min=0),
-    default=None,
-    metavar="SECONDS",
-    envvar="ZL_STALL_TIMEOUT",
-    help="Stop an attempt after this long without output, rows or cache growth; 0: off. "
-    "Env: ZL_STALL_TIMEOUT. [default: 0]",
-)
-@click.option(
-    "--run-mode",
-    "run_mode",
-    type=click.Choice(RUN_MODES),
-    default=None,
-    envvar="ZL_RUN_MODE",
-    help="worker: a warm worker per device forks each attempt; fresh: a new `zlbench run` "
-    "each. Env: ZL_RUN_MODE. [default: worker]",
-)
-@click.option(
-    "--worker-max-ops",
-    "worker_max_ops",
-    type=click.IntRange(min=1),
-    default=None,
-    envvar="ZL_WORKER_MAX_OPS",
-    help=f"Replace a worker after this many attempts. Env: ZL_WORKER_MAX_OPS. [default: {DEFAULT_WORKER_MAX_OPS}]",
-)
-@click.option(
-    "--worker-prestart/--no-worker-prestart",
-    "worker_prestart",
-    default=None,
-    envvar="ZL_WORKER_PRESTART",
-    help="Ready the next operator's process, library imported, while one runs. "
-    "Env: ZL_WORKER_PRESTART. [default: on]",
-)
-@click.option(
     "--balance-from",
     "balance_from",
     type=click.Path(file_okay=False, path_type=Path),
@@ -243,33 +175,7 @@ OPTION_GROUPS = [
     show_default=True,
     help="Live table on a terminal, plain lines otherwise.",
 )
-@click.pass_context
-def batch_command(
-    ctx,
-    out,
-    resume,
-    devices,
-    ops,
-    op_list,
-    dismiss,
-    timeout,
-    op_timeout,
-    retries,
-    fallback_dtypes,
-    kill_grace,
-    shard,
-    shards,
-    stall_timeout,
-    run_mode,
-    worker_max_ops,
-    worker_prestart,
-    balance_from,
-    progress,
-    stages,
-    dry_run,
-    replan,
-    **flags,
-):
+def batch_command(**params):
     """Measure many operators across devices: every operator of the corpus (or --ops,
     --op-list, --stages), one `zlbench run` each, sharded over --devices.
 
@@ -281,32 +187,8 @@ def batch_command(
     Every option, and the caliber knobs in full: docs/cli.md.
     """
     try:
-        config = build_config(
-            ctx,
-            out,
-            resume,
-            devices,
-            ops,
-            op_list,
-            dismiss,
-            timeout,
-            op_timeout,
-            retries,
-            fallback_dtypes,
-            kill_grace,
-            progress,
-            flags,
-            shard=shard,
-            shards=shards,
-            stall_timeout=stall_timeout,
-            run_mode=run_mode,
-            worker_max_ops=worker_max_ops,
-            worker_prestart=worker_prestart,
-            balance_from=balance_from,
-            stages=stages,
-            replan=replan,
-        )
-        if dry_run:
+        config = build_config(params)
+        if params["dry_run"]:
             click.echo(render_dry_run(dry_run_plan(config)))
             sys.exit(0)
         if config.shard.count > 1:
@@ -324,7 +206,8 @@ def batch_command(
     except KeyboardInterrupt:
         # Before the operators started (or after they stopped): nothing half-written.
         click.echo(
-            f"zlbench batch: interrupted; continue with --resume --out {out or '<batch dir>'}", err=True
+            f"zlbench batch: interrupted; continue with --resume --out {params['out'] or '<batch dir>'}",
+            err=True,
         )
         sys.exit(130)
     click.echo(
@@ -367,11 +250,6 @@ def _stages(text: Optional[str], ops: Optional[str], op_list) -> Optional[Tuple[
         raise click.BadParameter(str(e), param_hint="--stages") from None
 
 
-def _first_set(*values):
-    """The first value that is not None (flag, then the resumed batch's, then default)."""
-    return next((v for v in values if v is not None), None)
-
-
 def _balance_from(flag: Optional[Path], saved: Optional[dict]) -> Optional[Path]:
     if flag is not None:
         if not flag.is_dir():
@@ -383,35 +261,14 @@ def _balance_from(flag: Optional[Path], saved: Optional[dict]) -> Optional[Path]
     return Path(value) if value else None
 
 
-def build_config(
-    ctx,
-    out,
-    resume,
-    devices,
-    ops,
-    op_list,
-    dismiss,
-    timeout,
-    op_timeout,
-    retries,
-    fallback_dtypes,
-    kill_grace,
-    progress,
-    flags,
-    shard=None,
-    shards=None,
-    environ=None,
-    stall_timeout=None,
-    run_mode=None,
-    worker_max_ops=None,
-    worker_prestart=None,
-    balance_from=None,
-    stages=None,
-    replan=False,
-) -> BatchConfig:
-    """The BatchConfig of batch's flags; ``environ`` (default os.environ) feeds --shard auto."""
+def build_config(params: Mapping[str, Any], environ: Optional[Mapping[str, str]] = None) -> BatchConfig:
+    """The BatchConfig of batch's options (click's ``params``, by option name);
+    ``environ`` (default os.environ) gives the knobs' variables and feeds --shard auto."""
+    environ = os.environ if environ is None else environ
+    out, resume, replan = params.get("out"), bool(params.get("resume")), bool(params.get("replan"))
+    ops, op_list, shard = params.get("ops"), params.get("op_list"), params.get("shard")
     keep_failed = False
-    host = resolve_shard(shard, shards, os.environ if environ is None else environ)
+    host = resolve_shard(shard, params.get("shards"), environ)
     if host.count > 1:
         if out is None:
             raise BatchError(
@@ -430,36 +287,36 @@ def build_config(
         saved = load_plan(out)
         if saved and host.count == 1 and saved.get("shard"):
             host = HostShard(*saved["shard"])
-    environ = None
-    if saved:
-        # The plan's settings, unless a flag is given now (a mismatch is refused later).
-        for name, value in saved.get("settings", {}).items():
-            if name in flags and not _given(ctx, name):
-                flags[name] = knobs.flag_text(value)
-        environ = {}
+    flags = {name: params.get(name) for name in knobs.MEASURE_KNOBS}
     settings = knobs.resolve(flags, environ, names=knobs.MEASURE_KNOBS)
+    batch = knobs.resolve({n: params.get(n) for n in knobs.BATCH_OPTIONS}, environ, names=knobs.BATCH_OPTIONS)
+    if saved:
+        settings = resume_settings(settings, flags, saved, Path(out), environ)
+        batch = resume_batch_settings(batch, saved)
     plan_ops = [p["op"] for p in (saved or {}).get("ops", [])] + list((saved or {}).get("dismissed", {}))
 
     if out is None:
         out = default_out_dir("batch")
     op_names: Optional[List[str]] = parse_ops_flag(ops) if ops else None
-    stage_names = _stages(stages, ops, op_list) or tuple((saved or {}).get("stages") or ()) or None
+    stage_names = (
+        _stages(params.get("stages"), ops, op_list) or tuple((saved or {}).get("stages") or ()) or None
+    )
     if replan and not resume:
         raise BatchError("--replan needs --resume: it plans a batch again over a changed corpus")
     if op_names is None and op_list is None and saved and not (replan and saved.get("full_corpus")):
         # A re-planned whole-corpus batch takes the corpus as it is now.
         op_names = plan_ops
+    devices = params.get("devices")
     if devices is None and saved:
         device_list = saved.get("devices")
     else:
         device_list = parse_devices_flag(devices)
-    dismiss_path = _dismiss_path(dismiss, saved)
+    dismiss_path = _dismiss_path(params.get("dismiss"), saved)
     op_timeouts: Dict[str, float] = dict((saved or {}).get("op_timeouts", {}))
-    op_timeouts.update(parse_op_timeouts(op_timeout))
-    if timeout is None:
-        timeout = (saved.get("timeout_s") or 0) if saved else DEFAULT_TIMEOUT_S
-    if fallback_dtypes:
-        fallback = parse_fallback_dtypes(fallback_dtypes)
+    op_timeouts.update(parse_op_timeouts(params.get("op_timeout") or ()))
+    fallback_flags = params.get("fallback_dtypes") or ()
+    if fallback_flags:
+        fallback = parse_fallback_dtypes(fallback_flags)
     elif saved:
         fallback = tuple(tuple(f) for f in saved.get("fallback_dtypes", []))
     else:
@@ -471,62 +328,87 @@ def build_config(
         op_list=op_list,
         devices=device_list,
         dismiss=dismiss_path,
-        timeout_s=timeout or None,
+        timeout_s=batch.timeout or None,
         op_timeouts=op_timeouts,
-        retries=retries if retries is not None else (saved or {}).get("retries", DEFAULT_RETRIES),
+        retries=batch.retries,
         fallback_dtypes=fallback,
         resume=resume,
         extra_env=dict((saved or {}).get("extra_env", {})),
-        kill_grace_s=kill_grace if kill_grace is not None else DEFAULT_KILL_GRACE_S,
-        progress=progress,
+        kill_grace_s=batch.kill_grace,
+        progress=params.get("progress") or "auto",
         shard=host,
         keep_failed=keep_failed,
-        stall_timeout_s=(stall_timeout if stall_timeout is not None else (saved or {}).get("stall_timeout_s"))
-        or None,
-        run_mode=run_mode or (saved or {}).get("run_mode") or "worker",
-        worker_max_ops=worker_max_ops or (saved or {}).get("worker_max_ops") or DEFAULT_WORKER_MAX_OPS,
-        worker_prestart=_first_set(worker_prestart, (saved or {}).get("worker_prestart"), True),
-        balance_from=_balance_from(balance_from, saved),
+        stall_timeout_s=batch.stall_timeout or None,
+        run_mode=batch.run_mode,
+        worker_max_ops=batch.worker_max_ops,
+        worker_prestart=batch.worker_prestart,
+        balance_from=_balance_from(params.get("balance_from"), saved),
         stages=stage_names,
         replan=replan,
+        batch_settings=batch,
     )
 
 
-_NAMED = (
-    "out",
-    "resume",
-    "devices",
-    "ops",
-    "op_list",
-    "dismiss",
-    "timeout",
-    "op_timeout",
-    "retries",
-    "fallback_dtypes",
-    "kill_grace",
-    "progress",
-)
+def resume_refusal(
+    knob: knobs.Knob, settings: knobs.Settings, planned: Any, given: Any, batch_dir: Path
+) -> str:
+    """One line: the knob, the plan's value, the given value, the fix."""
+    shown_plan, shown_given = knobs.flag_text(planned), knobs.flag_text(given)
+    if settings.sources.get(knob.name) == "env":
+        where, fix = f"{knob.env}={shown_given} (from the environment)", f"unset {knob.env}"
+    else:
+        where, fix = f"{knob.flag} {shown_given}", f"drop {knob.flag}"
+    return (
+        f"--resume {batch_dir}: {where} differs from the batch's plan.json, which has "
+        f"{knob.flag} {shown_plan} ({knob.scope} setting, fixed for the batch); {fix} to "
+        "continue with the plan's, or start a new --out"
+    )
+
+
+def resume_settings(
+    settings: knobs.Settings,
+    flags: Mapping[str, Any],
+    saved: Mapping[str, Any],
+    batch_dir: Path,
+    environ: Mapping[str, str],
+) -> knobs.Settings:
+    """On --resume the plan's caliber (and corpus) wins: a flag or variable that gives
+    another value is refused; batch-scope knobs given now replace the plan's."""
+    planned = saved.get("settings") or {}
+    given = [n for n in knobs.MEASURE_KNOBS if settings.sources.get(n) in ("flag", "env")]
+    if given:
+        try:
+            now = plan_settings(absolute_settings(settings).values)
+        except ValueError as e:
+            raise BatchError(str(e)) from None
+        for name in given:
+            knob = knobs.BY_NAME[name]
+            if knob.fixed_on_resume and name in planned and now.get(name) != planned[name]:
+                raise BatchError(resume_refusal(knob, settings, planned[name], now.get(name), batch_dir))
+    from_plan = {n: knobs.flag_text(v) for n, v in planned.items() if n in flags and n not in given}
+    return knobs.resolve({**flags, **from_plan}, environ, names=knobs.MEASURE_KNOBS)
+
+
+# Where plan.json keeps a batch-scope knob (its name, unless listed).
+_PLAN_KEYS = {"timeout": "timeout_s", "stall_timeout": "stall_timeout_s"}
+
+
+def resume_batch_settings(batch: knobs.Settings, saved: Mapping[str, Any]) -> knobs.Settings:
+    """Batch-scope knobs on --resume: a flag or variable given now, else the plan's."""
+    taken = {}
+    for name in knobs.BATCH_OPTIONS:
+        key = _PLAN_KEYS.get(name, name)
+        if batch.sources.get(name) == "default" and key in saved:
+            value = saved[key]
+            # The plan writes "no limit" as null.
+            taken[name] = (0.0 if value is None else value) if name in _PLAN_KEYS else value
+    values = {**batch.values, **{n: v for n, v in taken.items() if v is not None}}
+    sources = {**batch.sources, **{n: "plan" for n, v in taken.items() if v is not None}}
+    return knobs.Settings(values, sources)
 
 
 def config_from_args(args: Sequence[str]) -> BatchConfig:
     """The BatchConfig that `zlbench batch ARGS` would run, without running it (`zlbench
     slurm submit` checks its batch options so). Raises click's errors and BatchError."""
     ctx = batch_command.make_context("zlbench batch", list(args))
-    params = dict(ctx.params)
-    named = {name: params.pop(name) for name in _NAMED}
-    extra = {
-        name: params.pop(name)
-        for name in (
-            "shard",
-            "shards",
-            "stall_timeout",
-            "run_mode",
-            "worker_max_ops",
-            "worker_prestart",
-            "balance_from",
-            "stages",
-            "replan",
-        )
-    }
-    params.pop("dry_run", None)
-    return build_config(ctx, flags=params, **named, **extra)
+    return build_config(ctx.params)

@@ -20,12 +20,13 @@ from .. import knobs, proc
 from .plan import WHOLE, HostShard
 from .state import BatchError
 
-DEFAULT_TIMEOUT_S = 1800.0
-DEFAULT_RETRIES = 1
+# The batch-scope knobs' defaults (their home is knobs.BATCH_KNOBS).
+DEFAULT_TIMEOUT_S = float(knobs.BY_NAME["timeout"].default)
+DEFAULT_RETRIES = int(knobs.BY_NAME["retries"].default)
 DEFAULT_FALLBACK_DTYPES: Tuple[Tuple[str, ...], ...] = (("float32",), ("float16",))
-DEFAULT_KILL_GRACE_S = 10.0
-RUN_MODES = ("worker", "fresh")
-DEFAULT_WORKER_MAX_OPS = 50
+DEFAULT_KILL_GRACE_S = float(knobs.BY_NAME["kill_grace"].default)
+RUN_MODES = knobs.RUN_MODES
+DEFAULT_WORKER_MAX_OPS = int(knobs.BY_NAME["worker_max_ops"].default)
 
 
 def default_run_command() -> List[str]:
@@ -184,6 +185,8 @@ class BatchConfig:
                  no row timed, no new kernel or tuner cache entry); None or 0: off
     stages       FlagGems stages (stable, beta, alpha, removed): only the corpus' operators
                  whose current stage in conf/operators.yaml is one of them; None: all
+    batch_settings  the batch-scope knobs (knobs.BATCH_KNOBS) behind timeout_s ...
+                 worker_prestart, with their sources, when they came from flags
     """
 
     out: Path
@@ -212,6 +215,9 @@ class BatchConfig:
     stall_timeout_s: Optional[float] = None
     environ: Optional[Mapping[str, str]] = None  # base environment; default os.environ
     stages: Optional[Sequence[str]] = None
+    # The batch-scope knobs as resolved (values and where each came from); None when the
+    # caller set the fields above itself.
+    batch_settings: Optional[knobs.Settings] = None
 
 
 @dataclass

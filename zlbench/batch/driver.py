@@ -317,9 +317,25 @@ def load_plan(batch_dir: Path) -> Optional[dict]:
         raise BatchError(f"{e}; restore it or start a new --out") from None
 
 
+# Batch-scope settings outside "settings" in plan.json: a resume may change them.
+_MAY_CHANGE = ("timeout_s", "retries", "run_mode", "worker_max_ops", "worker_prestart", "stall_timeout_s")
+
+
+def resume_changes(saved: dict, doc: dict) -> Dict[str, list]:
+    """The batch-scope settings a resume changed: name -> [the plan's, now]."""
+    old_s, new_s = saved.get("settings") or {}, doc.get("settings") or {}
+    pairs = [(key, saved.get(key), doc.get(key)) for key in _MAY_CHANGE if key in saved]
+    pairs += [
+        (name, old_s.get(name), new_s.get(name))
+        for name in sorted(set(old_s) | set(new_s))
+        if name in knobs.BY_NAME and not knobs.BY_NAME[name].fixed_on_resume
+    ]
+    return {key: [old, new] for key, old, new in pairs if old != new}
+
+
 def _check_resume(saved: dict, doc: dict, batch_dir: Path) -> List[str]:
     """Refuse a resume that would measure differently; return warnings."""
-    diffs = rundir.caliber_diffs(saved, doc)
+    diffs = rundir.caliber_diffs(saved, doc, knobs.fixed_on_resume)
     if diffs:
         raise BatchError(
             f"--resume {batch_dir}: the batch was started with other settings "
@@ -658,6 +674,9 @@ def _run_locked(
     plan = prep.plan
     warnings = _check_resume(saved, prep.doc, batch_dir) if saved else []
     changed = _check_corpus(saved, prep.doc, batch_dir, config.replan, log) if saved else {}
+    settings_changed = resume_changes(saved, prep.doc) if saved else {}
+    for name, (old, new) in settings_changed.items():
+        log(f"resume: {name} {old!r} -> {new!r} (a batch setting; plan.json records it)", show=True)
     session = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     prep.doc["sessions"] = [
         *(saved or {}).get("sessions", []),
@@ -668,6 +687,7 @@ def _run_locked(
             "host": socket.gethostname(),
             **_scheduler_job(environ),
             **({"replanned": changed} if changed else {}),
+            **({"changed": settings_changed} if settings_changed else {}),
         },
     ]
     if saved:

@@ -16,18 +16,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .. import knobs, proc, rundir
+from .. import benchenv, knobs, proc, rundir
 from ..safe_read import read_text_capped
 from . import classify, storage
 from .activity import Activity, phase_times, split_phases, tuning_times
 from .classify import Outcome
+from .launch import launcher_for
 from .plan import OpPlan
 from .state import tail_lines
+from .workers import WorkerSlot
 
-# Child environment variables that would override the flags the batch passes.
-_STRIP_ENV = {k.env for k in knobs.KNOBS} | {"ZL_RUN_DIR"}
 # Inherited by every process of a batch, so a later driver finds what a killed one left.
 BATCH_TAG = "ZL_BATCH_DIR"
 # Inherited by every process of one attempt: what is still alive after the attempt, in
@@ -49,7 +49,8 @@ def knob_args(settings: knobs.Settings, skip: Sequence[str] = ()) -> List[str]:
 
 
 def child_environ(base: Mapping[str, str], batch_dir: Path, extra: Mapping[str, str]) -> Dict[str, str]:
-    env = {k: v for k, v in base.items() if k not in _STRIP_ENV}
+    # The batch gives each `zlbench run` its settings as flags: no variable may add to them.
+    env = benchenv.without_settings(base)
     env[BATCH_TAG] = str(batch_dir)
     env.update(extra)
     return env
@@ -93,7 +94,7 @@ class ExecContext:
     stopper: Stopper
     log: Callable[..., None]  # (line, show=False)
     # Warm workers by device (worker mode); a device without one runs fresh processes.
-    slots: Mapping[str, Any] = field(default_factory=dict)
+    slots: Mapping[str, WorkerSlot] = field(default_factory=dict)  # device -> its warm worker
     stall_s: Optional[float] = None  # the no-progress timeout; None: off
     # Where per-attempt cgroups go (proc.cgroup_base); None: the tag scan alone.
     cgroup_base: Optional[Path] = None
@@ -153,9 +154,8 @@ def run_attempt(
 ) -> AttemptResult:
     log_path = rundir.attempt_log_path(ctx.batch_dir, item.op, ctx.journal.session, number, level)
     cmd = attempt_command(ctx, item, dtypes)
-    slot = ctx.slots.get(item.device)
-    if slot is not None:
-        slot.ready()  # a worker still importing: that wait is not the attempt's
+    launcher = launcher_for(ctx.slots, item.device, ctx.run_command)
+    launcher.prepare()
     # Every process of the attempt inherits this tag, whatever it does with sessions and
     # groups; where the machine allows, it also lives in the attempt's own cgroup.
     attempt_id = f"{ctx.journal.session}/{item.op}/a{number}"
@@ -167,10 +167,8 @@ def run_attempt(
     )
     started = time.monotonic()
     started_at = time.time()
-    child = slot.fork(cmd[len(ctx.run_command) :], env, log_path) if slot is not None else None
-    mode = "fresh" if child is None else "worker"
-    if child is None:
-        child = proc.start_group(cmd, env, log_path)
+    launched = launcher.launch(cmd, env, log_path)
+    child, mode = launched.child, launched.mode
     if cgroup is not None and not cgroup.add(child.pid):
         cgroup.remove()
         cgroup = None
@@ -237,8 +235,7 @@ def run_attempt(
         # stopped by now, so these are the files the batch accepted.
         **({"proof": rundir.run_proof(ctx.batch_dir / item.op)} if outcome.status == classify.OK else {}),
     )
-    if slot is not None and mode == "worker":
-        slot.after_attempt(_trouble(outcome, done, len(escaped)))
+    launcher.finished(launched, _trouble(outcome, done, len(escaped)))
     return AttemptResult(
         outcome, duration, done.leftovers_killed, done.interrupted, mode, phases, len(escaped)
     )

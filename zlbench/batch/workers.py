@@ -66,7 +66,7 @@ class _Lines:
 
 
 class ForkedAttempt:
-    """A worker's child as ``proc.wait_group`` sees it."""
+    """A warm worker's fork: a ``proc.GroupChild`` its worker reaps (``wait`` asks it)."""
 
     own_child = False
 

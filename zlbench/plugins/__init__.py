@@ -7,17 +7,15 @@ plain). Run-level counts go to ``$ZL_RUN_DIR/plugins/<plugin>.json``, which
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Optional
 
-from .. import rundir
+from .. import benchenv, rundir
 
 
 def run_dir() -> Optional[Path]:
-    value = os.environ.get("ZL_RUN_DIR")
-    return Path(value) if value else None
+    return benchenv.run_dir()
 
 
 def write_plugin_json(plugin: str, data: dict) -> Optional[Path]:

@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 import pytest
 
 from zlbench import autotune_records as ar
-from zlbench import knobs, rundir
+from zlbench import benchenv, knobs, rundir
 from zlbench.markers import (
     AUTOTUNE_REPLAY_FALLBACK,
     AUTOTUNE_REPLAY_MISMATCH,
@@ -60,7 +60,7 @@ from zlbench.plugins import print_line, write_plugin_json
 from zlbench.plugins.keys import PARALLEL_WARMUP_REPLAY, ROW_CONTEXT, ROW_LISTENERS, ROW_RECORD_FIELDS
 from zlbench.plugins.precompile import Precompiler, TuningClock, index_of, install_listener, resolve_workers
 
-MODES = ("record", "replay", "off")
+MODES = benchenv.AUTOTUNE_MODES
 TUNER_CLASS_NAMES = ("LibTuner", "Autotuner")
 # compile_<phase>_no_evict with phase "autotune_replay" (plain "replay" is the graph
 # timer's phase).
@@ -81,12 +81,10 @@ class AutotuneSettings:
 def settings_from_env(environ: Mapping[str, str]) -> Optional[AutotuneSettings]:
     """None without ZL_RUN_DIR (a plain pytest run). REPLAY_FROM and USE_FLAGTUNE are
     read through the knobs table; a bad value raises ValueError (KnobError)."""
-    run_dir = environ.get("ZL_RUN_DIR")
-    if not run_dir:
+    run_dir = benchenv.run_dir(environ)
+    if run_dir is None:
         return None
-    mode = (environ.get("ZL_AUTOTUNE_MODE") or "record").strip().lower()
-    if mode not in MODES:
-        raise ValueError(f"ZL_AUTOTUNE_MODE={mode!r}: expected one of {', '.join(MODES)}")
+    mode = benchenv.autotune_mode(environ)
     replay_from = knobs.env_value("replay_from", environ)
     use_flagtune = knobs.flag_text(knobs.env_value("use_flagtune", environ))
     return AutotuneSettings(
@@ -314,7 +312,7 @@ class AutotuneSession:
             self.emit(
                 format_marker(
                     AUTOTUNE_REPLAY_MISMATCH,
-                    knob="USE_FLAGTUNE",
+                    knob=knobs.BY_NAME["use_flagtune"].env,
                     recorded=",".join(self.replay_flagtune),
                     current=self.settings.use_flagtune,
                 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Mapping, Optional, Tuple
 
-from zlbench import backends
+from zlbench import backends, benchenv
 from zlbench.plugins import run_dir, write_plugin_json
 
 PLUGIN = "device_setup"
@@ -42,9 +42,9 @@ def plan_vendor_env(
 
 def apply(env=os.environ) -> Optional[dict]:
     """Set the vendor variables in ``env`` when a run dir is given; returns the record."""
-    if not env.get("ZL_RUN_DIR"):
+    if benchenv.run_dir(env) is None:
         return None
-    backend = env.get("ZL_BACKEND")
+    backend = benchenv.backend_name(env)
     before = {key: env.get(key) for key in VENDOR_KEYS}
     plan = plan_vendor_env(env, backend)
     for key, value in plan["set"].items():

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 
 import pytest
 
-from zlbench import backends, knobs, rowstats
+from zlbench import backends, benchenv, knobs, rowstats
 from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_HOST_CLOCK, format_marker
 from zlbench.plugins import print_line, run_dir, write_plugin_json
 from zlbench.plugins.keys import ROW_CONTEXT, ROW_LISTENERS, ROW_RECORD_FIELDS
@@ -486,10 +486,10 @@ class TimerSession:
             raise pytest.UsageError(f"{plugin}: {e}") from None
         session = cls(plugin, make_timer, targets, config.stash.setdefault(ROW_LISTENERS, []))
         session.recorder = RowRecorder(
-            os.environ.get("ZL_BACKEND"), config.stash.setdefault(ROW_RECORD_FIELDS, [])
+            benchenv.backend_name(), config.stash.setdefault(ROW_RECORD_FIELDS, [])
         )
         session.timer = make_timer(settings, session.recorder, session.row_context)
-        session.info["requested_timer"] = os.environ.get("ZL_TIMER")
+        session.info["requested_timer"] = benchenv.requested_timer()
         threads = pin_host_threads()
         if threads is not None:
             session.info["host_threads"] = threads

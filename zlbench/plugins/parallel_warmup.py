@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import pytest
 
-from zlbench import knobs, proc, rundir
+from zlbench import benchenv, knobs, proc, rundir
 from zlbench.plugins import print_line, run_dir, write_plugin_json
 from zlbench.plugins.keys import PARALLEL_WARMUP_REPLAY
 
@@ -123,7 +122,7 @@ def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
     for res in resolutions:
         print_line(_resolution_line(res))
     refusal = autotune_sweep.refusal_before_launch(
-        level, environ.get("ZL_AUTOTUNE_MODE", "record"), environ.get("REPLAY_FROM"), resolutions, by_key
+        level, benchenv.autotune_mode(environ), knobs.env_value("replay_from", environ), resolutions, by_key
     )
     if refusal:
         return _refuse(report, refusal)
@@ -282,10 +281,10 @@ class SweepTerminated(BaseException):
     """SIGTERM arrived while shards were running (``zlbench run`` forwards it)."""
 
 
-def launch_shards(jobs: Sequence[Dict[str, Any]], cwd: Path) -> List[subprocess.Popen]:
+def launch_shards(jobs: Sequence[Dict[str, Any]], cwd: Path) -> List[proc.Child]:
     """Start every shard in its own process group (so the group can be killed whole),
     output to its log. A shard whose parent dies without reaping it gets SIGTERM."""
-    procs: List[subprocess.Popen] = []
+    procs: List[proc.Child] = []
     try:
         for job in jobs:
             with open(job["log"], "wb") as log:
@@ -296,7 +295,7 @@ def launch_shards(jobs: Sequence[Dict[str, Any]], cwd: Path) -> List[subprocess.
     return procs
 
 
-def wait_shards(procs: Sequence[subprocess.Popen], grace_s: float = GRACE_S, on_exit=None) -> List[int]:
+def wait_shards(procs: Sequence[proc.Child], grace_s: float = GRACE_S, on_exit=None) -> List[int]:
     """Exit codes in shard order. Anything raised meanwhile (KeyboardInterrupt, or
     SweepTerminated for SIGTERM) stops and reaps every shard before it propagates."""
     previous = _raise_on_sigterm()
@@ -319,7 +318,7 @@ def wait_shards(procs: Sequence[subprocess.Popen], grace_s: float = GRACE_S, on_
             signal.signal(signal.SIGTERM, previous)
 
 
-def stop_shards(procs: Sequence[subprocess.Popen], grace_s: float = GRACE_S) -> None:
+def stop_shards(procs: Sequence[proc.Child], grace_s: float = GRACE_S) -> None:
     """Stop every shard's process group (zlbench.proc's one rule) and reap them all."""
     proc.stop(procs, grace_s)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, TextIO, Tuple
 
-from .. import backends, knobs, proc, providers, rundir, tuner_cache
+from .. import backends, benchenv, knobs, proc, providers, rundir, tuner_cache
 from ..backends import Backend, Device, DeviceError
 from ..corpus.results import record_args, records_json
 from ..markers import NO_MEASUREMENT, format_marker
@@ -63,7 +63,7 @@ def plan_run(settings: knobs.Settings, environ=os.environ) -> RunPlan:
     try:
         backend = backends.get_backend(settings.backend) if settings.backend else backends.detect_backend()
     except backends.UnknownBackend as e:
-        raise PreflightFailed("ZL_BACKEND", str(e)) from None
+        raise PreflightFailed(benchenv.env_of("backend"), str(e)) from None
     selection = [settings.device] if settings.device is not None else None
     # One vendor-tool call, however many device lists the run needs.
     probed = [] if backend.slots_only else backend.probe_devices()
@@ -145,44 +145,21 @@ def plugin_autoload(settings: knobs.Settings) -> bool:
 
 
 def child_env(plan: RunPlan, run_dir: Path, extra: Dict[str, str]) -> Dict[str, str]:
-    s = plan.settings
-    env = dict(os.environ)
-    env.update(plan.target.env)
-    env.update(backends.visibility_env(plan.backend, plan.device))
-    env.update(extra)
-    env.update(
-        {
-            "PYTHONUNBUFFERED": "1",
-            "ZL_RUN_DIR": str(run_dir),
-            "ZL_BACKEND": plan.backend.name,
-            "ZL_TIMER": plan.timer,
-            "ZL_DIRECT_REPEAT": str(s.direct_repeat),
-            "ZL_DIRECT_TIMER": s.direct_timer,
-            "ZL_DIRECT_NOISE": str(s.direct_noise),
-            "ZL_GRAPH_PLACEMENTS": str(s.graph_placements),
-            "ZL_GRAPH_NOISE": str(s.graph_noise),
-            "ZL_WARMUP_RULE": s.warmup_rule,
-            "ZL_AUTOTUNE_MODE": plan.autotune_mode,
-            "USE_FLAGTUNE": "1" if s.use_flagtune else "0",
-            "ZL_ISOLATE_TUNER_CACHE": "1" if s.isolate_tuner_cache else "0",
-            "PARALLEL_WARMUP_GPUS": str(s.parallel_warmup_gpus),
-            "ZL_COMPILE_WORKERS": str(s.compile_workers),
-        }
+    """The benchmark process' environment (zlbench/benchenv.py writes it)."""
+    return benchenv.child_env(
+        os.environ,
+        plan.settings,
+        run_dir=run_dir,
+        backend=plan.backend,
+        device=plan.device,
+        timer=plan.timer,
+        autotune_mode=plan.autotune_mode,
+        target_env=plan.target.env,
+        extra=extra,
+        replay_from=plan.replay_from,
+        warmup_pool=plan.parallel_warmup_pool,
+        autoload=plugin_autoload(plan.settings),
     )
-    if plugin_autoload(s):
-        env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
-    else:
-        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    if plan.backend.run_env is not None:
-        env.update(plan.backend.run_env(s.values))
-    env["PYTHONPATH"] = proc.importable_pythonpath(env.get("PYTHONPATH"))
-    if plan.parallel_warmup_pool:
-        env["ZL_WARMUP_DEVICES"] = ",".join(plan.parallel_warmup_pool)
-    if plan.replay_from:
-        env["REPLAY_FROM"] = str(plan.replay_from)
-    else:
-        env.pop("REPLAY_FROM", None)
-    return env
 
 
 def parallel_warmup_pool(own_device: Device, every: List[Device]) -> List[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from .. import knobs
 from ..markers import PREFLIGHT_FAILED, format_marker
 from ..rundir import replay_records
 from ..safe_read import missing_reason, resolve_path
@@ -27,22 +28,25 @@ class PreflightFailed(Exception):
         )
 
 
+SHAPE_FILE_VAR = knobs.BY_NAME["shape_file"].env
+
+
 def check_shape_file(shape_mode: str, shape_file: Optional[str]) -> Optional[Path]:
     if shape_mode == "file":
         if not shape_file:
-            raise PreflightFailed("SHAPE_FILE", "SHAPE_MODE=file needs a shape file: give --shape-file")
+            raise PreflightFailed(SHAPE_FILE_VAR, "SHAPE_MODE=file needs a shape file: give --shape-file")
         try:
             path = resolve_path(shape_file)
         except OSError:
             path = Path(shape_file)
         if not path.is_file():
             why = "is not a file" if path.is_dir() else missing_reason(shape_file)
-            raise PreflightFailed("SHAPE_FILE", f"shape file {shape_file} {why}", path)
+            raise PreflightFailed(SHAPE_FILE_VAR, f"shape file {shape_file} {why}", path)
         from ..corpus.shapes import shape_file_problem
 
         problem = shape_file_problem(path)
         if problem:
-            raise PreflightFailed("SHAPE_FILE", f"shape file {shape_file}: {problem}", path)
+            raise PreflightFailed(SHAPE_FILE_VAR, f"shape file {shape_file}: {problem}", path)
         return path
     return None
 
@@ -52,11 +56,12 @@ def check_replay_from(replay_from: Optional[str]) -> Optional[Path]:
     if not replay_from:
         return None
     path = Path(replay_from).expanduser().resolve()
+    var = knobs.BY_NAME["replay_from"].env
     if not path.is_dir():
-        raise PreflightFailed("REPLAY_FROM", f"REPLAY_FROM {replay_from} is not a directory", path)
+        raise PreflightFailed(var, f"{var} {replay_from} is not a directory", path)
     path = replay_records(path)
     if not any(path.glob("*.json")):
-        raise PreflightFailed("REPLAY_FROM", f"REPLAY_FROM {path} holds no autotune records (*.json)", path)
+        raise PreflightFailed(var, f"{var} {path} holds no autotune records (*.json)", path)
     return path
 
 

@@ -152,7 +152,7 @@ def _check_args(batch_args: Sequence[str], sbatch_args: Sequence[str]) -> None:
 
 
 def _batch_settings(batch_args: Sequence[str], screen: Path):
-    """(settings as plan.json records them, [(variable, flag, value)] taken from the
+    """(settings as plan.json records them, [(variable, value, command-line words)] taken from the
     environment); refuses what `zlbench batch` would refuse."""
     from zlbench.batch.command import config_from_args
 
@@ -165,9 +165,19 @@ def _batch_settings(batch_args: Sequence[str], screen: Path):
         raise click.UsageError(str(e)) from None
     settings = config.settings
     from_env = [
-        (knobs.BY_NAME[name].env, knobs.BY_NAME[name].flag, knobs.flag_text(document[name]))
+        (knobs.BY_NAME[name].env, knobs.flag_text(document[name]), knobs.BY_NAME[name].args(document[name]))
         for name in knobs.MEASURE_KNOBS
         if settings.sources.get(name) == "env"
+    ]
+    batch = config.batch_settings
+    from_env += [
+        (
+            knobs.BY_NAME[name].env,
+            knobs.flag_text(batch.values[name]),
+            knobs.BY_NAME[name].args(batch.values[name]),
+        )
+        for name in knobs.BATCH_OPTIONS
+        if batch is not None and batch.sources.get(name) == "env"
     ]
     return document, from_env
 
@@ -211,7 +221,7 @@ def _check_screen(screen: Path, shards: int, settings: dict) -> None:
         if plan:
             sources.append((path.name, plan.get("settings") or {}))
     for name, saved in sources:
-        diffs = caliber_diffs({"settings": saved}, {"settings": settings})
+        diffs = caliber_diffs({"settings": saved}, {"settings": settings}, knobs.fixed_on_resume)
         if diffs:
             raise SubmitError(
                 f"--out {screen}: {name} was measured with other settings "

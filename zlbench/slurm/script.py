@@ -44,7 +44,7 @@ def render_script(
     screen: Path,
     shards: int,
     batch_args: Sequence[str],
-    from_env: Sequence[Tuple[str, str, str]],
+    from_env: Sequence[Tuple[str, str, Tuple[str, ...]]],
     sbatch_args: Sequence[str],
     python: str,
     cwd: Path,
@@ -54,8 +54,8 @@ def render_script(
     """The text of array.sbatch.
 
     batch_args   the batch options as given to ``zlbench slurm submit``
-    from_env     (variable, flag, value) of the settings taken from the submitting
-                 environment: spelled out as flags so every task measures alike
+    from_env     (variable, value, command-line words) of the settings taken from the
+                 submitting environment: spelled out as flags so every task measures alike
     sbatch_args  the user's ``--sbatch-arg`` values, one ``#SBATCH`` line each
     """
     logs = screen / SLURM_DIR
@@ -78,11 +78,11 @@ def render_script(
     if from_env:
         lines.append(
             "# From the submitting environment: "
-            + ", ".join(f"{var}={shlex.quote(value)}" for var, _, value in from_env)
+            + ", ".join(f"{var}={shlex.quote(value)}" for var, value, _ in from_env)
         )
     options: List[Tuple[str, ...]] = [("--shard", "auto"), ("--shards", str(shards)), ("--out", str(screen))]
     options += pair_options(batch_args)
-    options += [(flag, value) for _, flag, value in from_env]
+    options += [tuple(words) for _, _, words in from_env]
     if not any(o[0] == "--progress" or o[0].startswith("--progress=") for o in options):
         options.append(("--progress", "plain"))
     body = [" ".join(shlex.quote(part) for part in option) for option in options]
