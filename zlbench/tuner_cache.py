@@ -18,6 +18,7 @@ No torch or triton here; the orchestrator imports this.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import tempfile
@@ -66,6 +67,17 @@ def discard_kept_triton_cache(triton_dir: Path) -> None:
     root = Path(triton_dir).parent
     if root.name.startswith(ISOLATED_ROOT_PREFIX):
         shutil.rmtree(root, ignore_errors=True)
+
+
+def cache_dirs(environ: Mapping[str, str]) -> List[str]:
+    """Where a benchmark process with this environment puts compiled kernels (Triton)
+    and tuned configs (FlagGems): the batch watches them to tell compiling from hanging,
+    and the phases plugin reports the ones its process used."""
+    home = environ.get("HOME") or os.path.expanduser("~")
+    return [
+        environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache"),
+        environ.get("FLAGGEMS_CACHE_DIR") or os.path.join(home, ".flaggems"),
+    ]
 
 
 def flaggems_db_path(cache_dir: Path) -> Path:

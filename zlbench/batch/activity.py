@@ -23,6 +23,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import rundir
 from ..markers import RUN_PHASE, parse_marker
+from ..tuner_cache import cache_dirs
 
 TICK_S = 2.0
 # Cache growth this recent means the attempt was compiling when it was stopped.
@@ -32,16 +33,6 @@ COMPILE_WINDOW_S = 60.0
 _MAX_SUBDIRS = 64
 
 COMPILING, MEASURING, STARTING, NO_PROGRESS = "compiling", "measuring", "starting", "no_progress"
-
-
-def default_cache_dirs(environ: Mapping[str, str]) -> List[str]:
-    """Where a benchmark process with this environment puts kernels and tuned configs
-    (the same rule as the phases plugin, which reports the dirs it really used)."""
-    home = environ.get("HOME") or os.path.expanduser("~")
-    return [
-        environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache"),
-        environ.get("FLAGGEMS_CACHE_DIR") or os.path.join(home, ".flaggems"),
-    ]
 
 
 def cache_signature(dirs: Sequence[str]) -> Tuple:
@@ -81,7 +72,7 @@ class Activity:
         self.run_dir = run_dir
         self.stall_s = stall_s or None
         self.tick_s = tick_s
-        self.cache_dirs = default_cache_dirs(environ)
+        self.cache_dirs = cache_dirs(environ)
         now = time.monotonic()
         self.started = now
         self.last_progress = now

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import pytest
 
 from ..markers import RUN_PHASE, format_marker
+from ..tuner_cache import cache_dirs
 from . import print_line, run_dir, write_plugin_json
 from .keys import ROW_LISTENERS
 
@@ -83,16 +84,6 @@ class PhaseClock:
                 "pytest_plugins": self.plugins,
             },
         )
-
-
-def cache_dirs(environ) -> List[str]:
-    """Where this process puts compiled kernels and tuned configs (the batch watches
-    them to tell compiling from hanging)."""
-    home = environ.get("HOME") or os.path.expanduser("~")
-    return [
-        environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache"),
-        environ.get("FLAGGEMS_CACHE_DIR") or os.path.join(home, ".flaggems"),
-    ]
 
 
 def loaded_plugins(config) -> Dict[str, Any]:
