@@ -59,19 +59,14 @@ def corpus_operators(args) -> List[str]:
 
 
 def operator_kinds(flaggems_dir: Optional[str]) -> Dict[str, dict]:
-    """{op: {"kind", "pointwise"}} from conf/operators.yaml, or {} without one."""
-    import yaml
+    """{op: {"kind", "pointwise"}} from conf/operators.yaml (zlbench.corpus.operators), or
+    {} without a checkout that has one."""
+    from zlbench.corpus.operators import has_operator_list, load_operators
 
-    path = Path(flaggems_dir or "") / "conf" / "operators.yaml"
-    if not flaggems_dir or not path.is_file():
+    if not flaggems_dir or not has_operator_list(Path(flaggems_dir)):
         return {}
-    out = {}
-    for entry in (yaml.safe_load(path.read_text()) or {}).get("ops") or []:
-        kinds = entry.get("kind") or []
-        kinds = [kinds] if isinstance(kinds, str) else kinds
-        if entry.get("id") and kinds:
-            out[entry["id"]] = {"kind": kinds[0], "pointwise": "pointwise" in (entry.get("labels") or [])}
-    return out
+    return {op: {"kind": e.kind, "pointwise": "pointwise" in e.labels}
+            for op, e in load_operators(Path(flaggems_dir)).items() if e.kind}
 
 
 def stable_hash(name: str) -> str:
@@ -241,6 +236,19 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
                 "projected_corpus_h", "kernel_over_zlbench_median"):
         print(f"{key:<32} {figures[key]}")
     print(f"kernel mode / zlbench per operator: {ratios}")
+    aa_fig = figures.get("aa") or {}
+    checks = [
+        ("measure efficiency median", figures["measure_efficiency_median"], GOALS["efficiency"], "<="),
+        ("pointwise wall median (s)", figures["pointwise_wall_median_s"], GOALS["pointwise_wall_s"], "<="),
+        ("projected corpus (h)", figures["projected_corpus_h"], GOALS["corpus_h"], "<="),
+        ("kernel mode / zlbench median", figures["kernel_over_zlbench_median"], GOALS["vs_kernel"], ">="),
+        ("A/A median |gain| (%)", aa_fig.get("median_abs_gain_pct"), GOALS["aa_median_pct"], "<="),
+        ("A/A share SAME", aa_fig.get("same_share"), GOALS["aa_same_share"], ">="),
+    ]
+    for name, value, goal, op in checks:
+        met = value is not None and (value <= goal if op == "<=" else value >= goal)
+        print(f"goal: {name} {op} {goal}: " + ("not measured" if value is None else
+                                              f"{'MET' if met else 'NOT MET'} ({value})"))
     if "aa" in figures:
         print(f"A/A: {json.dumps({k: v for k, v in figures['aa'].items() if k != 'not_same'})}")
         for row in figures["aa"]["not_same"]:

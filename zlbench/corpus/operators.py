@@ -31,6 +31,7 @@ class OperatorEntry:
     kinds: Tuple[str, ...]
     # The current stage (the last of ``stages``); None where the entry lists none.
     stage: Optional[str]
+    labels: Tuple[str, ...] = ()  # aten, pointwise, KernelGen, ...
 
     @property
     def kind(self) -> Optional[str]:
@@ -82,8 +83,12 @@ def load_operators(root: Path) -> Dict[str, OperatorEntry]:
             continue
         kinds = item.get("kind") or []
         kinds = [kinds] if isinstance(kinds, str) else kinds
+        labels = item.get("labels") or []
         out[item["id"]] = OperatorEntry(
-            item["id"], tuple(str(k) for k in kinds if k), _stage(item.get("stages"))
+            item["id"],
+            tuple(str(k) for k in kinds if k),
+            _stage(item.get("stages")),
+            tuple(str(x) for x in labels) if isinstance(labels, list) else (),
         )
     return out
 

@@ -404,7 +404,8 @@ def graph_bench(
     if on_placed is not None:
         on_placed(timed_placements, placements.why_fewer)
     # Each replay is one sample of the per-call time, pooled over the placements: the
-    # row's spread includes how much the inputs' addresses move it.
+    # row's spread includes how much the inputs' addresses move it (an interleaved row's
+    # replays each average every placement already: its spread is replay to replay).
     measured = measured_from(times, quantiles, return_mode, cost.notes["replay_stop"])
     return measured._replace(placements=timed_placements, cost=cost.report())
 
