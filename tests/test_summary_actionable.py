@@ -20,14 +20,14 @@ def _throttled(op, shape, why="host_slow"):
             f'why={why} host_speed=20->15\n')
 
 
-def _batch(root, latency, spread=0.002, throttled=(), ops=("abs", "sum")):
+def _batch(root, latency, spread=0.002, throttled=(), ops=("abs", "sum"), **ident):
     """A batch-like dir: ops x float16 x SHAPES with row_stats; ``throttled`` lists the
     (op, shape) rows this side measured slowed down."""
     for op in ops:
         prefix = "".join(_throttled(o, s) for o, s in throttled if o == op)
         prefix += "RUN_PHASE phase=session_start t=1796154807.193\n"
         run_dir = write_run(root / op, op_log(op, ["torch.float16"], SHAPES, latency, prefix),
-                            identity(backend="cpu", device={"index": 0, "model": "cpu"}))
+                            identity(**{"backend": "cpu", "device": {"index": 0, "model": "cpu"}, **ident}))
         for shape in SHAPES:
             for side in ("torch", "gems"):
                 rowstats.append(run_dir, {"op": op, "dtype": "torch.float16", "shape": shape,
@@ -100,6 +100,14 @@ def test_gate_usage_errors_name_the_flag(tmp_path):
 
 
 # -- 3. zlbench noise -------------------------------------------------------------------
+
+def test_noise_refuses_batches_of_two_calibers_with_exit_1(tmp_path):
+    a1 = _batch(tmp_path / "a1", _ms())
+    a2 = _batch(tmp_path / "a2", _ms(), level="comprehensive")
+    noise = zlbench("noise", "--from", a1, "--from", a2, "--db", tmp_path / "h.sqlite")
+    assert noise.returncode == 1, noise.stdout + noise.stderr  # the batches ran: not a usage error
+    assert "zlbench noise:" in noise.stderr and "Traceback" not in noise.stderr
+
 
 def test_noise_records_a_floor_per_machine_and_caliber_and_summary_ab_uses_it(tmp_path):
     db = tmp_path / "history.sqlite"

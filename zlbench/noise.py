@@ -95,7 +95,7 @@ def _pct(v: Optional[float]) -> str:
     return "n/a" if v is None else f"{v * 100:.1f}%"
 
 
-def floor_lines(records: Sequence, db: str) -> List[str]:
+def floor_lines(records: Sequence) -> List[str]:
     from .history.store import caliber_label
 
     lines = []
@@ -186,6 +186,7 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
     throttled, the same batch twice, calibers that differ) or the database cannot be
     used; 2 usage error, or the batches could not start; 130 interrupted.
     """
+    from .clihelp import InputError
     from .history.noise import floors, machine_of, record_floor
     from .history.store import HistoryError, open_db
     from .summary.ab import pair_summaries
@@ -205,7 +206,7 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
             conn.close()
         if not found:
             raise click.ClickException(f"no noise floor recorded in {db_path}: run zlbench noise")
-        click.echo("\n".join(floor_lines(found, db_path)))
+        click.echo("\n".join(floor_lines(found)))
         return
     if from_dirs:
         if len(from_dirs) < 2:
@@ -231,7 +232,10 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
     results = []
     for a, b in itertools.combinations(summaries, 2):
         result = pair_summaries(a, b, 0.0, "zero (an A/A pairing)")
-        check_caliber(result, allow_mismatch=False)
+        try:
+            check_caliber(result, allow_mismatch=False)
+        except InputError as e:  # exit 1, not 2: the batches ran, and two calibers make no A/A
+            raise click.ClickException(f"zlbench noise: {e.format_message()}") from None
         results.append(result)
     records = aa_floors(results, quantile / 100.0, machine_of(summaries[0]))
     try:
@@ -243,7 +247,7 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
             record_floor(conn, rec)
     finally:
         conn.close()
-    click.echo("\n".join(floor_lines(records, db_path)))
+    click.echo("\n".join(floor_lines(records)))
     for rec in records:
         if rec.rows < MIN_ROWS or rec.rows < rec.excluded:
             click.echo(

@@ -52,9 +52,6 @@ def load_summary(path: str) -> Summary:
         raise InputError(str(e)) from None
 
 
-_load_summary = load_summary
-
-
 def resolve_floors(
     a: Summary, noise_floor_pct: Optional[float], history_db: Optional[str]
 ) -> Tuple[float, str, Dict[str, NoiseFloor]]:
@@ -93,7 +90,7 @@ def gate_lines(hits: List[Tripped]) -> List[str]:
 
 
 def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
-    summary = _load_summary(path)
+    summary = load_summary(path)
     target = Path(out) if out else summary.root / rundir.SUMMARY_CSV
     _write(target, csv_lines(summary), "choose another file with --out FILE")
     if summary.screen is not None:
@@ -286,7 +283,8 @@ def summary_command(
     measured throttled on either side). The noise floor is --noise-floor, else the one
     `zlbench noise` recorded for A's machine and caliber, else 2%.
     Exit codes: 0 done; 1 a --fail-on / --max-slowdown gate tripped (the rows are listed
-    on stderr), or the input could not be read; 2 usage error.
+    on stderr), or an output file could not be written; 2 usage error (an input missing,
+    empty or unreadable, a caliber mismatch).
     """
     if ab and path:
         raise click.UsageError("give either PATH or --ab A B, not both")
