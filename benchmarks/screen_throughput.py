@@ -34,6 +34,7 @@ import csv
 import hashlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -83,16 +84,35 @@ def sample(corpus: List[str], kinds: Dict[str, dict], n_kinds: int, per_kind: in
 
 
 def run_batch(args, ops: List[str], out: Path, timeout: float) -> None:
-    cmd = [sys.executable, "-m", "zlbench", "batch", "--backend", args.backend, "--devices", args.device,
-           "--ops", ",".join(ops), "--progress", "plain", "--dismiss", "none", "--out", str(out),
-           "--timeout", str(timeout), "--retries", "0", "--fallback-dtypes", "none"]
-    if args.flaggems_dir:
-        cmd += ["--flaggems-dir", args.flaggems_dir]
-    print(f"== {out.name}: {len(ops)} operators", flush=True)
+    """One pass as a batch. A pass dir that has a plan is resumed (a pass cut short by
+    --pass-limit goes on where it stopped); --pass-limit interrupts the batch as Ctrl-C
+    would, so it stops cleanly between operators' records and can be resumed."""
+    base = [sys.executable, "-m", "zlbench", "batch", "--progress", "plain", "--out", str(out),
+            "--timeout", str(timeout), "--retries", "0"]
+    resuming = (out / "plan.json").exists()
+    if resuming:
+        cmd = base + ["--resume"]
+    else:
+        cmd = base + ["--backend", args.backend, "--devices", args.device, "--ops", ",".join(ops),
+                      "--dismiss", "none", "--fallback-dtypes", "none"]
+        if args.flaggems_dir:
+            cmd += ["--flaggems-dir", args.flaggems_dir]
+    print(f"== {out.name}: {len(ops)} operators{' (resumed)' if resuming else ''}", flush=True)
     started = time.monotonic()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        text, _ = proc.communicate(timeout=args.pass_limit)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            text, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text, _ = proc.communicate()
+        text += f"\n(screen_throughput: --pass-limit {args.pass_limit:.0f} s reached, batch interrupted)\n"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "screen_throughput.log").write_text(proc.stdout)
+    with open(out / "screen_throughput.log", "a") as log:
+        log.write(text)
     print(f"   {time.monotonic() - started:.0f} s, exit {proc.returncode}", flush=True)
 
 
@@ -101,8 +121,15 @@ def run_kernel_mode(args, ops: List[str], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     from zlbench.corpus.resolve import resolve_node
 
-    walls = {}
+    done = out / "kernel_mode.json"
+    walls = json.loads(done.read_text()) if done.is_file() else {}  # a pass cut short goes on
+    began = time.monotonic()
     for op in ops:
+        if op in walls:
+            continue
+        if args.pass_limit and time.monotonic() - began > args.pass_limit:
+            print(f"   kernel mode: --pass-limit {args.pass_limit:.0f} s reached", flush=True)
+            break
         target = resolve_node(Path(args.flaggems_dir), op, None, None)
         started = time.monotonic()
         # As a user runs one operator: its benchmark file, its mark, FlagGems' defaults.
@@ -123,7 +150,7 @@ def run_kernel_mode(args, ops: List[str], out: Path) -> None:
 
 def op_figures(batch: Path) -> Dict[str, dict]:
     """Per operator of a batch dir: status, wall, phases, timings, budget, efficiency."""
-    from zlbench import rowstats, rundir
+    from zlbench import rowstats
 
     path = batch / "ops_status.csv"
     if not path.is_file():
@@ -269,6 +296,8 @@ def main() -> int:
     parser.add_argument("--passes", default="warm,a,b,kernel,report")
     parser.add_argument("--kernel-ops", type=int, default=6, help="operators FlagGems' kernel mode runs")
     parser.add_argument("--timeout", type=float, default=120.0, help="per operator and pass")
+    parser.add_argument("--pass-limit", type=float, default=None,
+                        help="seconds for one batch pass; then it is interrupted, and the next run resumes it")
     parser.add_argument("--out", type=Path, default=Path(f"runs/screen-throughput-{time.strftime('%Y%m%d-%H%M%S')}"))
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()

@@ -53,6 +53,22 @@ def test_replays_fill_the_budget_when_the_pooled_median_is_not_pinned():
     assert pinned.stop == "noise" and pinned.cost["rounds"] == 1 and pinned.samples == timing.FIRST_ROUND_SAMPLES
 
 
+def test_a_later_round_replays_the_graphs_of_the_first_instead_of_capturing_again():
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    home = x.data_ptr()
+    calls = {}
+
+    def fn():
+        calls[x.data_ptr()] = calls.get(x.data_ptr(), 0) + 1  # eager and capture calls
+        return torch.abs(x)
+
+    m = graph_bench(fn, 25, 100, None, None, "median", places=4, noise=1e-9)
+    assert m.stop == "budget" and m.cost["rounds"] >= 2 and m.cost["graphs_kept"]
+    moved = [n for ptr, n in calls.items() if ptr != home]
+    # Each moved placement was captured once: its calls are one graph's worth.
+    assert len(moved) == 3 and all(n == m.cost["calls_per_graph"] for n in moved)
+
+
 def test_percall_timer_pins_a_host_syncing_op_to_its_noise_target():
     from zlbench.plugins.percall import EventClock, percall_bench
 

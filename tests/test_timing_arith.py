@@ -1,5 +1,6 @@
 """Repeat median, sample reduction and graph sizing: pure arithmetic, no torch, no triton."""
 
+import math
 import subprocess
 import sys
 
@@ -217,10 +218,55 @@ def test_replay_rule_first_round_then_the_budget_only_when_not_pinned():
     assert rule.first_round(5, 1) == 5  # never more than the budget holds
     assert rule.pinned(sorted([1.0, 1.001, 0.999] * 8))
     assert not rule.pinned(sorted([1.0, 1.1, 0.9] * 8))
-    assert rule.second_round(100, 8, 3) == 13 - 3  # the budget split, less what was done
-    assert rule.second_round(10, 8, 5) == 0
+    assert rule.next_round(100, 8, 3, sorted([1.0, 1.001, 0.999] * 8)) == 0  # pinned: done
+    assert rule.next_round(10, 8, 5, sorted([1.0, 1.1, 0.9] * 8)) == 0  # the budget is spent
     off = timing.ReplayRule(0)
     assert off.first_round(100, 8) == 13 and off.pinned([5.0, 1.0])
+
+
+def _spread_samples(n, width, rng):
+    return sorted(1.0 + rng.uniform(-width, width) for _ in range(n))
+
+
+def test_a_later_round_asks_for_what_the_ci_needs_within_the_budget():
+    import random
+
+    rng = random.Random(7)
+    rule = timing.ReplayRule(0.005)
+    # 24 replays (8 placements x 3) whose CI is about twice the target: about 4x the
+    # samples are needed, so about 3 x 24 more (x ROUND_MARGIN), 8 placements: ~11 each.
+    first = _spread_samples(24, 0.016, rng)
+    spread = timing.relative_spread(first)
+    assert 0.005 < spread
+    more = rule.next_round(1000, 8, 3, first)
+    expected = math.ceil(24 * (spread / 0.005) ** 2 * timing.ROUND_MARGIN) - 24
+    assert more == -(-expected // 8) and 0 < more < 1000 // 8 - 3
+    # ... never past the budget, split over the placements.
+    assert rule.next_round(100, 8, 3, first) <= 13 - 3
+    assert rule.next_round(100, 8, 3, sorted([1.0, 1.5, 0.5] * 8)) == 13 - 3
+    # The last round spends what is left, whatever the CI says.
+    assert rule.next_round(1000, 8, 3, first, rounds_done=timing.MAX_ROUNDS - 1) == 125 - 3
+
+
+def test_rounds_pin_a_steady_row_well_inside_the_budget():
+    """Replays drawn from one distribution: the rounds stop at the target, spending a
+    part of the budget that filling it (the rule before) would have spent."""
+    import random
+
+    rng = random.Random(3)
+    rule = timing.ReplayRule(0.005)
+    budget, graphs = 800, 8
+    done = rule.first_round(budget, graphs)
+    times = [1.0 + rng.gauss(0, 0.01) for _ in range(done * graphs)]
+    rounds = 1
+    while True:
+        more = rule.next_round(budget, graphs, done, sorted(times), rounds)
+        if not more:
+            break
+        times += [1.0 + rng.gauss(0, 0.01) for _ in range(more * graphs)]
+        done, rounds = done + more, rounds + 1
+    assert rule.pinned(sorted(times))
+    assert rounds <= timing.MAX_ROUNDS and len(times) < budget / 2
 
 
 def test_interleaving_needs_every_copy_in_l2_and_long_segments():
@@ -244,3 +290,27 @@ def test_interleaving_needs_every_copy_in_l2_and_long_segments():
     assert not interleave(small, 650, None)  # L2 unknown
     assert not interleave(Placements([T(4 << 20)], 8), 650, 50 << 20)  # 32 MB of copies
     assert not interleave(Placements([T(8 << 10)], 1), 650, 50 << 20)
+
+
+def test_graphs_are_kept_for_later_rounds_only_while_the_device_has_room():
+    from zlbench.plugins.graph_timer import LOW_MEMORY_SHARE, KeptGraphs
+
+    class Cuda:
+        free = 80
+
+        def mem_get_info(self):
+            return self.free, 100
+
+    class Torch:
+        cuda = Cuda()
+
+    kept = KeptGraphs(Torch())
+    kept.keep(0, "g0")
+    kept.keep(1, "g1")
+    assert kept.holds(2) and not kept.holds(3)
+    Torch.cuda.free = int(LOW_MEMORY_SHARE * 100) - 1  # the next graph leaves too little free
+    kept.keep(2, "g2")
+    assert not kept.holds(1) and kept.graphs == {}  # all go: later rounds capture again
+    Torch.cuda.free = 80
+    kept.keep(3, "g3")
+    assert kept.graphs == {}  # and none is kept after that within this timing

@@ -451,6 +451,18 @@ KNOBS: List[Knob] = [
         child=True,
     ),
     Knob(
+        "gc_freeze",
+        "ZL_GC_FREEZE",
+        "--gc-freeze",
+        True,
+        _bool,
+        BATCH,
+        "After collection, move the benchmark process's long-lived objects (torch, triton, the "
+        "library) out of the garbage collector's view, so FlagGems' gc.collect() after each "
+        "row visits only that row's objects (default 1; nothing timed changes).",
+        child=True,
+    ),
+    Knob(
         "pytest_plugins",
         "ZL_PYTEST_PLUGINS",
         "--pytest-plugins",

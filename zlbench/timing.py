@@ -354,18 +354,24 @@ FIRST_ROUND_PER_PLACEMENT = 3  # replays of each placement's graph before the fi
 # ... and this many in all: the CI of a median over 10 samples is their whole range (one
 # slow replay fails it); over 20 it sits between the 5th and the 16th.
 FIRST_ROUND_SAMPLES = 20
+# A later round asks for this much more than the samples' CI says it needs (its width
+# goes as 1/sqrt(n)): a round that falls just short costs another round.
+ROUND_MARGIN = 1.25
+MAX_ROUNDS = 4  # the first and at most three more; the last one spends what is left
 
 
 class ReplayRule(NamedTuple):
     """How many replays the graph timer makes of each placement's graph.
 
     A first round gives every placement FIRST_ROUND_PER_PLACEMENT replays
-    (FIRST_ROUND_SAMPLES at least in all); if the median pooled over them has a 95% CI half-width within
-    ``target`` of it, the row is done ("noise"). Otherwise a second round fills the
-    caller's ``rep`` budget, split over the placements as before ("budget"). ``target`` 0
-    skips the first round: every row fills the budget ("budget"), as zlbench timed before
-    the rule. ``graphs`` is the number of graphs replayed: one per placement, or one for
-    all when the placements are interleaved in one graph.
+    (FIRST_ROUND_SAMPLES at least in all). While the median pooled over them has a 95% CI
+    half-width above ``target`` of it, another round gives every placement as many more
+    as the CI says are needed (it narrows as 1/sqrt(n); ROUND_MARGIN over that), never
+    past the caller's ``rep`` budget split over the placements; the MAX_ROUNDS-th round
+    spends what is left of it. The row stops "noise" once pinned, "budget" when the
+    budget ran out first. ``target`` 0 skips the first round: every row fills the budget
+    ("budget"), as zlbench timed before the rule. ``graphs`` is the number of graphs
+    replayed: one per placement, or one for all when the placements are interleaved.
     """
 
     target: float  # relative CI half-width; 0: always fill the budget
@@ -383,9 +389,26 @@ class ReplayRule(NamedTuple):
         spread = relative_spread(ordered)
         return spread is not None and spread <= self.target
 
-    def second_round(self, budget_replays: int, graphs: int, done_per_graph: int) -> int:
-        """Replays per graph still owed to the budget (0 when it is spent)."""
-        return max(0, replays_per_placement(budget_replays, graphs, MIN_REPLAYS) - done_per_graph)
+    def next_round(
+        self,
+        budget_replays: int,
+        graphs: int,
+        done_per_graph: int,
+        ordered: Sequence[float],
+        rounds_done: int = 1,
+    ) -> int:
+        """Replays per graph for the next round: 0 once pinned or the budget is spent."""
+        if self.pinned(ordered):
+            return 0
+        left = replays_per_placement(budget_replays, graphs, MIN_REPLAYS) - done_per_graph
+        if left <= 0:
+            return 0
+        spread = relative_spread(ordered)
+        if spread is None or rounds_done + 1 >= MAX_ROUNDS:
+            return left
+        n = len(ordered)
+        needed = math.ceil(n * (spread / self.target) ** 2 * ROUND_MARGIN) - n
+        return max(1, min(left, -(-needed // max(1, graphs))))
 
 
 def replays_per_placement(replays: int, count: int, minimum: int) -> int:

@@ -46,7 +46,7 @@ def parse_fallback_dtypes(values: Sequence[str]) -> Tuple[Tuple[str, ...], ...]:
 
 
 _CORPUS_KNOBS = ["provider", "flaggems_dir", "backend"]
-_WORKER_KNOBS = ["parallel_warmup_gpus", "compile_workers", "pytest_plugins", "output_cap_mb"]
+_WORKER_KNOBS = ["parallel_warmup_gpus", "compile_workers", "gc_freeze", "pytest_plugins", "output_cap_mb"]
 OPTION_GROUPS = [
     (
         "Common options",

@@ -300,6 +300,7 @@ def graph_bench(
     phase = "warmup"
     graph = None
     placements = Placements.plan(torch, fn, places)
+    kept = KeptGraphs(torch)
     timed_placements = 0
     rule = ReplayRule(noise)
     try:
@@ -323,7 +324,7 @@ def graph_bench(
             graph = None  # the probe's buffers go before the real capture
             phase = "capture"
             try:
-                times, timed_placements, more = replay_interleaved(
+                times, timed_placements, rounds = replay_interleaved(
                     torch, fn, placements, plan, rule, stream, grad_to_none, cost
                 )
             except PlacementFailed as failed:
@@ -347,7 +348,8 @@ def graph_bench(
             per_placement = rule.first_round(plan.replays, placements.count)
             times = [t / plan.calls_per_graph for t in time_replays(torch, graph, per_placement, stream)]
             cost.lap("replay")
-            graph = None  # placement 0 (where the inputs are) is timed
+            kept.keep(0, graph)  # placement 0 (where the inputs are) is timed
+            graph = None
             timed_placements = replay_round(
                 torch,
                 fn,
@@ -359,33 +361,43 @@ def graph_bench(
                 grad_to_none,
                 times,
                 cost,
+                kept,
             )
-            pinned = rule.pinned(sorted(times))
-            more = 0 if pinned else rule.second_round(plan.replays, timed_placements, per_placement)
-            if more:
-                replay_round(
-                    torch,
-                    fn,
-                    placements,
-                    range(timed_placements),
-                    plan.calls_per_graph,
-                    more,
-                    stream,
-                    grad_to_none,
-                    times,
-                    cost,
-                )
-            cost.notes["interleaved"] = False
+            done, rounds = per_placement, 1
+            while True:
+                more = rule.next_round(plan.replays, timed_placements, done, sorted(times), rounds)
+                if not more:
+                    break
+                if kept.holds(timed_placements):
+                    for index in range(timed_placements):
+                        times += [t / plan.calls_per_graph for t in kept.replay(index, more, stream)]
+                    cost.lap("replay")
+                else:
+                    replay_round(
+                        torch,
+                        fn,
+                        placements,
+                        range(timed_placements),
+                        plan.calls_per_graph,
+                        more,
+                        stream,
+                        grad_to_none,
+                        times,
+                        cost,
+                    )
+                done, rounds = done + more, rounds + 1
+            cost.notes.update(interleaved=False, graphs_kept=kept.holds(timed_placements))
         cost.notes.update(
             calls_per_graph=plan.calls_per_graph,
             replays=len(times),
-            rounds=2 if more else 1,
-            replay_stop="noise" if rule.target > 0 and not more else "budget",
+            rounds=rounds,
+            replay_stop="noise" if rule.target > 0 and rule.pinned(sorted(times)) else "budget",
         )
     except ContextNotClean:
         raise
     except BaseException as exc:  # noqa: BLE001 - classified by the caller
         graph = None
+        kept.drop()
         try:
             torch.cuda.synchronize()
         except BaseException as sync_exc:  # the context died: report that, not the capture
@@ -396,6 +408,7 @@ def graph_bench(
         raise CaptureFailed(phase, exc) from exc
     finally:
         graph = None
+        kept.drop()
         placements.restore()
         try:
             torch.cuda.current_stream().wait_stream(stream)
@@ -413,7 +426,7 @@ def graph_bench(
 def replay_interleaved(torch, fn, placements: Placements, plan, rule: ReplayRule, stream, grad_to_none, cost):
     """All placements in one graph, ``plan.calls_per_graph`` calls in equal segments, one
     per placement; every replay is one sample over all of them. Returns (per-call times,
-    placements, replays of the second round)."""
+    placements, rounds of replays)."""
     count = placements.count
     placements.prepare(count)  # the copies exist before the capture: it may only swap storage
     stream.wait_stream(torch.cuda.current_stream())
@@ -438,14 +451,18 @@ def replay_interleaved(torch, fn, placements: Placements, plan, rule: ReplayRule
     finally:
         placements.move(0)
     cost.lap("capture")
-    first = rule.first_round(plan.replays, 1)
-    times = [t / calls for t in time_replays(torch, graph, first, stream)]
-    more = 0 if rule.pinned(sorted(times)) else rule.second_round(plan.replays, 1, first)
-    if more:
+    done = rule.first_round(plan.replays, 1)
+    times = [t / calls for t in time_replays(torch, graph, done, stream)]
+    rounds = 1
+    while True:
+        more = rule.next_round(plan.replays, 1, done, sorted(times), rounds)
+        if not more:
+            break
         times += [t / calls for t in time_replays(torch, graph, more, stream)]
+        done, rounds = done + more, rounds + 1
     cost.lap("replay")
     cost.notes["interleaved"] = True
-    return times, count, more
+    return times, count, rounds
 
 
 def replay_round(
@@ -459,20 +476,24 @@ def replay_round(
     grad_to_none,
     times: List[float],
     cost: Cost,
+    kept: Optional["KeptGraphs"] = None,
 ) -> int:
     """Replays at each placement of ``indices`` in turn, appended to ``times``; returns
     the placements timed so far (1 + the last index that worked). A placement that fails
-    ends the round and keeps what was timed (an extra placement costs only itself)."""
+    ends the round and keeps what was timed (an extra placement costs only itself).
+    ``kept`` keeps each placement's graph for a later round."""
     timed = indices.start if indices.start > 0 else 0
     for index in indices:
         try:
             times += replay_elsewhere(
-                torch, fn, placements, index, calls, replays, stream, grad_to_none, cost
+                torch, fn, placements, index, calls, replays, stream, grad_to_none, cost, kept
             )
         except ContextNotClean:
             raise
         except Exception as exc:  # noqa: BLE001
             torch.cuda.synchronize()  # a dead context raises here, handled by the caller
+            if kept is not None:
+                kept.stop()  # the copies its graphs read go now
             placements.restore()
             placements.fewer(f"placement {index + 1} failed: {type(exc).__name__}")
             if isinstance(exc, torch.cuda.OutOfMemoryError):
@@ -492,6 +513,7 @@ def replay_elsewhere(
     stream,
     grad_to_none,
     cost: Optional[Cost] = None,
+    kept: Optional["KeptGraphs"] = None,
 ) -> List[float]:
     """Per-call times of ``replays`` replays with the inputs at placement ``index``."""
     placements.move(index)
@@ -505,7 +527,50 @@ def replay_elsewhere(
     times = [t / calls for t in time_replays(torch, graph, replays, stream)]
     if cost is not None:
         cost.lap("replay")
+    if kept is not None:
+        kept.keep(index, graph)
     return times
+
+
+class KeptGraphs:
+    """Each placement's graph, kept after its first round while the device has room, so
+    that a later round replays it instead of capturing it again: a capture costs every
+    call's launch through the library's wrapper (FlagGems: about 250 us each), a replay
+    of the same calls about a millisecond. A graph holds its outputs in a private pool,
+    and the copies it reads stay alive until the timing ends (``Placements``); below
+    LOW_MEMORY_SHARE free, the kept ones go and later rounds capture again."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.graphs: Dict[int, Any] = {}
+        self.on = True
+
+    def keep(self, index: int, graph) -> None:
+        if not self.on:
+            return
+        try:
+            free, total = self.torch.cuda.mem_get_info()
+            room = free >= LOW_MEMORY_SHARE * total
+        except Exception:  # noqa: BLE001 - no query: capture again, as before
+            room = False
+        if not room:
+            self.stop()
+            return
+        self.graphs[index] = graph
+
+    def stop(self) -> None:
+        """No graph kept from here on in this timing (later rounds capture again)."""
+        self.drop()
+        self.on = False
+
+    def holds(self, count: int) -> bool:
+        return self.on and all(i in self.graphs for i in range(count))
+
+    def replay(self, index: int, replays: int, stream) -> List[float]:
+        return time_replays(self.torch, self.graphs[index], replays, stream)
+
+    def drop(self) -> None:
+        self.graphs.clear()
 
 
 # --- the plugin ------------------------------------------------------------------------

@@ -202,6 +202,7 @@ def build_identity(plan: RunPlan, run_dir: Path, cache_description: str) -> dict
         # How long tuning takes, not what it picks (not caliber); the autotune plugin's
         # report says how many threads it used.
         "compile_workers": s.compile_workers,
+        "gc_freeze": s.gc_freeze,  # FlagGems' per-row gc.collect() visits only new objects
         "level": s.level,
         "dtypes": list(s.dtypes) if s.dtypes else "default",
         "repeat": s.direct_repeat,

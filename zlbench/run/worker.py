@@ -68,6 +68,7 @@ PREIMPORT = (
     "_pytest.runner",
     "zlbench.plugins.phases",
     "zlbench.plugins.device_setup",
+    "zlbench.plugins.gc_freeze",
     "zlbench.plugins.direct_timer",
     "zlbench.plugins.graph_timer",
     "zlbench.plugins.autotune",
