@@ -110,6 +110,10 @@ def test_worker_and_fresh_leave_the_same_run_dir(tmp_path):
         data["plugins"]["phases"].pop("last_row_t")
         # Measurements, not layout: why each timing stopped, rows the machine slowed.
         data["plugins"]["direct_timer"].pop("stops")
+        # How much the collector had to walk: a worker froze its imports before forking.
+        assert data["plugins"]["gc_freeze"].pop("frozen") > 0
+        data["plugins"]["gc_freeze"].pop("collect_ms_before")
+        data["plugins"]["gc_freeze"].pop("collect_ms_after")
         for where in (data, data["plugins"]["direct_timer"]):
             where["device_state"].pop("rows_throttled")
             where["device_state"].pop("median_host_speed", None)  # the core's speed
@@ -332,3 +336,32 @@ def test_a_spare_that_exited_before_its_attempt_is_not_used_and_says_so(capfd):
     finally:
         os.close(read_fd)
     assert f"zlbench worker: spare {pid} not used: it had exited" in capfd.readouterr().err
+
+
+def test_prewarm_calls_the_first_function_of_a_name_that_works_and_skips_missing_ones(monkeypatch):
+    import types
+
+    from zlbench.run.worker import PREIMPORT, PREWARM, prewarm
+
+    calls = []
+    new = types.ModuleType("zl_fake_new_cache")
+    new.triton_key = lambda: calls.append("new")
+    old = types.ModuleType("zl_fake_old_compiler")
+    old.triton_key = lambda: calls.append("old")
+    broken = types.ModuleType("zl_fake_broken")
+
+    def fails():
+        raise RuntimeError("no libtriton here")
+
+    broken.fingerprint = fails
+    for module in (new, old, broken):
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    done = prewarm([
+        ("zl_fake_missing", "triton_key"),
+        ("zl_fake_broken", "fingerprint"),
+        ("zl_fake_new_cache", "triton_key"),
+        ("zl_fake_old_compiler", "triton_key"),  # the same name already computed
+    ])
+    assert done == ["zl_fake_new_cache.triton_key()"] and calls == ["new"]
+    # What the worker computes ahead names triton's key, and sympy is imported ahead.
+    assert {f for _, f in PREWARM} == {"triton_key"} and "sympy" in PREIMPORT

@@ -102,7 +102,10 @@ def _drive(tmp_path: Path, case: str, workers: int) -> dict:
         TRITON_CACHE_DIR=str(tmp_path / f"triton-{case}-{workers}"),
         PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]),
     )
-    proc = subprocess.run([sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True, timeout=600)
+    # A file, not -c: triton reads a @jit function's source from the file it is defined in.
+    driver = tmp_path / f"drive_{case}_{workers}.py"
+    driver.write_text(DRIVER)
+    proc = subprocess.run([sys.executable, str(driver)], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     report = json.loads((run_dir / "plugins" / "autotune.json").read_text())
     report["best"] = json.loads(proc.stdout.strip().splitlines()[-1])["best"]

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import os
 import sys
 import time
@@ -59,6 +60,9 @@ PREIMPORT = (
     "yaml",
     "sqlalchemy",
     "torch",
+    # torch imports sympy at a library's first type promotion (elementwise_dtypes): 2.0 s
+    # in every operator's first row on an H200 host whose site-packages had no .pyc.
+    "sympy",
     "triton",
     "pytest",
     "_pytest.python",
@@ -77,6 +81,13 @@ PREIMPORT = (
     "zlbench.run",
     "zlbench.providers",
     "zlbench.tuner_cache",
+)
+# Computed once here, inherited by every fork: (module, function) called after the
+# imports, where it exists. triton_key hashes triton's own files and libtriton before a
+# process's first compile or cache lookup: 0.4 s per operator on an H200 host.
+PREWARM = (
+    ("triton.runtime.cache", "triton_key"),  # triton >= 3.3
+    ("triton.compiler.compiler", "triton_key"),  # earlier triton, flagtree
 )
 # Vendor triton builds (flagtree and friends) install as "triton"; a vendor's torch
 # extension is imported by the backend's probe only. Never imported by a worker:
@@ -101,6 +112,25 @@ def conftest_imports(corpus_root: Path, device_free: bool = True) -> List[str]:
     return out
 
 
+def prewarm(calls) -> List[str]:
+    """Call each (module, function) of ``calls`` that exists, once; the first of a
+    function name that works is enough. Returns ``module.function()`` for each called."""
+    done: List[str] = []
+    for module, function in calls:
+        if any(d.endswith(f".{function}()") for d in done):
+            continue
+        try:
+            fn = getattr(importlib.import_module(module), function)
+        except (ImportError, AttributeError):
+            continue
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - the child computes it itself, as without a worker
+            continue
+        done.append(f"{module}.{function}()")
+    return done
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zlbench.run.worker")
     parser.add_argument("--corpus-root", default=None)
@@ -121,6 +151,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if corpus_root is not None:
         names += [n for n in conftest_imports(corpus_root) if n not in names]
     imported, failed = preimport(names)
+    imported += prewarm(PREWARM)
     import_s = time.monotonic() - started
     print(
         f"zlbench worker {os.getpid()}: imported {len(imported)} modules in {import_s:.1f} s"
