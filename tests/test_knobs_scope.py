@@ -50,3 +50,9 @@ def test_the_benchmark_process_gets_the_child_knobs_and_its_own_variables():
     cuda = _child_env("cuda")
     assert "ZL_CPU_THREADS" not in cuda or cuda["ZL_CPU_THREADS"] == ""
     assert benchenv.run_dir(env) == Path("/r") and benchenv.autotune_mode(env) == "record"
+
+
+def test_triton_keeps_its_autotune_winners_unless_the_knob_says_not():
+    assert _child_env("cuda")["TRITON_CACHE_AUTOTUNING"] == "1"
+    assert _child_env("cuda", autotune_cache="0")["TRITON_CACHE_AUTOTUNING"] == "0"
+    assert knobs.BY_NAME["autotune_cache"].caliber  # which config a row runs can come from an earlier process

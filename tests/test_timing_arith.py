@@ -314,3 +314,35 @@ def test_graphs_are_kept_for_later_rounds_only_while_the_device_has_room():
     Torch.cuda.free = 80
     kept.keep(3, "g3")
     assert kept.graphs == {}  # and none is kept after that within this timing
+
+
+def test_the_warm_up_waits_for_a_ramping_clock_not_for_one_the_work_holds_down():
+    ref = 1980.0
+    assert timing.at_working_clock({}, ref)  # no clocks to read
+    assert timing.at_working_clock({"sm_mhz": 1500}, None)  # no reference yet
+    assert timing.at_working_clock({"sm_mhz": 1900, "throttle": []}, ref)  # within 5%
+    assert not timing.at_working_clock({"sm_mhz": 1500, "throttle": []}, ref)  # still ramping
+    # At the power cap this work reaches (BLAS on an H200), or held down by heat: more
+    # warm-up does not bring the clock back; the row carries DEVICE_THROTTLED instead.
+    assert timing.at_working_clock({"sm_mhz": 1500, "throttle": ["sw_power_cap"]}, ref)
+    assert timing.at_working_clock({"sm_mhz": 1500, "throttle": ["hw_thermal"]}, ref)
+
+
+def test_the_row_recorder_asks_the_same_rule():
+    from zlbench.plugins.direct_timer import RowRecorder
+
+    class State:
+        def __init__(self, samples):
+            self.samples = list(samples)
+
+        def available(self):
+            return True
+
+        def sample(self):
+            return self.samples.pop(0)
+
+    recorder = RowRecorder(None)
+    recorder.reference_mhz = 1980.0
+    recorder._state = State([{"sm_mhz": 1500, "throttle": []}, {"sm_mhz": 1500, "throttle": ["sw_power_cap"]}])
+    assert recorder.device_ready() is False and recorder.before is None
+    assert recorder.device_ready() is True and recorder.before["throttle"] == ["sw_power_cap"]

@@ -24,6 +24,9 @@ OWN = (RUN_DIR, TIMER, AUTOTUNE_MODE, WARMUP_DEVICES)
 AUTOTUNE_MODES = ("record", "replay", "off")
 # pytest's own switch: installed third-party plugins stay out unless asked for.
 PYTEST_AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
+# triton's switch (knobs.autotuning.cache, read when an autotuner is made): winners kept
+# on disk across processes. Set from the autotune_cache knob.
+TRITON_AUTOTUNE_CACHE = "TRITON_CACHE_AUTOTUNING"
 
 
 def env_of(name: str) -> str:
@@ -86,6 +89,7 @@ def child_env(
     env[RUN_DIR] = str(run_dir)
     env[TIMER] = timer
     env[AUTOTUNE_MODE] = autotune_mode
+    env[TRITON_AUTOTUNE_CACHE] = "1" if settings.values.get("autotune_cache", True) else "0"
     if autoload:
         env.pop(PYTEST_AUTOLOAD_OFF, None)
     else:

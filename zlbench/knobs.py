@@ -320,6 +320,19 @@ KNOBS: List[Knob] = [
         child=True,
     ),
     Knob(
+        "autotune_cache",
+        "ZL_AUTOTUNE_CACHE",
+        "--autotune-cache",
+        True,
+        _bool,
+        CALIBER,
+        "1 (default): triton's autotuner keeps each key's winner in its cache dir and a later "
+        "process takes it from there (TRITON_CACHE_AUTOTUNING=1, triton 3.4 and later; its key "
+        "holds triton's version, the kernel's source and the whole config list, so a change to "
+        "any re-tunes), as FlagGems' own tuner keeps winners in its DB; 0: every process "
+        "benchmarks every candidate again.",
+    ),
+    Knob(
         "direct_repeat",
         "ZL_DIRECT_REPEAT",
         "--direct-repeat",
@@ -410,8 +423,9 @@ KNOBS: List[Knob] = [
         _percent_or_off,
         CALIBER,
         "Graph timer: after a first round of replays at every placement, stop once the pooled "
-        "median's 95% confidence half-width is within this many percent of it; otherwise fill "
-        "the caller's rep budget (default 0.5; 0: always fill it, as before this rule).",
+        "median's 95% confidence half-width is within this many percent of it; otherwise more "
+        "rounds, each as long as that CI says is needed, within the caller's rep budget "
+        "(default 0.5; 0: always fill the budget, as before this rule).",
         child=True,
     ),
     Knob(

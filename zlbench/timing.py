@@ -164,6 +164,20 @@ HOST_SLOW = 0.10
 CPU_SHARE_MIN = 0.9  # a timing process on the CPU less than this share of the wall time
 
 
+def at_working_clock(sample: dict, reference_mhz: Optional[float]) -> bool:
+    """For a warm-up: is the device at the clock this work runs at? Yes where clocks
+    cannot be read, before any reference, and within CLOCK_DROP of the reference. Below
+    it, a clock that is still ramping up (no slowdown reason) is worth waiting for; one
+    held down by a reason the vendor reports (a power cap that this very work reaches,
+    heat) is the working clock: waiting longer does not lift it, and the row is marked
+    DEVICE_THROTTLED. On an H200, BLAS rows at the power cap warmed up to FlagGems' cap
+    of 1,000 ms per timing waiting for a clock that did not come back."""
+    mhz = sample.get("sm_mhz")
+    if not mhz or not reference_mhz or mhz >= (1.0 - CLOCK_DROP) * reference_mhz:
+        return True
+    return bool(sample.get("throttle"))
+
+
 def cpu_share(before: dict, after: dict) -> Optional[float]:
     """The share of the wall time the process ran on a CPU between two host samples."""
     try:

@@ -32,11 +32,11 @@ from zlbench.plugins.keys import ROW_CONTEXT, ROW_LISTENERS, ROW_RECORD_FIELDS
 from zlbench.plugins.percall import NothingTraced, choose_clock, percall_bench
 from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
-    CLOCK_DROP,
     Measured,
     StopRule,
     TimedRow,
     WarmupRule,
+    at_working_clock,
     cpu_share,
     footer_line,
     measured_from,
@@ -306,12 +306,11 @@ class RowRecorder:
             self.before = self._sample()
 
     def device_ready(self) -> bool:
-        """For a timer's warm-up: is the device at its working clock? The SM clock within
-        CLOCK_DROP of the highest read in the run (True where clocks cannot be read, and
-        before any reference). A True answer's sample is the row's first."""
+        """For a timer's warm-up: is the device at its working clock
+        (``timing.at_working_clock`` against the highest SM clock read in the run)? A
+        True answer's sample is the row's first."""
         sample = self._sample()
-        mhz = sample.get("sm_mhz")
-        if mhz and self.reference_mhz and mhz < (1.0 - CLOCK_DROP) * self.reference_mhz:
+        if not at_working_clock(sample, self.reference_mhz):
             return False
         self.before = sample
         return True
