@@ -62,5 +62,11 @@ def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_
     # Every corpus operator at its kind's mean wall (the sample has no kinds: its mean).
     mean = sum(figures["per_operator"][op]["a"]["wall_s"] for op in ("abs", "add")) / 2
     assert figures["projected_corpus_s"] == pytest.approx(11 * mean, rel=0.01)
-    assert figures["aa"]["pairs"] > 0
+    aa = figures["aa"]
+    assert aa["pairs"] > 0
+    # Not SAME is explained when a marker, a fallback or the autotuner's pick says why.
+    unexplained = [r for r in aa["not_same"] if not (r["markers"] or r["fallback"] or r["autotune"])]
+    assert aa["unexplained"] == len(unexplained)
+    assert aa["same_or_explained_share"] == pytest.approx(1 - len(unexplained) / aa["pairs"], abs=1e-4)
+    assert set(figures["measure_efficiency_median_by_pass"]) == {"a", "b"}
     assert "measure_efficiency_median" in proc.stdout
