@@ -25,6 +25,10 @@ Usage (H200, FlagGems checkout in FLAGGEMS_DIR):
   python benchmarks/screen_throughput.py --out /tmp/st --passes warm,kernel
   python benchmarks/screen_throughput.py --out /tmp/st --passes a,b,report --json st.json
 On CPU (the bundled sample corpus, a smoke run): --backend cpu --ops abs,add --passes a,b,report
+
+With --pass-limit S a batch pass is interrupted after S seconds as Ctrl-C would stop it,
+the later passes are not run (exit 3), and the same command with the same --out resumes
+it: a pass dir with a plan is resumed, the kernel pass skips what it timed.
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ def sample(corpus: List[str], kinds: Dict[str, dict], n_kinds: int, per_kind: in
     return [op for k in largest for op in sorted(by_kind[k], key=stable_hash)[:per_kind]]
 
 
-def run_batch(args, ops: List[str], out: Path, timeout: float) -> None:
+def run_batch(args, ops: List[str], out: Path, timeout: float) -> bool:
     """One pass as a batch. A pass dir that has a plan is resumed (a pass cut short by
     --pass-limit goes on where it stopped); --pass-limit interrupts the batch as Ctrl-C
     would, so it stops cleanly between operators' records and can be resumed."""
@@ -99,24 +103,28 @@ def run_batch(args, ops: List[str], out: Path, timeout: float) -> None:
             cmd += ["--flaggems-dir", args.flaggems_dir]
     print(f"== {out.name}: {len(ops)} operators{' (resumed)' if resuming else ''}", flush=True)
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    finished = True
     try:
         text, _ = proc.communicate(timeout=args.pass_limit)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
+        finished = False
+        proc.send_signal(signal.SIGINT)  # the batch stops its attempts and records what it has
         try:
             text, _ = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             text, _ = proc.communicate()
         text += f"\n(screen_throughput: --pass-limit {args.pass_limit:.0f} s reached, batch interrupted)\n"
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "screen_throughput.log", "a") as log:
         log.write(text)
     print(f"   {time.monotonic() - started:.0f} s, exit {proc.returncode}", flush=True)
+    return finished
 
 
-def run_kernel_mode(args, ops: List[str], out: Path) -> None:
+def run_kernel_mode(args, ops: List[str], out: Path) -> bool:
     """FlagGems' own kernel mode, one plain pytest per operator, wall per operator."""
     out.mkdir(parents=True, exist_ok=True)
     from zlbench.corpus.resolve import resolve_node
@@ -129,7 +137,7 @@ def run_kernel_mode(args, ops: List[str], out: Path) -> None:
             continue
         if args.pass_limit and time.monotonic() - began > args.pass_limit:
             print(f"   kernel mode: --pass-limit {args.pass_limit:.0f} s reached", flush=True)
-            break
+            return False
         target = resolve_node(Path(args.flaggems_dir), op, None, None)
         started = time.monotonic()
         # As a user runs one operator: its benchmark file, its mark, FlagGems' defaults.
@@ -146,6 +154,7 @@ def run_kernel_mode(args, ops: List[str], out: Path) -> None:
         (out / f"{op}.log").write_text(text)
         print(f"   kernel mode {op}: {walls[op]}", flush=True)
         (out / "kernel_mode.json").write_text(json.dumps(walls, indent=1) + "\n")
+    return True
 
 
 def op_figures(batch: Path) -> Dict[str, dict]:
@@ -328,9 +337,14 @@ def main() -> int:
     passes = [p for p in args.passes.split(",") if p]
     for name in passes:
         if name in ("warm", "a", "b"):
-            run_batch(args, ops, args.out / name, args.timeout)
+            if not run_batch(args, ops, args.out / name, args.timeout):
+                # A later pass on a half-warm cache, or a report on half a pass, would mislead.
+                print(f"pass {name} not finished: run again with --out {args.out} to resume it", flush=True)
+                return 3
         elif name == "kernel":
-            run_kernel_mode(args, ops[: args.kernel_ops], args.out / "kernel")
+            if not run_kernel_mode(args, ops[: args.kernel_ops], args.out / "kernel"):
+                print(f"kernel pass not finished: run again with --out {args.out} to resume it", flush=True)
+                return 3
     figures = report(args, ops, corpus, kinds) if "report" in passes else {}
     return 0 if figures or "report" not in passes else 1
 

@@ -429,3 +429,37 @@ def test_plugin_in_a_real_pytest_run(tmp_path):
     assert "autotune: replayed 1, fell back 0" in out_b
     report = json.loads((b / "plugins" / "autotune.json").read_text())
     assert (report["mode"], report["replayed"], report["fell_back"]) == ("replay", 1, 0)
+
+
+def test_a_winner_from_tritons_disk_cache_is_recorded_as_such_and_is_no_tuning(h):
+    """triton (3.4 and later, TRITON_CACHE_AUTOTUNING=1) stores a winner another process
+    tuned without benchmarking any candidate: the record says disk_cache, the clock no tuning."""
+    disk = {}
+
+    class DiskTuner(h.Autotuner):
+        cache_results = True
+
+        def _bench(self, *args, config, **meta):
+            return [float(config.kwargs["B"])]
+
+        def run(self, *args, **kwargs):
+            nargs = dict(zip(self.arg_names, args))
+            key = tuple(nargs[k] for k in self.keys)
+            if key not in self.cache:
+                if key in disk:
+                    self.cache[key] = disk[key]
+                else:
+                    timings = {c: self._bench(*args, config=c) for c in self.configs}
+                    self.cache[key] = disk[key] = min(timings, key=timings.get)
+            self.best_config = self.cache[key]
+            return self.launch(self.best_config)
+
+    first = h.start("record", "first")
+    assert DiskTuner(add_kernel, CONFIGS, ["n"]).run(64) == 32
+    assert h.session.clock.tunings == 1
+    later = h.start("record", "later")  # another process: a fresh tuner, the same disk
+    assert DiskTuner(add_kernel, CONFIGS, ["n"]).run(64) == 32
+    assert h.session.clock.tunings == 0
+    for run_dir, origin in ((first, ar.ORIGIN_TUNED), (later, ar.ORIGIN_DISK)):
+        (entry,) = load(run_dir)[f"{__name__}.add_kernel"].entries.values()
+        assert entry["origin"] == origin and entry["config"]["kwargs"] == {"B": 32}

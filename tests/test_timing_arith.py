@@ -346,3 +346,26 @@ def test_the_row_recorder_asks_the_same_rule():
     recorder._state = State([{"sm_mhz": 1500, "throttle": []}, {"sm_mhz": 1500, "throttle": ["sw_power_cap"]}])
     assert recorder.device_ready() is False and recorder.before is None
     assert recorder.device_ready() is True and recorder.before["throttle"] == ["sw_power_cap"]
+
+
+def test_a_graph_is_kept_only_if_as_much_again_for_each_placement_to_come_still_fits():
+    from zlbench.plugins.graph_timer import KeptGraphs
+
+    class Cuda:
+        free = 90
+
+        def mem_get_info(self):
+            return self.free, 100
+
+    class Torch:
+        cuda = Cuda()
+
+    kept = KeptGraphs(Torch())
+    kept.expect(4)
+    kept.keep(0, "g0")  # nothing taken since the baseline
+    Torch.cuda.free = 70  # placement 1's copy and graph took 20: two more would leave 30
+    kept.keep(1, "g1")
+    assert kept.holds(2)
+    Torch.cuda.free = 45  # placement 2 took 25: one more would leave 20, under a quarter
+    kept.keep(2, "g2")
+    assert kept.graphs == {} and not kept.on

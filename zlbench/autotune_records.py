@@ -14,7 +14,7 @@ kernel::
         {"key": [1024, 1024, 1024, 1024, 1, "torch.float16"],
          "config": {"kwargs": {"BLOCK_M": 128, ...}, "num_warps": 8, "num_stages": 3,
                     "num_ctas": 1, "maxnreg": null, "has_pre_hook": false},
-         "origin": "tuned"}             # tuned | cached | replayed
+         "origin": "tuned"}             # tuned | cached | replayed | disk_cache
       ]
     }
 
@@ -47,6 +47,7 @@ AUTOTUNER = "autotuner"
 ORIGIN_TUNED = "tuned"  # benchmarked in this call
 ORIGIN_CACHED = "cached"  # taken from the tuner's cache (a warm FlagGems DB)
 ORIGIN_REPLAYED = "replayed"  # injected from REPLAY_FROM
+ORIGIN_DISK = "disk_cache"  # from triton's autotune disk cache: an earlier process tuned it
 
 # Why a key was not replayed (AUTOTUNE_REPLAY_FALLBACK reason=...).
 KEY_MISSING = "key_missing"

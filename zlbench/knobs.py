@@ -473,7 +473,8 @@ KNOBS: List[Knob] = [
         BATCH,
         "After collection, move the benchmark process's long-lived objects (torch, triton, the "
         "library) out of the garbage collector's view, so FlagGems' gc.collect() after each "
-        "row visits only that row's objects (default 1; nothing timed changes).",
+        "row visits only that row's objects (default 1; nothing timed changes; 0: not frozen by "
+        "the plugin, though a warm worker still freezes what it imported before forking).",
         child=True,
     ),
     Knob(

@@ -174,9 +174,11 @@ class CacheOverlay:
         self.candidates: Optional[List[Any]] = None  # prune_configs' answer this call
         self.compiled_ahead = False  # this call's candidates went to the compile pool
         self.benched = 0  # _bench calls this call (it tuned)
+        self.from_disk = False  # this call's config came from triton's autotune disk cache
 
     def begin(self) -> None:
         self.last_key = None
+        self.from_disk = False
         self.stored = False
         self.injected = None
         self.candidates = None
@@ -224,6 +226,12 @@ class CacheOverlay:
         if inner is None:
             raise AttributeError(name)
         return getattr(inner, name)
+
+
+def from_disk_cache(tuner: Any, overlay: "CacheOverlay") -> bool:
+    """The tuner stored a config without benchmarking one, and keeps its winners on disk
+    (triton's ``cache_results``, TRITON_CACHE_AUTOTUNING): another process tuned it."""
+    return overlay.stored and overlay.benched == 0 and bool(getattr(tuner, "cache_results", False))
 
 
 class _Binding:
@@ -377,7 +385,10 @@ class AutotuneSession:
                 ret = original(tuner, *args, **kwargs)
         finally:
             overlay.depth -= 1
-            self.clock.tuner_exit(token, tuned=overlay.stored or overlay.benched > 0)
+            overlay.from_disk = from_disk_cache(tuner, overlay)
+            self.clock.tuner_exit(
+                token, tuned=overlay.benched > 0 or (overlay.stored and not overlay.from_disk)
+            )
         if overlay.last_key is not None:
             self._observe(tuner, overlay, overlay.last_key)
             self._note_row_config(tuner, overlay, overlay.last_key)
@@ -548,6 +559,8 @@ class AutotuneSession:
         binding: _Binding = overlay.binding
         if overlay.injected is not None:
             origin = ar.ORIGIN_REPLAYED
+        elif overlay.from_disk:
+            origin = ar.ORIGIN_DISK
         elif overlay.stored:
             origin = ar.ORIGIN_TUNED
         else:

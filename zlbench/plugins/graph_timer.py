@@ -51,6 +51,7 @@ from zlbench.timing import (
     fallback_marker,
     measured_from,
     plan_graph,
+    replays_per_placement,
     warmup_batch_size,
 )
 
@@ -324,7 +325,7 @@ def graph_bench(
             graph = None  # the probe's buffers go before the real capture
             phase = "capture"
             try:
-                times, timed_placements, rounds = replay_interleaved(
+                times, timed_placements, rounds, spent = replay_interleaved(
                     torch, fn, placements, plan, rule, stream, grad_to_none, cost
                 )
             except PlacementFailed as failed:
@@ -346,6 +347,9 @@ def graph_bench(
             # Each placement gets at least MIN_REPLAYS of the budget: no more placements than it holds.
             placements.limit(max(1, plan.replays // MIN_REPLAYS), "the replay budget")
             per_placement = rule.first_round(plan.replays, placements.count)
+            if per_placement >= replays_per_placement(plan.replays, placements.count, MIN_REPLAYS):
+                kept.stop()  # the first round is the whole budget: no later round to keep them for
+            kept.expect(placements.count)
             times = [t / plan.calls_per_graph for t in time_replays(torch, graph, per_placement, stream)]
             cost.lap("replay")
             kept.keep(0, graph)  # placement 0 (where the inputs are) is timed
@@ -373,7 +377,7 @@ def graph_bench(
                         times += [t / plan.calls_per_graph for t in kept.replay(index, more, stream)]
                     cost.lap("replay")
                 else:
-                    replay_round(
+                    reached = replay_round(
                         torch,
                         fn,
                         placements,
@@ -385,13 +389,18 @@ def graph_bench(
                         times,
                         cost,
                     )
+                    if reached < timed_placements:  # a placement failed: the others are what was timed
+                        timed_placements = reached
+                        rounds += 1
+                        break
                 done, rounds = done + more, rounds + 1
             cost.notes.update(interleaved=False, graphs_kept=kept.holds(timed_placements))
+            spent = done >= replays_per_placement(plan.replays, timed_placements, MIN_REPLAYS)
         cost.notes.update(
             calls_per_graph=plan.calls_per_graph,
             replays=len(times),
             rounds=rounds,
-            replay_stop="noise" if rule.target > 0 and rule.pinned(sorted(times)) else "budget",
+            replay_stop="noise" if rule.target > 0 and rule.pinned(sorted(times)) and not spent else "budget",
         )
     except ContextNotClean:
         raise
@@ -426,7 +435,7 @@ def graph_bench(
 def replay_interleaved(torch, fn, placements: Placements, plan, rule: ReplayRule, stream, grad_to_none, cost):
     """All placements in one graph, ``plan.calls_per_graph`` calls in equal segments, one
     per placement; every replay is one sample over all of them. Returns (per-call times,
-    placements, rounds of replays)."""
+    placements, rounds of replays, whether they spent the budget)."""
     count = placements.count
     placements.prepare(count)  # the copies exist before the capture: it may only swap storage
     stream.wait_stream(torch.cuda.current_stream())
@@ -462,7 +471,7 @@ def replay_interleaved(torch, fn, placements: Placements, plan, rule: ReplayRule
         done, rounds = done + more, rounds + 1
     cost.lap("replay")
     cost.notes["interleaved"] = True
-    return times, count, rounds
+    return times, count, rounds, done >= replays_per_placement(plan.replays, 1, MIN_REPLAYS)
 
 
 def replay_round(
@@ -544,16 +553,35 @@ class KeptGraphs:
         self.torch = torch
         self.graphs: Dict[int, Any] = {}
         self.on = True
+        self.count = 1
+        self.last_free: Optional[int] = None
 
-    def keep(self, index: int, graph) -> None:
-        if not self.on:
-            return
+    def expect(self, count: int) -> None:
+        """``count`` placements are to come; the free memory now is the baseline."""
+        self.count = count
+        self.last_free = self._free()[0]
+
+    def _free(self) -> Tuple[Optional[int], Optional[int]]:
         try:
             free, total = self.torch.cuda.mem_get_info()
-            room = free >= LOW_MEMORY_SHARE * total
-        except Exception:  # noqa: BLE001 - no query: capture again, as before
-            room = False
-        if not room:
+            return int(free), int(total)
+        except Exception:  # noqa: BLE001 - no query: nothing is kept
+            return None, None
+
+    def keep(self, index: int, graph) -> None:
+        """Keep placement ``index``'s graph if what this one took (its pool and copy,
+        since the last look), as much again for each placement still to come, leaves
+        LOW_MEMORY_SHARE of the device free."""
+        if not self.on:
+            return
+        free, total = self._free()
+        if free is None or total is None:
+            self.stop()
+            return
+        took = max(0, self.last_free - free) if self.last_free is not None else 0
+        self.last_free = free
+        still = max(0, self.count - index - 1)
+        if free - still * took < LOW_MEMORY_SHARE * total:
             self.stop()
             return
         self.graphs[index] = graph
