@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def zlbench(*args, env=None, cwd=None, timeout=120, check=False):
@@ -114,3 +120,33 @@ def slurm_nodes(tmp_path_factory):
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def nights(sample_screen, tmp_path):
+    """Two nights of the session's screen; on the second, mm's gems side is 1.5x slower."""
+    from summary_logwriter import night_copy
+
+    one = night_copy(sample_screen, tmp_path, "night1", "2026-11-29T02:00:00+0000")
+    two = night_copy(sample_screen, tmp_path, "night2", "2026-11-30T02:00:00+0000", slower=("mm", 1.5))
+    return one, two
+
+
+@pytest.fixture
+def staged_tree(tmp_path):
+    """tests/fixtures/flaggems_head with a conf/operators.yaml (abs: Math, mm: BLAS)."""
+    root = tmp_path / "FlagGems"
+    shutil.copytree(FIXTURES / "flaggems_head", root)
+    (root / "conf").mkdir()
+    shutil.copy(FIXTURES / "flaggems_conf" / "operators.yaml", root / "conf" / "operators.yaml")
+    return root
+
+
+def load_script(name: str):
+    """benchmarks/<name>.py as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

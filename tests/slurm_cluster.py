@@ -16,11 +16,13 @@ Needs root (namespaces, bind mounts) and ``unshare`` from util-linux.
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -289,3 +291,21 @@ KillWait=5
         # cluster's carries its SLURM_CONF.
         if self.env:
             proc.kill_tagged("SLURM_CONF", str(self.conf), grace_s=5)
+
+
+# ---- what the screens' tests compare --------------------------------------------------
+
+# The ops_status.csv columns a screen must agree on with a one-host batch.
+SAME = ("operator", "status", "attempts", "dtype_level", "dtypes", "exit_code", "reason")
+
+
+def zl(env, *args, timeout=120, cwd=None):
+    """``python -m zlbench ARGS`` in exactly ``env`` (the cluster's client environment)."""
+    return subprocess.run([sys.executable, "-m", "zlbench", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def status_rows(path):
+    """ops_status.csv's SAME columns per operator."""
+    with open(path, newline="") as f:
+        return {r["operator"]: tuple(r[c] for c in SAME) for r in csv.DictReader(f)}

@@ -8,6 +8,7 @@ TFLOPS only when its own tflops is non-zero and GBPS only when it has gbps.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
@@ -115,3 +116,25 @@ def scale_gems(text: str, factor: float) -> str:
                     + f"{float(line[50:70]) / factor:>20.3f}" + line[70:])
         out.append(line)
     return "\n".join(out)
+
+
+def night_copy(sample_screen: Path, tmp_path: Path, name: str, started: str, slower=None, level=None,
+          corpus_root=None) -> Path:
+    """A copy of a screen as if measured at ``started`` (later nights), with ``slower`` =
+    (op, factor) applied to its gems latencies, another bench ``level``, or another
+    ``corpus_root`` recorded in its run identities."""
+    out = tmp_path / name
+    shutil.copytree(sample_screen, out)
+    for ident in out.glob("*/run_identity.json"):
+        doc = json.loads(ident.read_text())
+        doc["started"] = started
+        if level:
+            doc["level"] = level
+            doc["knobs"]["BENCH_LEVEL"] = level
+        if corpus_root:
+            doc["corpus_root"] = str(corpus_root)
+        ident.write_text(json.dumps(doc))
+    if slower:
+        log = out / slower[0] / "run.log"
+        log.write_text(scale_gems(log.read_text(), slower[1]))
+    return out

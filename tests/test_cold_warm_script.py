@@ -2,7 +2,6 @@
 results written pass by pass (a later call adds to them), and the per-batch timeout."""
 
 import csv
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "cold_warm.py"
 
@@ -61,15 +61,8 @@ def test_a_batch_over_its_timeout_is_interrupted_and_counted(tmp_path):
     assert got["timed_out"] is True and got["exit"] != 0
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("cold_warm", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_per_operator_isolation_adds_the_pass_that_fills_the_warm_caches(tmp_path):
-    cold_warm = _load_script()
+    cold_warm = load_script("cold_warm")
     args = cold_warm.parse(["--smoke", "--isolate-per-operator", "--out", str(tmp_path)])
     assert args.passes == ["cold-on", "cold-off", "fill", "warm"]
     assert "--isolate-tuner-cache" in (cmd := cold_warm.pass_command(args, "cold-on", tmp_path / "x"))

@@ -21,16 +21,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 RESULTS = FIXTURES / "flaggems_results"
 
 
-@pytest.fixture
-def staged_tree(tmp_path):
-    """tests/fixtures/flaggems_head with a conf/operators.yaml."""
-    root = tmp_path / "FlagGems"
-    shutil.copytree(FIXTURES / "flaggems_head", root)
-    (root / "conf").mkdir()
-    shutil.copy(FIXTURES / "flaggems_conf" / "operators.yaml", root / "conf" / "operators.yaml")
-    return root
-
-
 # -- the operator list ----------------------------------------------------------------
 
 

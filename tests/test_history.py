@@ -10,7 +10,7 @@ import sqlite3
 
 import pytest
 from conftest import zlbench
-from summary_logwriter import scale_gems
+from summary_logwriter import night_copy
 
 from zlbench.history.steps import find_steps
 
@@ -60,35 +60,9 @@ def test_nights_without_the_row_are_skipped():
 
 # -- the database ----------------------------------------------------------------------
 
-def _night(sample_screen, tmp_path, name, started, slower=None, level=None):
-    """A copy of the session's screen, as if measured at ``started`` (later nights), with
-    ``slower`` = (op, factor) applied to its gems latencies."""
-    out = tmp_path / name
-    shutil.copytree(sample_screen, out)
-    for identity in out.glob("*/run_identity.json"):
-        doc = json.loads(identity.read_text())
-        doc["started"] = started
-        if level:
-            doc["level"] = level
-            doc["knobs"]["BENCH_LEVEL"] = level
-        identity.write_text(json.dumps(doc))
-    if slower:
-        log = out / slower[0] / "run.log"
-        log.write_text(scale_gems(log.read_text(), slower[1]))
-    return out
-
-
 def _screens(db) -> int:
     with sqlite3.connect(db) as conn:
         return conn.execute("SELECT COUNT(*) FROM screens").fetchone()[0]
-
-
-@pytest.fixture
-def nights(sample_screen, tmp_path):
-    one = _night(sample_screen, tmp_path, "night1", "2026-11-29T02:00:00+0000")
-    two = _night(sample_screen, tmp_path, "night2", "2026-11-30T02:00:00+0000",
-                 slower=("mm", 1.5))
-    return one, two
 
 
 def test_two_nights_a_step_and_the_same_night_counted_once(nights, tmp_path):
@@ -132,7 +106,7 @@ def test_two_nights_a_step_and_the_same_night_counted_once(nights, tmp_path):
 def test_a_step_that_is_no_longer_the_latest_night_does_not_trip_the_gate(nights, sample_screen,
                                                                           tmp_path):
     one, two = nights
-    three = _night(sample_screen, tmp_path, "night3", "2026-12-01T02:00:00+0000", slower=("mm", 1.51))
+    three = night_copy(sample_screen, tmp_path, "night3", "2026-12-01T02:00:00+0000", slower=("mm", 1.51))
     db = tmp_path / "history.sqlite"
     for night in (one, two, three):
         zlbench("history", "add", night, "--db", db, check=True)
@@ -144,7 +118,7 @@ def test_screens_of_another_caliber_are_another_series(nights, sample_screen, tm
     from zlbench.history.store import calibers, open_db
 
     one, two = nights
-    other = _night(sample_screen, tmp_path, "comprehensive", "2026-12-01T02:00:00+0000",
+    other = night_copy(sample_screen, tmp_path, "comprehensive", "2026-12-01T02:00:00+0000",
                    slower=("abs", 3.0), level="comprehensive")
     db = tmp_path / "history.sqlite"
     for night in (one, two, other):

@@ -8,13 +8,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import sqlite3
 from pathlib import Path
 
-import pytest
 from conftest import zlbench
-from summary_logwriter import scale_gems
+from summary_logwriter import night_copy
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -48,38 +46,6 @@ CREATE TABLE IF NOT EXISTS rows (
 );
 CREATE INDEX IF NOT EXISTS rows_by_series ON rows (caliber, op, dtype, shape);
 """
-
-
-def _night(sample_screen, tmp_path, name, started, slower=None, corpus_root=None):
-    out = tmp_path / name
-    shutil.copytree(sample_screen, out)
-    for identity in out.glob("*/run_identity.json"):
-        doc = json.loads(identity.read_text())
-        doc["started"] = started
-        if corpus_root:
-            doc["corpus_root"] = str(corpus_root)
-        identity.write_text(json.dumps(doc))
-    if slower:
-        log = out / slower[0] / "run.log"
-        log.write_text(scale_gems(log.read_text(), slower[1]))
-    return out
-
-
-@pytest.fixture
-def nights(sample_screen, tmp_path):
-    one = _night(sample_screen, tmp_path, "night1", "2026-11-29T02:00:00+0000")
-    two = _night(sample_screen, tmp_path, "night2", "2026-11-30T02:00:00+0000", slower=("mm", 1.5))
-    return one, two
-
-
-@pytest.fixture
-def staged_tree(tmp_path):
-    """tests/fixtures/flaggems_head with a conf/operators.yaml (abs: Math, mm: BLAS)."""
-    root = tmp_path / "FlagGems"
-    shutil.copytree(FIXTURES / "flaggems_head", root)
-    (root / "conf").mkdir()
-    shutil.copy(FIXTURES / "flaggems_conf" / "operators.yaml", root / "conf" / "operators.yaml")
-    return root
 
 
 def _schema_1_db(path, *screens):
@@ -158,8 +124,8 @@ def test_add_records_kind_where_the_corpus_has_operators_yaml_and_the_newest_nig
         sample_screen, staged_tree, tmp_path):
     from zlbench.history.store import op_families, open_db
 
-    scanned = _night(sample_screen, tmp_path, "scanned", "2026-11-29T02:00:00+0000")
-    kinds = _night(sample_screen, tmp_path, "kinds", "2026-11-30T02:00:00+0000", slower=("mm", 1.5),
+    scanned = night_copy(sample_screen, tmp_path, "scanned", "2026-11-29T02:00:00+0000")
+    kinds = night_copy(sample_screen, tmp_path, "kinds", "2026-11-30T02:00:00+0000", slower=("mm", 1.5),
                    corpus_root=staged_tree)
     db = tmp_path / "h.sqlite"
     # Added newest first: the family shown is the latest night's, not the last added.

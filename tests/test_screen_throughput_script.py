@@ -2,7 +2,6 @@
 the bundled sample whose figures agree with the batches' own records."""
 
 import csv
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,19 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "screen_throughput.py"
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("screen_throughput", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_sample_is_the_smallest_hashes_of_the_largest_kinds_every_time(tmp_path):
-    st = _script()
+    st = load_script("screen_throughput")
     conf = tmp_path / "conf"
     conf.mkdir()
     ops = [{"id": f"m{i}", "kind": ["Math"], "labels": ["pointwise"]} for i in range(9)]

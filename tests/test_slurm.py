@@ -2,7 +2,6 @@
 real sbatch, squeue and scancel; every array task a real `zlbench batch --shard auto`
 over a corpus whose operators hang, crash and fail."""
 
-import csv
 import json
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from slurm_cluster import status_rows, zl
 
 from zlbench.batch.plan import HostShard
 from zlbench.summary.screen import read_screen
@@ -18,22 +18,11 @@ CORPUS = Path(__file__).parent / "fixtures" / "faulty_corpus"
 ALL_OPS = "good_op,slow_op,hang_op,crash_op,dtype_op,flaky_op,broken_op"
 BATCH = ["--flaggems-dir", str(CORPUS), "--backend", "cpu", "--devices", "0", "--dismiss", "none",
          "--timeout", "60", "--op-timeout", "hang_op=3", "--kill-grace", "1", "--retries", "1"]
-SAME = ("operator", "status", "attempts", "dtype_level", "dtypes", "exit_code", "reason")
 
 
 def _env(slurm, tmp_path, name, **more):
     return {**slurm.env, "FAULTY_STATE_DIR": str(tmp_path / f"state-{name}"),
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **more}
-
-
-def zl(env, *args, timeout=120, cwd=None):
-    return subprocess.run([sys.executable, "-m", "zlbench", *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
-
-
-def _rows(path):
-    with open(path, newline="") as f:
-        return {r["operator"]: tuple(r[c] for c in SAME) for r in csv.DictReader(f)}
 
 
 def _wait_status(env, screen, deadline_s, until=(0,)):
@@ -78,8 +67,8 @@ def test_merged_screen_equals_the_one_host_batch(screen):
         in screen["submit"].stdout
     done = zl(screen["env"], "summary", screen["dir"])
     assert done.returncode == 0, done.stderr
-    merged = _rows(screen["dir"] / "ops_status.csv")
-    assert merged == _rows(screen["one"] / "ops_status.csv")
+    merged = status_rows(screen["dir"] / "ops_status.csv")
+    assert merged == status_rows(screen["one"] / "ops_status.csv")
     assert sorted(merged) == sorted(ALL_OPS.split(","))
     assert {op: r[1] for op, r in merged.items()} == {
         "good_op": "ok", "slow_op": "ok", "hang_op": "timeout", "crash_op": "crashed",
@@ -170,7 +159,7 @@ def test_scancel_a_running_task_then_resubmit_resumes_it(slurm, tmp_path):
     after = [e for e in _events(shard0) if e["event"] == "attempt"][len(before):]
     # Only the cancelled operator ran again: the finished ones (a failure included) kept.
     assert [e["op"] for e in after] == ["slow_op"]
-    rows = _rows(shard0 / "ops_status.csv")
+    rows = status_rows(shard0 / "ops_status.csv")
     assert {op: r[1] for op, r in rows.items()} == {
         "broken_op": "failed", "flaky_op": "ok", "slow_op": "ok"}
     assert (shard0 / "set-aside" / "slow_op").is_dir()

@@ -6,11 +6,10 @@ merged screen reads as a one-host batch of the same corpus (the bundled sample).
 
 import csv
 import json
-import subprocess
-import sys
 import time
 
 import pytest
+from slurm_cluster import status_rows, zl
 
 from zlbench import rundir
 from zlbench.batch.plan import HostShard
@@ -22,17 +21,6 @@ BATCH = ["--backend", "cpu", "--devices", "0", "--dtypes", "float32", "--dismiss
 # Shard 2 of 4 holds three operators, run in name order on its one device slot: the
 # node running it is lost once the first is measured.
 VICTIM, SHARDS = 2, 4
-SAME = ("operator", "status", "attempts", "dtype_level", "dtypes", "exit_code", "reason")
-
-
-def zl(env, *args, timeout=120, cwd=None):
-    return subprocess.run([sys.executable, "-m", "zlbench", *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
-
-
-def _rows(path):
-    with open(path, newline="") as f:
-        return {r["operator"]: tuple(r[c] for c in SAME) for r in csv.DictReader(f)}
 
 
 def _summary_keys(batch):
@@ -127,7 +115,7 @@ def test_the_lost_task_finished_on_another_node_without_measuring_again(lost_nod
     log = (shard / rundir.BATCH_LOG).read_text()
     assert f"resume: {len(lost_node['done_before'])} operator(s) complete and kept" in log
     assert "not trusted" not in log
-    assert {op: r[1] for op, r in _rows(shard / "ops_status.csv").items()} == dict.fromkeys(ops, "ok")
+    assert {op: r[1] for op, r in status_rows(shard / "ops_status.csv").items()} == dict.fromkeys(ops, "ok")
 
 
 def test_status_followed_the_node_loss(lost_node):
@@ -156,8 +144,8 @@ def test_merged_screen_equals_the_one_host_batch(lost_node):
     assert merged.returncode == 0, merged.stdout + merged.stderr
     plain = zl(env, "summary", one)
     assert plain.returncode == 0, plain.stdout + plain.stderr
-    assert _rows(screen / "ops_status.csv") == _rows(one / "ops_status.csv")
-    assert sorted(_rows(one / "ops_status.csv")) == sorted(OPS.split(","))
+    assert status_rows(screen / "ops_status.csv") == status_rows(one / "ops_status.csv")
+    assert sorted(status_rows(one / "ops_status.csv")) == sorted(OPS.split(","))
     assert _summary_keys(screen) == _summary_keys(one) and _summary_keys(one)
     read = read_screen(screen)
     assert read.finished and read.issues == []

@@ -292,26 +292,29 @@ def test_interleaving_needs_every_copy_in_l2_and_long_segments():
     assert not interleave(Placements([T(8 << 10)], 1), 650, 50 << 20)
 
 
+class _Device:
+    """torch's face as KeptGraphs sees it: ``cuda.mem_get_info()`` of a 100-byte device."""
+
+    def __init__(self, free):
+        self.cuda = self
+        self.free = free
+
+    def mem_get_info(self):
+        return self.free, 100
+
+
 def test_graphs_are_kept_for_later_rounds_only_while_the_device_has_room():
     from zlbench.plugins.graph_timer import LOW_MEMORY_SHARE, KeptGraphs
 
-    class Cuda:
-        free = 80
-
-        def mem_get_info(self):
-            return self.free, 100
-
-    class Torch:
-        cuda = Cuda()
-
-    kept = KeptGraphs(Torch())
+    device = _Device(80)
+    kept = KeptGraphs(device)
     kept.keep(0, "g0")
     kept.keep(1, "g1")
     assert kept.holds(2) and not kept.holds(3)
-    Torch.cuda.free = int(LOW_MEMORY_SHARE * 100) - 1  # the next graph leaves too little free
+    device.free = int(LOW_MEMORY_SHARE * 100) - 1  # the next graph leaves too little free
     kept.keep(2, "g2")
     assert not kept.holds(1) and kept.graphs == {}  # all go: later rounds capture again
-    Torch.cuda.free = 80
+    device.free = 80
     kept.keep(3, "g3")
     assert kept.graphs == {}  # and none is kept after that within this timing
 
@@ -351,21 +354,13 @@ def test_the_row_recorder_asks_the_same_rule():
 def test_a_graph_is_kept_only_if_as_much_again_for_each_placement_to_come_still_fits():
     from zlbench.plugins.graph_timer import KeptGraphs
 
-    class Cuda:
-        free = 90
-
-        def mem_get_info(self):
-            return self.free, 100
-
-    class Torch:
-        cuda = Cuda()
-
-    kept = KeptGraphs(Torch())
+    device = _Device(90)
+    kept = KeptGraphs(device)
     kept.expect(4)
     kept.keep(0, "g0")  # nothing taken since the baseline
-    Torch.cuda.free = 70  # placement 1's copy and graph took 20: two more would leave 30
+    device.free = 70  # placement 1's copy and graph took 20: two more would leave 30
     kept.keep(1, "g1")
     assert kept.holds(2)
-    Torch.cuda.free = 45  # placement 2 took 25: one more would leave 20, under a quarter
+    device.free = 45  # placement 2 took 25: one more would leave 20, under a quarter
     kept.keep(2, "g2")
     assert kept.graphs == {} and not kept.on
