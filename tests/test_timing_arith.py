@@ -258,15 +258,27 @@ def test_rounds_pin_a_steady_row_well_inside_the_budget():
     budget, graphs = 800, 8
     done = rule.first_round(budget, graphs)
     times = [1.0 + rng.gauss(0, 0.01) for _ in range(done * graphs)]
-    rounds = 1
-    while True:
-        more = rule.next_round(budget, graphs, done, sorted(times), rounds)
-        if not more:
-            break
-        times += [1.0 + rng.gauss(0, 0.01) for _ in range(more * graphs)]
-        done, rounds = done + more, rounds + 1
-    assert rule.pinned(sorted(times))
+    asked = []
+
+    def replay(more):
+        asked.append(more)
+        return [1.0 + rng.gauss(0, 0.01) for _ in range(more * graphs)]
+
+    rounds, spent = rule.later_rounds(budget, graphs, done, times, replay)
+    assert rule.pinned(sorted(times)) and not spent and rounds == 1 + len(asked)
     assert rounds <= timing.MAX_ROUNDS and len(times) < budget / 2
+
+
+def test_later_rounds_spend_the_budget_at_most_and_stop_when_a_round_cannot_be_completed():
+    rule = timing.ReplayRule(0.005)
+    wide = [1.0, 1.5, 0.5] * 8  # 8 graphs x 3 replays, never pinned
+    times = list(wide)
+    rounds, spent = rule.later_rounds(100, 8, 3, times, lambda more: ([1.0, 1.5, 0.5] * more * 8)[: more * 8])
+    assert spent and rounds >= 2 and len(times) <= 8 * 13  # 13 replays per graph: the budget
+    # A round that could not be completed (a placement failed): the samples before stand.
+    times = list(wide)
+    rounds, spent = rule.later_rounds(100, 8, 3, times, lambda more: None)
+    assert times == wide and rounds == 1 and not spent
 
 
 def test_interleaving_needs_every_copy_in_l2_and_long_segments():

@@ -49,3 +49,14 @@ def test_kept_triton_cache_survives_cleanup_until_discarded(tmp_path):
     shared.mkdir(parents=True)
     tc.discard_kept_triton_cache(shared)
     assert shared.is_dir()
+
+
+def test_the_cache_dirs_follow_tritons_and_flaggems_own_variables():
+    from zlbench.tuner_cache import cache_dirs, shared_cache_path, triton_cache_dir
+
+    assert triton_cache_dir({"HOME": "/h"}) == "/h/.triton/cache"
+    assert triton_cache_dir({"HOME": "/h", "TRITON_HOME": "/t"}) == "/t/.triton/cache"
+    assert triton_cache_dir({"HOME": "/h", "TRITON_HOME": "/t", "TRITON_CACHE_DIR": "/c"}) == "/c"
+    assert cache_dirs({"HOME": "/h", "FLAGGEMS_CACHE_DIR": "/f"}) == ["/h/.triton/cache", "/f"]
+    assert shared_cache_path({"HOME": "/h"}) == "/h/.flaggems"
+    assert shared_cache_path({"HOME": "/h", "FLAGGEMS_DB_URL": "sqlite:///x"}) == "sqlite:///x"

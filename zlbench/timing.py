@@ -137,7 +137,7 @@ class Measured(NamedTuple):
     median_ms: Optional[float]
     samples: int
     spread: Optional[float]  # relative half-width of the median's 95% CI
-    stop: str  # noise | time_cap | max_samples | graph | do_bench
+    stop: str  # noise | time_cap | max_samples (direct); noise | budget (graph); do_bench
     placements: int = 1  # graph timer: input placements its replays were pooled over
     cost: Optional[dict] = None  # where the timing's own time went (ms per step, how it ended)
 
@@ -297,7 +297,8 @@ class WarmupRule(NamedTuple):
     clock (where the backend reads clocks); the caller's ``warmup`` (FlagGems: 1,000 ms
     per timing) is the cap, not the minimum. ``budget``: the caller's ``warmup`` at least,
     then until the batches agree, capped at max(WARMUP_CAP_MS, 4x warmup): FlagGems' own
-    amount, as zlbench warmed before the settle rule.
+    amount, as the graph timer warmed before the settle rule (the direct timer stopped at
+    the caller's ``warmup`` then; it waits for the batches to agree too now).
     """
 
     rule: str
@@ -423,6 +424,30 @@ class ReplayRule(NamedTuple):
         n = len(ordered)
         needed = math.ceil(n * (spread / self.target) ** 2 * ROUND_MARGIN) - n
         return max(1, min(left, -(-needed // max(1, graphs))))
+
+    def later_rounds(
+        self,
+        budget_replays: int,
+        graphs: int,
+        done_per_graph: int,
+        times: List[float],
+        replay: Callable[[int], Optional[List[float]]],
+    ) -> Tuple[int, bool]:
+        """The rounds after the first: while ``next_round`` asks for more, ``replay(n)``
+        makes n more replays of every graph and returns their per-call times, pooled into
+        ``times`` as one round, or None when the round could not be completed (what was
+        pooled before stands). Returns (rounds in all, whether the budget was spent)."""
+        rounds = 1
+        while True:
+            more = self.next_round(budget_replays, graphs, done_per_graph, sorted(times), rounds)
+            if not more:
+                break
+            got = replay(more)
+            if got is None:
+                break
+            times += got
+            done_per_graph, rounds = done_per_graph + more, rounds + 1
+        return rounds, done_per_graph >= replays_per_placement(budget_replays, graphs, MIN_REPLAYS)
 
 
 def replays_per_placement(replays: int, count: int, minimum: int) -> int:

@@ -18,7 +18,6 @@ No torch or triton here; the orchestrator imports this.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import tempfile
@@ -69,15 +68,32 @@ def discard_kept_triton_cache(triton_dir: Path) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _home(environ: Mapping[str, str]) -> Path:
+    home = environ.get("HOME")
+    return Path(home) if home else Path.home()
+
+
+def triton_cache_dir(environ: Mapping[str, str]) -> str:
+    """Triton's file cache for a process with this environment: TRITON_CACHE_DIR, else
+    ``<TRITON_HOME or HOME>/.triton/cache``, as triton's knobs read them."""
+    explicit = environ.get("TRITON_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = environ.get("TRITON_HOME")
+    return str((Path(base) if base else _home(environ)) / ".triton" / "cache")
+
+
+def flaggems_cache_dir(environ: Mapping[str, str]) -> str:
+    """FlagGems' cache dir (generated code, its tuner DB): FLAGGEMS_CACHE_DIR, else ~/.flaggems."""
+    explicit = environ.get("FLAGGEMS_CACHE_DIR")
+    return str(Path(explicit).expanduser()) if explicit else str(_home(environ) / ".flaggems")
+
+
 def cache_dirs(environ: Mapping[str, str]) -> List[str]:
     """Where a benchmark process with this environment puts compiled kernels (Triton)
     and tuned configs (FlagGems): the batch watches them to tell compiling from hanging,
     and the phases plugin reports the ones its process used."""
-    home = environ.get("HOME") or os.path.expanduser("~")
-    return [
-        environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache"),
-        environ.get("FLAGGEMS_CACHE_DIR") or os.path.join(home, ".flaggems"),
-    ]
+    return [triton_cache_dir(environ), flaggems_cache_dir(environ)]
 
 
 def flaggems_db_path(cache_dir: Path) -> Path:
@@ -87,14 +103,7 @@ def flaggems_db_path(cache_dir: Path) -> Path:
 
 def shared_cache_path(environ: Mapping[str, str]) -> str:
     """Where FlagGems keeps its tuned configs for a process with this environment."""
-    url = environ.get("FLAGGEMS_DB_URL")
-    if url:
-        return url
-    cache_dir = environ.get("FLAGGEMS_CACHE_DIR")
-    if cache_dir:
-        return str(Path(cache_dir).expanduser())
-    home = environ.get("HOME")
-    return str((Path(home) if home else Path.home()) / ".flaggems")
+    return environ.get("FLAGGEMS_DB_URL") or flaggems_cache_dir(environ)
 
 
 # ---- caches across hosts ---------------------------------------------------------
@@ -112,15 +121,15 @@ def per_host_flaggems_cache(environ: Mapping[str, str], host: str) -> Dict[str, 
     (``TunedConfig_<vendor>_triton_<x>_<y>.db``), not by GPU model, so a home dir shared
     by the nodes of a cluster hands one model's winners to another; and sqlite's locks
     over a network file system are only as good as its lock daemon, across hosts at
-    worst. Triton's cache needs nothing: its entries are content-addressed (the hash of
-    source, options, target and version) and written by rename, so hosts may share it.
+    worst. Triton's compiled kernels need nothing: their entries are content-addressed
+    (the hash of source, options, target and version) and written by rename, so hosts may
+    share them; its autotune winners (ZL_AUTOTUNE_CACHE) name the architecture only, so
+    hosts of different models of one architecture want their own TRITON_CACHE_DIR.
     """
     if environ.get("FLAGGEMS_CACHE_DIR") or environ.get("FLAGGEMS_DB_URL"):
         return {}
-    home = environ.get("HOME")
-    base = (Path(home) if home else Path.home()) / ".flaggems"
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", host) or "unknown-host"
-    return {"FLAGGEMS_CACHE_DIR": str(base / HOSTS_DIR / name)}
+    return {"FLAGGEMS_CACHE_DIR": str(Path(flaggems_cache_dir(environ)) / HOSTS_DIR / name)}
 
 
 def plan_tuner_cache(

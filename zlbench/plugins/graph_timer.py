@@ -367,35 +367,21 @@ def graph_bench(
                 cost,
                 kept,
             )
-            done, rounds = per_placement, 1
-            while True:
-                more = rule.next_round(plan.replays, timed_placements, done, sorted(times), rounds)
-                if not more:
-                    break
-                if kept.holds(timed_placements):
-                    for index in range(timed_placements):
-                        times += [t / plan.calls_per_graph for t in kept.replay(index, more, stream)]
+            count = timed_placements
+
+            def again(more: int) -> Optional[List[float]]:
+                if kept.holds(count):
+                    got = [
+                        t / plan.calls_per_graph for i in range(count) for t in kept.replay(i, more, stream)
+                    ]
                     cost.lap("replay")
-                else:
-                    reached = replay_round(
-                        torch,
-                        fn,
-                        placements,
-                        range(timed_placements),
-                        plan.calls_per_graph,
-                        more,
-                        stream,
-                        grad_to_none,
-                        times,
-                        cost,
-                    )
-                    if reached < timed_placements:  # a placement failed: the others are what was timed
-                        timed_placements = reached
-                        rounds += 1
-                        break
-                done, rounds = done + more, rounds + 1
-            cost.notes.update(interleaved=False, graphs_kept=kept.holds(timed_placements))
-            spent = done >= replays_per_placement(plan.replays, timed_placements, MIN_REPLAYS)
+                    return got
+                return recapture_round(
+                    torch, fn, placements, count, plan.calls_per_graph, more, stream, grad_to_none, cost
+                )
+
+            rounds, spent = rule.later_rounds(plan.replays, count, per_placement, times, again)
+            cost.notes.update(interleaved=False, graphs_kept=kept.holds(count))
         cost.notes.update(
             calls_per_graph=plan.calls_per_graph,
             replays=len(times),
@@ -460,18 +446,18 @@ def replay_interleaved(torch, fn, placements: Placements, plan, rule: ReplayRule
     finally:
         placements.move(0)
     cost.lap("capture")
-    done = rule.first_round(plan.replays, 1)
-    times = [t / calls for t in time_replays(torch, graph, done, stream)]
-    rounds = 1
-    while True:
-        more = rule.next_round(plan.replays, 1, done, sorted(times), rounds)
-        if not more:
-            break
-        times += [t / calls for t in time_replays(torch, graph, more, stream)]
-        done, rounds = done + more, rounds + 1
+    first = rule.first_round(plan.replays, 1)
+    times = [t / calls for t in time_replays(torch, graph, first, stream)]
+    rounds, spent = rule.later_rounds(
+        plan.replays,
+        1,
+        first,
+        times,
+        lambda more: [t / calls for t in time_replays(torch, graph, more, stream)],
+    )
     cost.lap("replay")
     cost.notes["interleaved"] = True
-    return times, count, rounds, done >= replays_per_placement(plan.replays, 1, MIN_REPLAYS)
+    return times, count, rounds, spent
 
 
 def replay_round(
@@ -491,7 +477,7 @@ def replay_round(
     the placements timed so far (1 + the last index that worked). A placement that fails
     ends the round and keeps what was timed (an extra placement costs only itself).
     ``kept`` keeps each placement's graph for a later round."""
-    timed = indices.start if indices.start > 0 else 0
+    timed = indices.start
     for index in indices:
         try:
             times += replay_elsewhere(
@@ -510,6 +496,40 @@ def replay_round(
             break
         timed = index + 1
     return max(timed, 1)
+
+
+def recapture_round(
+    torch,
+    fn: Callable,
+    placements: Placements,
+    count: int,
+    calls: int,
+    replays: int,
+    stream,
+    grad_to_none,
+    cost: Cost,
+) -> Optional[List[float]]:
+    """A later round where the graphs were not kept: every placement captured again and
+    replayed. Its samples count only if every placement completes, so the pool stays
+    balanced; placement 0 failing is the row's own failure and raises, as in the first
+    round; another one failing ends the rounds (``cost_ms.rounds_ended`` says why) and the
+    earlier rounds' samples stand."""
+    got: List[float] = []
+    for index in range(count):
+        try:
+            got += replay_elsewhere(torch, fn, placements, index, calls, replays, stream, grad_to_none, cost)
+        except ContextNotClean:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if index == 0:
+                raise
+            torch.cuda.synchronize()  # a dead context raises here, handled by the caller
+            placements.restore()
+            cost.notes["rounds_ended"] = f"placement {index + 1} failed: {type(exc).__name__}"
+            if isinstance(exc, torch.cuda.OutOfMemoryError):
+                free_cached_memory(torch, collect=True)
+            return None
+    return got
 
 
 def replay_elsewhere(

@@ -40,6 +40,8 @@ import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
+from zlbench.tuner_cache import triton_cache_dir
+
 # Workers when ZL_COMPILE_WORKERS is 0: half the usable CPUs (the other half runs the
 # benchmark and its siblings on the host), at most this many.
 AUTO_MAX_WORKERS = 8
@@ -357,10 +359,7 @@ def in_triton_cache(key: Any) -> bool:
     when unsure (another cache manager): the candidate is then compiled in a child."""
     if not isinstance(key, str) or os.environ.get("TRITON_CACHE_MANAGER"):
         return False
-    root = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
-        os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache"
-    )
-    entry = os.path.join(root, hashlib.sha256(key.encode("utf-8")).hexdigest())
+    entry = os.path.join(triton_cache_dir(os.environ), hashlib.sha256(key.encode("utf-8")).hexdigest())
     try:
         return any(name.startswith("__grp__") for name in os.listdir(entry))
     except OSError:
