@@ -20,9 +20,10 @@ def _throttled(op, shape, why="host_slow"):
             f'why={why} host_speed=20->15\n')
 
 
-def _batch(root, latency, spread=0.002, throttled=(), ops=("abs", "sum"), **ident):
+def _batch(root, latency, spread=0.002, throttled=(), ops=("abs", "sum"), no_spread=(), **ident):
     """A batch-like dir: ops x float16 x SHAPES with row_stats; ``throttled`` lists the
-    (op, shape) rows this side measured slowed down."""
+    (op, shape) rows this side measured slowed down, ``no_spread`` the ops whose timer
+    recorded no spread."""
     for op in ops:
         prefix = "".join(_throttled(o, s) for o, s in throttled if o == op)
         prefix += "RUN_PHASE phase=session_start t=1796154807.193\n"
@@ -31,7 +32,8 @@ def _batch(root, latency, spread=0.002, throttled=(), ops=("abs", "sum"), **iden
         for shape in SHAPES:
             for side in ("torch", "gems"):
                 rowstats.append(run_dir, {"op": op, "dtype": "torch.float16", "shape": shape,
-                                          "side": side, "samples": 200, "spread": spread})
+                                          "side": side, "samples": 200,
+                                          "spread": None if op in no_spread else spread})
     return root
 
 
@@ -107,6 +109,18 @@ def test_noise_refuses_batches_of_two_calibers_with_exit_1(tmp_path):
     noise = zlbench("noise", "--from", a1, "--from", a2, "--db", tmp_path / "h.sqlite")
     assert noise.returncode == 1, noise.stdout + noise.stderr  # the batches ran: not a usage error
     assert "zlbench noise:" in noise.stderr and "Traceback" not in noise.stderr
+
+
+def test_rows_without_a_spread_say_nothing_about_the_floor(tmp_path):
+    # sum's rows differ by 40% but recorded no spread: summary --ab calls them UNKNOWN,
+    # so they must not make the floor 40%.
+    a1 = _batch(tmp_path / "a1", _ms(), no_spread=("sum",))
+    a2 = _batch(tmp_path / "a2", lambda op, d, s: 0.106 if "4096" in s else (0.14 if op == "sum" else 0.1),
+                no_spread=("sum",))
+    noise = zlbench("noise", "--from", a1, "--from", a2, "--db", tmp_path / "h.sqlite", "--quantile", "100")
+    assert noise.returncode == 0, noise.stdout + noise.stderr
+    assert "noise floor 5.7% for machine" in noise.stdout  # abs' 6% less hypot(0.2%, 0.2%)
+    assert "p100 of 2 A/A rows' change" in noise.stdout and "0 rows measured throttled left out" in noise.stdout
 
 
 def test_noise_records_a_floor_per_machine_and_caliber_and_summary_ab_uses_it(tmp_path):

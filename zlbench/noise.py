@@ -13,7 +13,6 @@ that ran the batches) and caliber (history's series caliber: how the runs measur
 from __future__ import annotations
 
 import itertools
-import math
 import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -57,11 +56,11 @@ def aa_floors(results: Sequence, quantile: float, machine: str) -> list:
             groups.setdefault(cal_of.get(p.a.run_dir, ""), []).append(p)
     out = []
     for cal, pairs in sorted(groups.items()):
-        clean = [p for p in pairs if not p.verdict.throttled and p.verdict.change is not None]
-        excess = [
-            max(0.0, abs(p.verdict.change) - math.hypot(p.a.gems_spread or 0.0, p.b.gems_spread or 0.0))
-            for p in clean
-        ]
+        # Paired with a zero floor, a row the verdict can judge has its threshold = the
+        # spreads' root of squares; the rest (throttled, no spread, two clocks, no
+        # latency) have none and say nothing about the floor.
+        clean = [p for p in pairs if p.verdict.threshold is not None and p.verdict.change is not None]
+        excess = [max(0.0, abs(p.verdict.change) - p.verdict.threshold) for p in clean]
         changes = [abs(p.verdict.change) for p in clean]
         floor = q_of(excess, quantile)
         if floor is None:
@@ -74,7 +73,7 @@ def aa_floors(results: Sequence, quantile: float, machine: str) -> list:
                 floor=floor,
                 quantile=quantile,
                 rows=len(clean),
-                excluded=len(pairs) - len(clean),
+                excluded=sum(1 for p in pairs if p.verdict.throttled),
                 median=q_of(changes, 0.5),
                 p90=q_of(changes, 0.9),
                 batches=batches,
