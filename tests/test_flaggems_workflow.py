@@ -206,6 +206,18 @@ def test_failed_and_timed_out_operators_carry_what_psum_reads(tmp_path):
     assert doc["total_duration"] == "0:00:12"
 
 
+def test_an_unreadable_record_of_an_ok_operator_says_why_in_its_entry(tmp_path):
+    from zlbench import rundir
+    from zlbench.batch.flaggems_summary import build_summary
+
+    (tmp_path / "abs").mkdir()
+    rundir.perf_result_path(tmp_path / "abs").write_text("{not json")
+    rows = {"abs": {"status": "ok", "total_s": "3", "exit_code": "0", "run_dir": "abs"}}
+    perf = build_summary(tmp_path, rows, ["0"], 3.0)["result"]["abs"]["performance"]
+    assert perf["status"] == fg.ERROR  # not "NotFound": it wrote one, and it cannot be read
+    assert perf["reason"].startswith(f"{rundir.perf_result_path(tmp_path).name} unreadable:")
+
+
 def _flaggems_tools() -> Path:
     root = os.environ.get("FLAGGEMS_DIR")
     if not root or not (Path(root) / "tools" / "psum_text").is_file():

@@ -94,6 +94,11 @@ def test_corpus_marks_that_are_not_operator_names_are_refused_not_run(tmp_path, 
         def operators(self):
             return ["ok_a", "../../escaped", "plan.json"]
 
+        def listing(self):  # every provider lists its corpus this way
+            from zlbench.corpus.resolve import CorpusListing
+
+            return CorpusListing(self.operators(), {})
+
     from zlbench import providers
     monkeypatch.setattr(providers, "make_provider", lambda settings: Corpus())
     batch = tmp_path / "deep" / "b"

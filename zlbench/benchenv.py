@@ -149,9 +149,3 @@ def autotune_mode(environ: Optional[Mapping[str, str]] = None) -> str:
 def warmup_devices(environ: Optional[Mapping[str, str]] = None) -> Sequence[str]:
     """Parallel warmup's devices as visibility values, the run's own first; [] when unset."""
     return [d.strip() for d in _environ(environ).get(WARMUP_DEVICES, "").split(",") if d.strip()]
-
-
-def knob_given(name: str, environ: Optional[Mapping[str, str]] = None) -> bool:
-    """Whether the benchmark process was given this knob (a backend-only knob is absent
-    elsewhere)."""
-    return bool(_environ(environ).get(env_of(name)))

@@ -25,7 +25,6 @@ from ..corpus.fingerprint import changes as corpus_changes
 from ..corpus.fingerprint import describe as describe_corpus_changes
 from ..corpus.fingerprint import fingerprint
 from ..corpus.operators import OperatorListError, load_operators, ops_in_stages
-from ..corpus.resolve import CorpusListing
 from ..markers import WORKER_FORK_REFUSED, format_marker
 from ..safe_read import describe_error, resolve_path
 from ..suggest import unknown_operator_hint
@@ -156,7 +155,7 @@ def _operators(config: BatchConfig, settings, log) -> tuple:
     not parse (named by its path) -> the reason its failed row gives)."""
     try:
         provider = providers.make_provider(settings)
-        listing = provider.listing() if hasattr(provider, "listing") else CorpusListing(provider.operators())
+        listing = provider.listing()
     except providers.ResolveError as e:
         raise BatchError(str(e)) from None
     root = getattr(provider, "root", None)
@@ -207,7 +206,8 @@ def _operators(config: BatchConfig, settings, log) -> tuple:
             show=True,
         )
     refused = {op: f"not a valid operator name ({why}); not run" for op, why in names.items()}
-    if not (explicit or config.ops is not None or config.op_list or config.stages):
+    full = not (explicit or config.ops is not None or config.op_list or config.stages)
+    if full:
         # A full-corpus batch: a file that does not parse is a failed row of its own, so
         # that the night it broke shows (pytest would fail to collect it).
         refused.update(
@@ -221,7 +221,6 @@ def _operators(config: BatchConfig, settings, log) -> tuple:
         if root
         else None
     )
-    full = not (explicit or config.ops is not None or config.op_list or config.stages)
     return ops, file_timeouts, str(root) if root else None, refused, corpus_doc, full
 
 

@@ -23,12 +23,12 @@ from ..safe_read import read_text_capped
 
 # zlbench's operator status -> run_tests.py's performance status, where no record says.
 _STATUS = {
-    "ok": fg.NOT_FOUND,  # ran, but the corpus wrote no --record json (an older tree)
-    "failed": fg.FAILED,
-    "crashed": fg.FAILED,
-    "timeout": fg.TIMEOUT,
-    "skipped": fg.SKIPPED,
-    "dismissed": fg.SKIPPED,
+    rundir.OK: fg.NOT_FOUND,  # ran, but the corpus wrote no --record json (an older tree)
+    rundir.FAILED: fg.FAILED,
+    rundir.CRASHED: fg.FAILED,
+    rundir.TIMEOUT: fg.TIMEOUT,
+    rundir.SKIPPED: fg.SKIPPED,
+    rundir.DISMISSED: fg.SKIPPED,
 }
 
 
@@ -106,24 +106,27 @@ def perf_of(op: str, row: Mapping[str, str], batch_dir: Path) -> Dict[str, Any]:
         "data": {},
     }
     record = None
-    if status != "timeout" and record_path is not None and record_path.is_file():
+    unreadable = ""
+    if status != rundir.TIMEOUT and record_path is not None and record_path.is_file():
         try:
             record = fg.read_record(record_path)
-        except fg.ResultFileError:
-            record = None
+        except fg.ResultFileError as e:  # said in the entry's reason, not dropped
+            unreadable = f"{record_path.name} unreadable: {e}"
     if record is not None and op in record:
         entry["data_file"] = str(record_path.relative_to(batch_dir))
         entry.update(fg.perf_entry(op, record))
     else:
-        entry["status"] = _STATUS.get(status, fg.ERROR)
-    reason = "; ".join(t for t in (row.get("reason", "").strip(), row.get("notes", "").strip()) if t)
-    if status not in ("ok", "skipped", "dismissed") and entry["status"] == fg.PASSED:
+        entry["status"] = fg.ERROR if unreadable else _STATUS.get(status, fg.ERROR)
+    reason = "; ".join(
+        t for t in (row.get("reason", "").strip(), row.get("notes", "").strip(), unreadable) if t
+    )
+    if status not in (rundir.OK, rundir.SKIPPED, rundir.DISMISSED) and entry["status"] == fg.PASSED:
         # The benchmark said passed, the batch did not believe it (NO_MEASUREMENT, a crash
         # after the session): the batch's word stands.
         entry["status"] = fg.FAILED
     if entry["status"] in (fg.FAILED, fg.SKIPPED, fg.TIMEOUT, fg.ERROR) and not entry.get("reason"):
         # psum_text reads "reason" of every Failed and Skipped entry.
-        entry["reason"] = (f"dismissed: {reason}" if status == "dismissed" else reason) or status
+        entry["reason"] = (f"dismissed: {reason}" if status == rundir.DISMISSED else reason) or status
     return entry
 
 
