@@ -62,6 +62,7 @@ def pytest_configure(config) -> None:
         enabled = knobs.env_value("gc_freeze")
     except knobs.KnobError as e:
         print_line(f"zlbench[{PLUGIN}] {e}; not freezing")
+        write_plugin_json(PLUGIN, {"enabled": False, "error": str(e)})  # off, and why
         return
     if not enabled:
         write_plugin_json(PLUGIN, {"enabled": False})
