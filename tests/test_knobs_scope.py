@@ -56,3 +56,18 @@ def test_triton_keeps_its_autotune_winners_unless_the_knob_says_not():
     assert _child_env("cuda")["TRITON_CACHE_AUTOTUNING"] == "1"
     assert _child_env("cuda", autotune_cache="0")["TRITON_CACHE_AUTOTUNING"] == "0"
     assert knobs.BY_NAME["autotune_cache"].caliber  # which config a row runs can come from an earlier process
+
+
+def test_every_batch_knob_is_recorded_in_the_plan_and_a_resume_keeps_it():
+    from zlbench.batch.command import resume_batch_settings
+    from zlbench.batch.config import PLAN_KEYS, BatchConfig
+
+    assert set(PLAN_KEYS) == set(knobs.BATCH_OPTIONS)  # a new batch knob needs its plan key
+    assert all(key in BatchConfig.__dataclass_fields__ for key in PLAN_KEYS.values())
+    now = knobs.resolve({}, {}, names=knobs.BATCH_OPTIONS)
+    saved = {"kill_grace_s": 3.0, "timeout_s": None, "retries": 4}
+    resumed = resume_batch_settings(now, saved)
+    assert resumed.kill_grace == 3.0 and resumed.timeout == 0.0 and resumed.retries == 4
+    assert resumed.sources["kill_grace"] == "plan"
+    given = knobs.resolve({"kill_grace": "7"}, {}, names=knobs.BATCH_OPTIONS)
+    assert resume_batch_settings(given, saved).kill_grace == 7.0  # a flag given now wins

@@ -15,6 +15,8 @@ from ..corpus.operators import parse_stages
 from ..rundir import absolute_settings, plan_path, plan_settings, shard_dir_name
 from .config import (
     DEFAULT_FALLBACK_DTYPES,
+    NO_LIMIT_AT_ZERO,
+    PLAN_KEYS,
     BatchConfig,
     default_out_dir,
     parse_devices_flag,
@@ -390,18 +392,15 @@ def resume_settings(
 
 
 # Where plan.json keeps a batch-scope knob (its name, unless listed).
-_PLAN_KEYS = {"timeout": "timeout_s", "stall_timeout": "stall_timeout_s"}
-
-
 def resume_batch_settings(batch: knobs.Settings, saved: Mapping[str, Any]) -> knobs.Settings:
     """Batch-scope knobs on --resume: a flag or variable given now, else the plan's."""
     taken = {}
     for name in knobs.BATCH_OPTIONS:
-        key = _PLAN_KEYS.get(name, name)
+        key = PLAN_KEYS[name]
         if batch.sources.get(name) == "default" and key in saved:
             value = saved[key]
             # The plan writes "no limit" as null.
-            taken[name] = (0.0 if value is None else value) if name in _PLAN_KEYS else value
+            taken[name] = (0.0 if value is None else value) if name in NO_LIMIT_AT_ZERO else value
     values = {**batch.values, **{n: v for n, v in taken.items() if v is not None}}
     sources = {**batch.sources, **{n: "plan" for n, v in taken.items() if v is not None}}
     return knobs.Settings(values, sources)

@@ -27,6 +27,19 @@ DEFAULT_FALLBACK_DTYPES: Tuple[Tuple[str, ...], ...] = (("float32",), ("float16"
 DEFAULT_KILL_GRACE_S = float(knobs.BY_NAME["kill_grace"].default)
 RUN_MODES = knobs.RUN_MODES
 DEFAULT_WORKER_MAX_OPS = int(knobs.BY_NAME["worker_max_ops"].default)
+# Each batch-scope knob, as plan.json records it (the BatchConfig field of the same
+# name): a --resume takes the plan's value where none is given now, and says what
+# changed. The seconds that mean "no limit" at 0 are written as null.
+PLAN_KEYS = {
+    "timeout": "timeout_s",
+    "retries": "retries",
+    "kill_grace": "kill_grace_s",
+    "stall_timeout": "stall_timeout_s",
+    "run_mode": "run_mode",
+    "worker_max_ops": "worker_max_ops",
+    "worker_prestart": "worker_prestart",
+}
+NO_LIMIT_AT_ZERO = ("timeout", "stall_timeout")
 
 
 def default_run_command() -> List[str]:

@@ -28,7 +28,7 @@ from ..corpus.operators import OperatorListError, load_operators, ops_in_stages
 from ..markers import WORKER_FORK_REFUSED, format_marker
 from ..safe_read import describe_error, resolve_path
 from ..suggest import unknown_operator_hint
-from .config import RUN_MODES, BatchConfig, BatchResult, default_run_command
+from .config import NO_LIMIT_AT_ZERO, PLAN_KEYS, RUN_MODES, BatchConfig, BatchResult, default_run_command
 from .execute import ATTEMPT_TAG, BATCH_TAG, ExecContext, Stopper, child_environ, dtype_ladder, run_operator
 from .flaggems_summary import write_summary as write_flaggems_summary
 from .oplist import check_op_name, check_seconds, dedupe, load_dismiss, op_name_problem, read_op_list
@@ -287,13 +287,11 @@ def plan_document(
         "shard": [config.shard.index, config.shard.count] if config.shard.count > 1 else None,
         "settings": _settings_doc(settings),
         "extra_env": dict(sorted(config.extra_env.items())),
-        "timeout_s": config.timeout_s or None,
+        **{
+            key: (getattr(config, key) or None) if name in NO_LIMIT_AT_ZERO else getattr(config, key)
+            for name, key in PLAN_KEYS.items()
+        },
         "op_timeouts": dict(sorted(op_timeouts.items())),
-        "retries": config.retries,
-        "run_mode": config.run_mode,
-        "worker_max_ops": config.worker_max_ops,
-        "worker_prestart": config.worker_prestart,
-        "stall_timeout_s": config.stall_timeout_s or None,
         "fallback_dtypes": [list(f) for f in config.fallback_dtypes],
         "dismiss_file": str(Path(config.dismiss).resolve()) if config.dismiss else None,
         "balance_from": str(Path(config.balance_from).resolve()) if config.balance_from else None,
@@ -316,14 +314,10 @@ def load_plan(batch_dir: Path) -> Optional[dict]:
         raise BatchError(f"{e}; restore it or start a new --out") from None
 
 
-# Batch-scope settings outside "settings" in plan.json: a resume may change them.
-_MAY_CHANGE = ("timeout_s", "retries", "run_mode", "worker_max_ops", "worker_prestart", "stall_timeout_s")
-
-
 def resume_changes(saved: dict, doc: dict) -> Dict[str, list]:
     """The batch-scope settings a resume changed: name -> [the plan's, now]."""
     old_s, new_s = saved.get("settings") or {}, doc.get("settings") or {}
-    pairs = [(key, saved.get(key), doc.get(key)) for key in _MAY_CHANGE if key in saved]
+    pairs = [(key, saved.get(key), doc.get(key)) for key in PLAN_KEYS.values() if key in saved]
     pairs += [
         (name, old_s.get(name), new_s.get(name))
         for name in sorted(set(old_s) | set(new_s))
