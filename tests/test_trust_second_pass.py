@@ -429,21 +429,23 @@ def test_a_timeout_reason_counts_progress_up_to_the_timeout_not_past_it(tmp_path
     assert before <= 2, reason
 
 
-@pytest.mark.parametrize("args", [
-    ["summary", "{loop}"],
-    ["report", "{loop}", "-o", "{tmp}/r.html"],
-    ["history", "add", "{loop}", "--db", "{tmp}/h.sqlite"],
-    ["history", "show", "--db", "{loop}"],
-    ["batch", "--backend", "cpu", "--ops", "abs", "--out", "{loop}", "--progress", "off"],
-    ["batch", "--backend", "cpu", "--ops", "abs", "--shape-file", "{loop}", "--out", "{tmp}/b"],
-    ["batch", "--backend", "cpu", "--ops", "abs", "--flaggems-dir", "{loop}", "--out", "{tmp}/b"],
-    ["run", "--backend", "cpu", "--op", "abs", "--shape-file", "{loop}", "--out", "{tmp}/r"],
-    ["run", "--backend", "cpu", "--op", "abs", "--run-dir", "{loop}"],
-    ["slurm", "status", "{loop}"],
-    ["slurm", "submit", "--shards", "2", "--out", "{loop}", "--dry-run"],
-    ["summary", "--ab", "{loop}", "{tmp}"],
+# The exit code of each, as README's table gives it: a usage error 2; run's refused
+# preflight 3; history's database that cannot be used 1.
+@pytest.mark.parametrize("args, code", [
+    (["summary", "{loop}"], 2),
+    (["report", "{loop}", "-o", "{tmp}/r.html"], 2),
+    (["history", "add", "{loop}", "--db", "{tmp}/h.sqlite"], 2),
+    (["history", "show", "--db", "{loop}"], 1),
+    (["batch", "--backend", "cpu", "--ops", "abs", "--out", "{loop}", "--progress", "off"], 2),
+    (["batch", "--backend", "cpu", "--ops", "abs", "--shape-file", "{loop}", "--out", "{tmp}/b"], 2),
+    (["batch", "--backend", "cpu", "--ops", "abs", "--flaggems-dir", "{loop}", "--out", "{tmp}/b"], 2),
+    (["run", "--backend", "cpu", "--op", "abs", "--shape-file", "{loop}", "--out", "{tmp}/r"], 3),
+    (["run", "--backend", "cpu", "--op", "abs", "--run-dir", "{loop}"], 3),
+    (["slurm", "status", "{loop}"], 2),
+    (["slurm", "submit", "--shards", "2", "--out", "{loop}", "--dry-run"], 2),
+    (["summary", "--ab", "{loop}", "{tmp}"], 2),
 ])
-def test_a_symlink_loop_is_named_a_loop_in_one_line(tmp_path, args):
+def test_a_symlink_loop_is_named_a_loop_in_one_line(tmp_path, args, code):
     from conftest import zlbench
 
     loop = tmp_path / "loop"
@@ -452,6 +454,7 @@ def test_a_symlink_loop_is_named_a_loop_in_one_line(tmp_path, args):
     proc = zlbench(*[a.format(loop=loop, tmp=tmp_path) for a in args])
     _no_traceback(proc)
     assert proc.returncode in (1, 2, 3), proc.stdout + proc.stderr
+    assert proc.returncode == code, proc.stdout + proc.stderr
     assert "symbolic link loop" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert "does not exist" not in proc.stdout + proc.stderr
 
