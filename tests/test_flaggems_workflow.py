@@ -75,6 +75,16 @@ def test_report_families_come_from_kind_where_the_checkout_has_it(staged_tree):
     assert "Benchmark classes" in by_class.source and by_class.get("mm") != "BLAS"
 
 
+def test_an_operator_list_that_cannot_be_read_is_named_where_the_class_scan_decides(staged_tree):
+    from zlbench.corpus.families import operator_families
+
+    (staged_tree / "conf" / "operators.yaml").write_text("ops: [unclosed\n")
+    fams = operator_families(["abs", "mm"], [str(staged_tree)], ["head"])
+    assert "Benchmark classes scanned" in fams.source and "operators.yaml" in fams.source
+    with pytest.raises(fg_ops.OperatorListError):
+        fg_ops.kinds(staged_tree)
+
+
 # -- the plan without running ------------------------------------------------------------
 
 

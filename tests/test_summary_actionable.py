@@ -136,6 +136,8 @@ def test_noise_records_a_floor_per_machine_and_caliber_and_summary_ab_uses_it(tm
     assert ("p100 of 3 A/A rows' change beyond their own spreads (1 pairs of batches); "
             "1 rows measured throttled left out") in noise.stdout
     assert "WARNING: the floor of caliber" in noise.stderr         # 3 rows: a weak floor
+    # These batch dirs have no plan.json: the host is this one, and it is said.
+    assert "names no host that measured it" in noise.stderr
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM noise_floors").fetchone()[0] == 1
     listed = zlbench("noise", "--list", "--db", db, check=True).stdout
@@ -150,6 +152,7 @@ def test_noise_records_a_floor_per_machine_and_caliber_and_summary_ab_uses_it(tm
     used = zlbench("summary", "--ab", a, b, "--history-db", db, check=True).stdout
     assert "Verdicts: A/A noise floor 5.7% (source: zlbench noise of " in used
     assert f"{a1.resolve()} vs {a2.resolve()}" in used
+    assert "(A names no host: taken as this one)" in used
     doc = json.loads(zlbench("summary", "--ab", a, b, "--format", "json", "--history-db", db,
                              check=True).stdout)
     assert {p["verdict"] for p in doc["pairs"]} == {"SAME"}

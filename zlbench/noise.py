@@ -186,7 +186,7 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
     used; 2 usage error, or the batches could not start; 130 interrupted.
     """
     from .clihelp import InputError
-    from .history.noise import floors, machine_of, record_floor
+    from .history.noise import floors, machine_of, record_floor, recorded_machine
     from .history.store import HistoryError, open_db
     from .summary.ab import pair_summaries
     from .summary.command import check_caliber, load_summary
@@ -236,7 +236,14 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
         except InputError as e:  # exit 1, not 2: the batches ran, and two calibers make no A/A
             raise click.ClickException(f"zlbench noise: {e.format_message()}") from None
         results.append(result)
-    records = aa_floors(results, quantile / 100.0, machine_of(summaries[0]))
+    machine = machine_of(summaries[0])
+    if recorded_machine(summaries[0]) is None:
+        click.echo(
+            f"zlbench noise: {summaries[0].input} names no host that measured it (no plan.json "
+            f"session): the floor is recorded for this host, {machine}",
+            err=True,
+        )
+    records = aa_floors(results, quantile / 100.0, machine)
     try:
         conn = open_db(db_path)
     except HistoryError as e:

@@ -73,13 +73,17 @@ def operator_families(
 ) -> Families:
     """Families of ``ops``, from the first corpus root that is on this machine, else the
     inventory of the recorded layout."""
-    from .operators import kinds, operators_yaml
+    from .operators import OperatorListError, kinds, operators_yaml
 
     wanted = set(ops)
     notes: List[str] = []
     roots = list(dict.fromkeys(r for r in corpus_roots if r))
     for root in roots:
-        found = kinds(Path(root))
+        try:
+            found = kinds(Path(root))
+        except OperatorListError as e:  # said in the source, and the class scan decides
+            notes.append(str(e))
+            continue
         if wanted & set(found):
             return Families(found, f"kind in {operators_yaml(Path(root))}", KIND)
     for root in roots:
@@ -90,7 +94,8 @@ def operator_families(
                 notes.append(f"scan of {root} failed ({type(e).__name__}: {e})")
                 continue
             if wanted & set(found):
-                return Families(found, f"Benchmark classes scanned in {root}", CLASS_SCAN)
+                where = f"Benchmark classes scanned in {root}"
+                return Families(found, "; ".join([where, *notes]), CLASS_SCAN)
     for layout in dict.fromkeys(name for name in layouts if name):
         name = INVENTORIES.get(layout)
         if name is None:
@@ -101,9 +106,8 @@ def operator_families(
             notes.append(f"inventory {name} unreadable ({type(e).__name__}: {e})")
             continue
         if wanted & set(found):
-            return Families(
-                found, f"ops/inventory/{name}.yaml (the corpus is not on this machine)", INVENTORY
-            )
+            where = f"ops/inventory/{name}.yaml (the corpus is not on this machine)"
+            return Families(found, "; ".join([where, *notes]), INVENTORY)
     return Families(
         source="; ".join(notes)
         or "neither the corpus nor an inventory is available: every operator is drawn as 'other'"

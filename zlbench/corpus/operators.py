@@ -118,11 +118,8 @@ def ops_in_stages(entries: Dict[str, OperatorEntry], stages: Iterable[str]) -> L
 
 
 def kinds(root: Optional[Path]) -> Dict[str, str]:
-    """Each operator's first kind, or {} where the checkout has no readable operator list."""
+    """Each operator's first kind, or {} where the checkout has no operator list; raises
+    OperatorListError for one that cannot be read (the caller says so)."""
     if not has_operator_list(root):
         return {}
-    try:
-        entries = load_operators(Path(root))
-    except OperatorListError:
-        return {}
-    return {op: e.kind for op, e in entries.items() if e.kind}
+    return {op: e.kind for op, e in load_operators(Path(root)).items() if e.kind}

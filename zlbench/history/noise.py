@@ -69,7 +69,13 @@ class FloorRecord:
 
 
 def machine_of(summary: Summary) -> str:
-    """The host that measured a batch (plan.json's last session, or a shard's), else this host."""
+    """The host that measured a batch (plan.json's last session, or a shard's), else this
+    host (a run dir, or a plan without sessions): ``recorded_machine`` tells which."""
+    return recorded_machine(summary) or socket.gethostname()
+
+
+def recorded_machine(summary: Summary) -> Optional[str]:
+    """The host plan.json says measured the batch, or None."""
     roots = [summary.root]
     if summary.screen is not None:
         roots = [s.path for s in summary.screen.shards.values()]
@@ -83,7 +89,7 @@ def machine_of(summary: Summary) -> str:
             host = sessions[-1].get("host")
             if isinstance(host, str) and host:
                 return host
-    return socket.gethostname()
+    return None
 
 
 def run_calibers(summary: Summary) -> Dict[str, str]:
@@ -181,7 +187,8 @@ def floors_for(summary: Summary, db: str) -> Dict[str, NoiseFloor]:
                 found[cal] = latest_floor(conn, machine, cal)
             rec = found[cal]
             if rec is not None:
-                out[run_dir] = NoiseFloor(rec.floor, rec.source(db))
+                assumed = "" if recorded_machine(summary) else " (A names no host: taken as this one)"
+                out[run_dir] = NoiseFloor(rec.floor, rec.source(db) + assumed)
         return out
     except sqlite3.DatabaseError as e:
         raise HistoryError(f"cannot read noise floors from {db}: {e}") from None
