@@ -254,6 +254,9 @@ def test_resume_over_a_changed_corpus_is_refused_with_what_changed_or_replanned(
     _no_traceback(refused)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "shape files changed: benchmark/core_shapes.yaml" in refused.stderr and "--replan" in refused.stderr
+    # --dry-run says what the real resume would: refused.
+    dry = zlbench("batch", "--resume", "--dry-run", "--out", out, "--progress", "plain")
+    assert dry.returncode == 2 and "the corpus changed" in dry.stderr, dry.stdout + dry.stderr
 
     (corpus / "benchmark" / "test_more.py").write_text(
         (corpus / "benchmark" / "test_abs.py").read_text().replace("abs", "more")

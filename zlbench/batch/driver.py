@@ -581,8 +581,12 @@ def dry_run_plan(config: BatchConfig) -> DryRun:
         raise BatchError(f"--resume {batch_dir}: no plan.json there, so nothing to continue")
     prepared = _prepare(config, batch_dir, environ, lambda line, show=False: notes.append(line))
     if saved:
-        # As the real resume: a changed caliber setting is refused, a device change noted.
+        # As the real resume: a changed caliber setting is refused, a device change noted,
+        # a changed corpus refused without --replan (with it, what changed is shown).
         notes.extend(_check_resume(saved, prepared.doc, batch_dir))
+        _check_corpus(
+            saved, prepared.doc, batch_dir, config.replan, lambda line, show=False: notes.append(line)
+        )
     return DryRun(batch_dir, config.resume, config, prepared, notes)
 
 
