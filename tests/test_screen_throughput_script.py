@@ -61,5 +61,21 @@ def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_
     unexplained = [r for r in aa["not_same"] if not (r["markers"] or r["fallback"] or r["autotune"])]
     assert aa["unexplained"] == len(unexplained)
     assert aa["same_or_explained_share"] == pytest.approx(1 - len(unexplained) / aa["pairs"], abs=1e-4)
+    assert figures["unfinished"] == []  # every operator finished: the projection is no lower bound
     assert set(figures["measure_efficiency_median_by_pass"]) == {"a", "b"}
     assert "measure_efficiency_median" in proc.stdout
+
+
+def test_the_aa_counts_a_throttled_row_explained_and_a_bare_change_not(tmp_path):
+    from test_summary_actionable import SHAPES, _batch
+
+    st = load_script("screen_throughput")
+    a = _batch(tmp_path / "a", lambda op, d, s: 0.1)
+    # B: abs 4096 rows 6% slower with 0.2% spreads and nothing to say why; sum's first row
+    # 40% off but measured throttled (a DEVICE_THROTTLED marker).
+    b = _batch(tmp_path / "b", lambda op, d, s: 0.106 if (op == "abs" and "4096" in s) else
+               (0.14 if (op, s) == ("sum", SHAPES[0]) else 0.1), throttled=[("sum", SHAPES[0])])
+    got = st.aa(a, b)
+    assert got["pairs"] == 4 and got["verdicts"] == {"SAME": 2, "SLOWER": 1, "UNKNOWN": 1}
+    assert got["unexplained"] == 1 and got["same_or_explained_share"] == 0.75
+    assert got["same_share"] == 0.5
