@@ -96,7 +96,10 @@ def main() -> int:
     log = open(args.out / "graph_cost.jsonl", "w")
     for case, fn in cases(torch, gems):
         for repeat in range(args.repeats):
-            for name, warm, noise, replay in rules:
+            # Each repeat starts with another rule: the first after a case change meets the
+            # kernel cold and the clock lower, and no rule should always come after another.
+            order = rules[repeat % len(rules):] + rules[: repeat % len(rules)]
+            for name, warm, noise, replay in order:
                 with gems():
                     started = time.perf_counter()
                     m = graph_bench(fn, args.warmup_ms, args.rep_ms, None, None, "median", places=args.places,
