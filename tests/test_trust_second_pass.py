@@ -397,6 +397,7 @@ def test_an_add_racing_another_of_the_same_screen_is_already_recorded(tmp_path):
     other.execute("BEGIN IMMEDIATE")
     locked.set()
     time.sleep(0.3)  # ours is now waiting on the lock (or read the table before it)
+    assert thread.is_alive()  # the race is on: ours is blocked behind the other's lock
     other.execute(
         "INSERT INTO screens (content_key, path, started, added, label, versions) VALUES (?, ?, ?, ?, ?, ?)",
         (store._records(screen)[0], str(tmp_path / "n"), "2026-12-01T00:00:00", "now", "other", "{}"),
