@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from zlbench.corpus.families import OTHER, Families, operator_families
+from zlbench.corpus.families import OTHER, Families
 from zlbench.safe_read import missing_reason
 from zlbench.summary.caliber import CALIBER_FIELDS, caliber_values
-from zlbench.summary.rows import Summary
+from zlbench.summary.rows import Summary, summary_families
 from zlbench.summary.sources import RunLog
 
 # 1: screens, calibers, rows. 2: families (a writer adds the table to a schema-1 file;
@@ -303,15 +303,6 @@ def screen_calibers(summary: Summary) -> List[str]:
     return sorted(_records(summary)[2])
 
 
-def screen_families(summary: Summary) -> Families:
-    """The families of a screen's operators, found as summary and the report find them."""
-    return operator_families(
-        {row.op for row in summary.rows},
-        [(r.identity or {}).get("corpus_root") for r in summary.runs],
-        [(r.identity or {}).get("layout") for r in summary.runs],
-    )
-
-
 def add_screen(conn: sqlite3.Connection, summary: Summary) -> Added:
     """Record a summarised screen; a screen already recorded (same rows) is a no-op but
     for its families, recorded where it has none (a screen added before they were)."""
@@ -320,7 +311,7 @@ def add_screen(conn: sqlite3.Connection, summary: Summary) -> Added:
         raise HistoryError(f"{summary.input} holds no table rows: nothing to record")
     started = _started(summary.runs, summary.root)
     label = f"{started[:16].replace('T', ' ')} {summary.root.name}"
-    families = screen_families(summary)
+    families = summary_families(summary)
     # The check and the insert are one write transaction: of two `history add` of one
     # screen at once, the second waits for the first, then finds it recorded.
     try:

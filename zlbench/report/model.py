@@ -15,14 +15,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from zlbench import backends, rundir
 from zlbench.batch.state import tail_lines
-from zlbench.corpus.families import Families, operator_families
+from zlbench.corpus.families import Families
 from zlbench.rundir import BAD, NOT_RUN, STATUSES
 from zlbench.runlog import Row
 from zlbench.summary.ab import ABResult
 from zlbench.summary.caliber import batch_caliber
 from zlbench.summary.render import screen_state
 from zlbench.summary.render_ab import GAIN_NOTE, caliber_lines, verdict_lines
-from zlbench.summary.rows import Summary
+from zlbench.summary.rows import Summary, summary_families
 from zlbench.summary.sources import missing_run_dirs
 from zlbench.summary.status import operator_statuses
 from zlbench.summary.tables import compact_shape, marker_brief
@@ -120,16 +120,6 @@ def _rel(path: str, root: Path) -> str:
         return path
 
 
-def families_for(summaries: Sequence[Summary]) -> Families:
-    runs = [r for s in summaries for r in s.runs]
-    ops = {row.op for s in summaries for row in s.rows}
-    return operator_families(
-        ops,
-        [(r.identity or {}).get("corpus_root") for r in runs],
-        [(r.identity or {}).get("layout") for r in runs],
-    )
-
-
 def versions(summary: Summary) -> List[Tuple[str, str]]:
     seen: Dict[str, Dict[str, int]] = {}
     for run in summary.runs:
@@ -204,7 +194,7 @@ def _spread_columns(rows: Sequence[Row]) -> List[Column]:
 
 
 def batch_page(summary: Summary, families: Optional[Families] = None) -> Page:
-    families = families or families_for([summary])
+    families = families or summary_families(summary)
     root = summary.root
     statuses = operator_statuses(summary)
     status, counts, notes = statuses.rows, statuses.counts, list(statuses.notes)
@@ -349,7 +339,7 @@ def _verdict(pair) -> str:
 def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
     """The A/B page. Every count, colour and plot point is the row's verdict: there is no
     second classification (a noise band) to disagree with it."""
-    families = families or families_for([result.a, result.b])
+    families = families or summary_families(result.a, result.b)
     rows = []
     for p in result.pairs:
         ratio = p.gain + 1.0

@@ -8,10 +8,10 @@ import json
 from collections.abc import Iterator as IteratorABC
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from zlbench.corpus.families import OTHER, Families, operator_families
+from zlbench.corpus.families import OTHER, Families
 from zlbench.runlog import Issue, Row
 from zlbench.summary.aggregate import Aggregate, aggregate
-from zlbench.summary.rows import Summary
+from zlbench.summary.rows import Summary, summary_families
 from zlbench.summary.status import NOT_RUN, STATUSES, operator_statuses
 from zlbench.summary.tables import (
     Cells,
@@ -189,11 +189,7 @@ def render_json(summary: Summary) -> str:
 def families(summary: Summary) -> Optional[Families]:
     """The operators' families (FlagGems' kind where the corpus has conf/operators.yaml,
     else the Benchmark class), or None where none is known."""
-    found = operator_families(
-        {r.op for r in summary.rows},
-        [(r.identity or {}).get("corpus_root") for r in summary.runs],
-        [(r.identity or {}).get("layout") for r in summary.runs],
-    )
+    found = summary_families(summary)
     return found if any(found.get(r.op) != OTHER for r in summary.rows) else None
 
 

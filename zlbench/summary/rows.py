@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from zlbench import rowstats, rundir
+from zlbench.corpus.families import Families, operator_families
 from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, RUN_PHASE, Marker
 from zlbench.runlog import Issue, ParsedLog, Row, parse_log, reads_as
 from zlbench.safe_read import DEFAULT_LIMIT, describe_error, read_text_capped
@@ -34,6 +35,17 @@ class Summary:
     format: str = "zlbench"
     # Operator statuses of an input without ops_status.csv (a run_tests.py dir).
     statuses: Optional[Dict[str, Dict[str, str]]] = None
+
+
+def summary_families(*summaries: Summary) -> Families:
+    """The families of these summaries' operators, from the corpus their runs name
+    (``corpus.families.operator_families``): what summary, the report and history show."""
+    runs = [r for s in summaries for r in s.runs]
+    return operator_families(
+        {row.op for s in summaries for row in s.rows},
+        [(r.identity or {}).get("corpus_root") for r in runs],
+        [(r.identity or {}).get("layout") for r in runs],
+    )
 
 
 def _rows_for(marker: Marker, rows: Sequence[Row], index: Dict[Tuple, List[Row]]) -> List[Row]:
