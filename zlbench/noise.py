@@ -13,7 +13,6 @@ that ran the batches) and caliber (history's series caliber: how the runs measur
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -187,13 +186,13 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
     """
     from .clihelp import InputError
     from .history.noise import floors, machine_of, record_floor, recorded_machine
-    from .history.store import HistoryError, open_db
+    from .history.store import HistoryError, db_exists, open_db
     from .summary.ab import pair_summaries
     from .summary.command import check_caliber, load_summary
 
     db_path = knobs.history_db_path(db)
     if list_only:
-        if not os.path.isfile(db_path):
+        if not db_exists(db_path):
             raise click.ClickException(f"no history database at {db_path}: run zlbench noise first")
         try:
             conn = open_db(db_path, readonly=True)  # listing never changes the file

@@ -9,7 +9,6 @@ zlbench versions ignore it), created on first use.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sqlite3
 import time
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from zlbench.history.store import HistoryError, caliber_key, open_db, series_caliber
+from zlbench.history.store import HistoryError, caliber_key, db_exists, has_table, open_db, series_caliber
 from zlbench.rundir import read_plan
 from zlbench.summary.ab import NoiseFloor
 from zlbench.summary.rows import Summary
@@ -97,13 +96,6 @@ def run_calibers(summary: Summary) -> Dict[str, str]:
     return {str(r.run_dir): caliber_key(series_caliber(r.identity)) for r in summary.runs}
 
 
-def _has_table(conn: sqlite3.Connection) -> bool:
-    return (
-        conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'noise_floors'").fetchone()
-        is not None
-    )
-
-
 def _ensure(conn: sqlite3.Connection) -> None:
     conn.executescript(TABLE)
 
@@ -136,7 +128,7 @@ def record_floor(conn: sqlite3.Connection, rec: FloorRecord) -> FloorRecord:
 def latest_floor(conn: sqlite3.Connection, machine: str, caliber: str) -> Optional[FloorRecord]:
     """The floor recorded last for this machine and caliber, or None (a reader: nothing
     is created, so a read-only database can be asked)."""
-    if not _has_table(conn):
+    if not has_table(conn, "noise_floors"):
         return None
     row = conn.execute(
         "SELECT machine, caliber, fields, floor, quantile, rows, excluded, median, p90, batches, "
@@ -164,7 +156,7 @@ def latest_floor(conn: sqlite3.Connection, machine: str, caliber: str) -> Option
 
 def floors(conn: sqlite3.Connection) -> List[FloorRecord]:
     """The latest floor of every machine and caliber (a reader: nothing is created)."""
-    if not _has_table(conn):
+    if not has_table(conn, "noise_floors"):
         return []
     keys = conn.execute(
         "SELECT DISTINCT machine, caliber FROM noise_floors ORDER BY machine, caliber"
@@ -175,7 +167,7 @@ def floors(conn: sqlite3.Connection) -> List[FloorRecord]:
 def floors_for(summary: Summary, db: str) -> Dict[str, NoiseFloor]:
     """A's run dir -> the recorded floor of its machine and caliber, for the runs that have
     one. An absent database has none (nothing is created by looking)."""
-    if not os.path.isfile(db):
+    if not db_exists(db):
         return {}
     conn = open_db(db, readonly=True)
     try:

@@ -173,11 +173,11 @@ def operators(conn: sqlite3.Connection) -> List[str]:
     return [r[0] for r in conn.execute("SELECT DISTINCT op FROM rows ORDER BY op")]
 
 
-def has_families(conn: sqlite3.Connection) -> bool:
-    """Whether the database has the families table (a schema-1 file opened by a reader
-    has not: readers never change the file)."""
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    """Whether the database has this table (an older file opened by a reader may lack a
+    newer one: readers never change the file)."""
     return (
-        conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'families'").fetchone()
+        conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
         is not None
     )
 
@@ -185,7 +185,7 @@ def has_families(conn: sqlite3.Connection) -> bool:
 def op_families(conn: sqlite3.Connection) -> Dict[str, Family]:
     """Each operator's family as its latest recorded screen has it (an operator's kind
     may change between nights: the newest word counts); {} where none are recorded."""
-    if not has_families(conn):
+    if not has_table(conn, "families"):
         return {}
     out: Dict[str, Family] = {}
     for op, name, origin, source in conn.execute(
@@ -198,7 +198,7 @@ def op_families(conn: sqlite3.Connection) -> Dict[str, Family]:
 
 def night_families(conn: sqlite3.Connection, screen: int) -> Dict[str, Family]:
     """The families recorded with one screen."""
-    if not has_families(conn):
+    if not has_table(conn, "families"):
         return {}
     return {
         op: Family(name, origin, source)
