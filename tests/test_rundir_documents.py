@@ -139,3 +139,15 @@ def test_a_row_record_with_a_field_it_does_not_have_is_refused_on_write(tmp_path
     with pytest.raises(ValueError, match="not a row_stats.jsonl field: sampels"):
         rowstats.append(tmp_path, {"op": "abs", "sampels": 3})
     assert not rundir.row_stats_path(tmp_path).exists()
+
+
+def test_a_summary_reads_its_statuses_once_for_every_view(tmp_path, monkeypatch):
+    from zlbench.summary.status import operator_statuses
+
+    summary = summarize(one_run_batch(tmp_path))
+    reads = []
+    real = rundir.StatusFile.read
+    monkeypatch.setattr(rundir.StatusFile, "read", lambda self: reads.append(1) or real(self))
+    first = operator_statuses(summary)
+    assert operator_statuses(summary) is first and len(reads) == 1
+    assert first.rows["abs"]["status"] == "ok"

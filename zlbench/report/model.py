@@ -26,7 +26,7 @@ from zlbench.summary.rows import Summary, summary_families
 from zlbench.summary.sources import missing_run_dirs
 from zlbench.summary.status import operator_statuses
 from zlbench.summary.tables import compact_shape, marker_brief
-from zlbench.summary.verdict import FASTER, SAME, SLOWER, UNKNOWN
+from zlbench.summary.verdict import FASTER, SAME, SLOWER, THROTTLED_LABEL, UNKNOWN
 
 # Lines of an operator's last attempt log shown under a failure.
 TAIL_LINES = 40
@@ -326,7 +326,7 @@ AB_COLUMNS = [
     Column("timer", "timers A/B"),
 ]
 # Verdicts in the order the page lists and counts them; UNKNOWN split by its cause.
-THROTTLED = "UNKNOWN (measured throttled)"
+THROTTLED = THROTTLED_LABEL
 VERDICT_CARDS = ((SLOWER, "bad"), (FASTER, "ok"), (SAME, "muted"), (THROTTLED, "warn"), (UNKNOWN, "warn"))
 CARD_LABELS = {UNKNOWN: "UNKNOWN (other reasons)"}
 

@@ -12,6 +12,7 @@ import random
 from typing import List, Optional, Sequence, Tuple
 
 from zlbench.report import ReportUnavailable
+from zlbench.summary.verdict import THROTTLED_LABEL
 
 
 def pyplot():
@@ -68,7 +69,7 @@ VERDICT_COLOURS = {
     "SLOWER": "tab:red",
     "FASTER": "tab:green",
     "SAME": "0.55",
-    "UNKNOWN (measured throttled)": "tab:orange",
+    THROTTLED_LABEL: "tab:orange",
     "UNKNOWN": "tab:purple",
 }
 

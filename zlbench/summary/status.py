@@ -26,6 +26,15 @@ class Statuses:
 
 
 def operator_statuses(summary: Summary) -> Statuses:
+    """The input's operator statuses, read once per summary: the text, JSON and report
+    views of one summary all ask for them."""
+    cached = summary.__dict__.get("_statuses")
+    if cached is None:
+        cached = summary.__dict__["_statuses"] = _read_statuses(summary)
+    return cached
+
+
+def _read_statuses(summary: Summary) -> Statuses:
     notes = []
     if summary.statuses is not None:
         rows = dict(summary.statuses)

@@ -29,6 +29,8 @@ from typing import NamedTuple, Optional
 
 SAME, FASTER, SLOWER, UNKNOWN = "SAME", "FASTER", "SLOWER", "UNKNOWN"
 VERDICTS = (SLOWER, FASTER, UNKNOWN, SAME)  # the order rows are listed in
+# How the views name the UNKNOWN rows measured while the machine was slowed down.
+THROTTLED_LABEL = "UNKNOWN (measured throttled)"
 DEFAULT_NOISE_FLOOR = 0.02
 
 
