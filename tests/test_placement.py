@@ -15,8 +15,8 @@ from zlbench.plugins.placement import (  # noqa: E402
     closure_tensors,
     movable_inputs,
     placement_count,
-    replays_per_placement,
 )
+from zlbench.timing import replays_per_placement  # noqa: E402
 
 
 def anywhere(_t):

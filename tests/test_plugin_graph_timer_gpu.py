@@ -76,7 +76,7 @@ def test_percall_timer_pins_a_host_syncing_op_to_its_noise_target():
     x = torch.randn(1024, 1024, device="cuda")
     rule = timing.StopRule.for_call(0.005, 100)
     clock = EventClock(torch.cuda, "torch.cuda.Event")
-    times, stop = percall_bench(lambda: torch.nonzero(x), clock, 25, rule)
+    times, stop = percall_bench(lambda: torch.nonzero(x), clock, timing.WarmupRule("budget", 25), rule)
     # Pinned within this process; between processes the host's share moves it (the
     # traced clock below is the one that repeats).
     assert stop in ("noise", "time_cap") and len(times) >= timing.MIN_SAMPLES
@@ -96,8 +96,8 @@ def test_the_kernels_clock_times_a_host_syncing_op_by_its_device_work_alone():
     assert isinstance(clock, TracedClock), note
     rule = timing.StopRule.for_call(0.005, 100)
     for fn in (lambda: torch.nonzero(x), lambda: torch.masked_select(x, mask)):
-        traced = [_median(percall_bench(fn, clock, 25, rule)[0]) for _ in range(2)]
-        events = _median(percall_bench(fn, clock.warmup_clock, 25, rule)[0])
+        traced = [_median(percall_bench(fn, clock, timing.WarmupRule("budget", 25), rule)[0]) for _ in range(2)]
+        events = _median(percall_bench(fn, clock.warmup_clock, timing.WarmupRule("budget", 25), rule)[0])
         # Device time repeats to well within 1%; the host's sync and launches are left out.
         assert abs(traced[0] - traced[1]) / min(traced) < 0.01, traced
         assert 0 < traced[0] < events, (traced, events)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple
 
 from zlbench.timing import StopRule, WarmupRule, batch_calls, clear_grads
 
@@ -178,16 +178,13 @@ def choose_clock(torch_device: Optional[str], activity: Optional[str] = None) ->
 def percall_bench(
     fn: Callable[[], Any],
     clock: Any,
-    warmup: Union[float, WarmupRule],
+    warmup: WarmupRule,
     rule: StopRule,
     grad_to_none=None,
     on_warm: Optional[Callable[[], None]] = None,
     device_ready: Optional[Callable[[], bool]] = None,
 ) -> Tuple[List[float], str]:
-    """(per-call times in ms, why it stopped). ``warmup``: a ``timing.WarmupRule``, or
-    plain milliseconds (the ``budget`` rule)."""
-    if not isinstance(warmup, WarmupRule):
-        warmup = WarmupRule("budget", float(warmup))
+    """(per-call times in ms, why it stopped); ``warmup`` ends by ``timing.WarmupRule``."""
     clear_grads(grad_to_none)
     fn()  # JIT compilation and autotuning happen here, outside every sample
     clock.sync()

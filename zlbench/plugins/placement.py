@@ -24,8 +24,6 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, List, Optional, Tuple
 
-from zlbench.timing import replays_per_placement  # noqa: F401 - the split lives with the replay rule
-
 MAX_DEPTH = 4  # closure -> args tuple -> list -> tensor, with one level to spare
 MEMORY_SHARE = 0.25  # the extra placements may hold at most this share of free memory
 
