@@ -423,7 +423,7 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
                 r.faster,
                 r.same,
                 r.throttled,
-                r.unknown - r.throttled,
+                r.other_unknown,
                 r.min,
                 r.median,
                 r.max,

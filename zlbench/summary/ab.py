@@ -78,6 +78,11 @@ class GainRange:
     # Of the unknown: rows measured while the machine was slowed down (either side).
     throttled: int = 0
 
+    @property
+    def other_unknown(self) -> int:
+        """UNKNOWN for another reason than a slowed-down machine (no spread, two clocks)."""
+        return self.unknown - self.throttled
+
 
 @dataclass(frozen=True)
 class NoiseFloor:

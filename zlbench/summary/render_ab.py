@@ -101,7 +101,7 @@ def verdict_counts_line(result: ABResult) -> str:
     r = result.overall
     if r is None:
         return "Verdicts: no rows paired"
-    other = r.unknown - r.throttled
+    other = r.other_unknown
     return (
         f"Rows: {r.slower} SLOWER, {r.faster} FASTER, {r.same} SAME, {r.throttled} UNKNOWN "
         f"(measured throttled), {other} UNKNOWN (other reasons), of {r.count} paired"
@@ -116,7 +116,7 @@ def _verdict_counts(r: GainRange) -> str:
             (r.faster, "faster"),
             (r.same, "same"),
             (r.throttled, "throttled"),
-            (r.unknown - r.throttled, "unknown"),
+            (r.other_unknown, "unknown"),
         )
         if n
     ]
