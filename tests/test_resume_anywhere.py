@@ -3,14 +3,13 @@ started the batch. A batch moved to another path and resumed with a fresh HOME k
 its completed operators; a run dir changed after its attempt was accepted, a planted
 .complete, or a journal line no attempt started is not trusted."""
 
-import csv
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
+
+from conftest import zlbench
 
 from zlbench import rundir
 
@@ -18,12 +17,9 @@ CORPUS = Path(__file__).parent / "fixtures" / "faulty_corpus"
 
 
 def _batch(out, home, *extra):
-    env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(home / "state"),
-           "FAULTY_STATE_DIR": str(home / "faulty"), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    env.pop("ZL_BACKEND", None)
-    cmd = [sys.executable, "-m", "zlbench", "batch", "--out", str(out), "--progress", "plain",
-           *extra]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    env = {"HOME": str(home), "XDG_STATE_HOME": str(home / "state"), "FAULTY_STATE_DIR": str(home / "faulty"),
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    return zlbench("batch", "--out", out, "--progress", "plain", *extra, env=env, timeout=300)
 
 
 def _attempts(batch):
@@ -31,8 +27,7 @@ def _attempts(batch):
 
 
 def _status(batch):
-    with open(batch / "ops_status.csv", newline="") as f:
-        return {r["operator"]: r["status"] for r in csv.DictReader(f)}
+    return {op: row["status"] for op, row in rundir.StatusFile(batch).read().items()}
 
 
 def test_a_batch_moved_to_another_host_resumes_without_running_again(tmp_path):

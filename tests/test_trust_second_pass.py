@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from summary_logwriter import SESSION_START, identity, session_end, write_run
+from summary_logwriter import identity, op_log, write_run
 from zlbench.summary.render import FORMATS, summary_chunks
 from zlbench.summary.rows import summarize
 
@@ -24,18 +24,8 @@ WIDE = 100_000  # characters in the one wide shape
 
 
 def _wide_batch(root: Path, rows: int = 4000) -> Path:
-    head = (
-        f"{'Status':<10} {'Torch Latency (ms)':>20} {'Gems Latency (ms)':>20} "
-        f"{'Gems Speedup':>20} {'Size Detail':>20}\n"
-    )
-    parts = [SESSION_START.format(n=1), "benchmark/test_wide.py "]
-    parts.append("\nOperator: wide  Performance Test (dtype=torch.float16, mode=kernel,level=core)\n")
-    parts += [head, "-" * (len(head) - 1) + "\n"]
-    for i in range(rows):
-        shape = "[" + "7" * WIDE + "]" if i == rows // 2 else f"[torch.Size([{i + 1}])]"
-        parts.append(f"{'SUCCESS':<10}{0.05:>20.6f}{0.04:>20.6f}{1.25:>20.3f}" + " " * 10 + shape + "\n")
-    parts.append("\n." + session_end(1))
-    write_run(root / "wide", "".join(parts), identity(op="wide"))
+    shapes = ["[" + "7" * WIDE + "]" if i == rows // 2 else f"[torch.Size([{i + 1}])]" for i in range(rows)]
+    write_run(root / "wide", op_log("wide", ["torch.float16"], shapes, lambda *_: 0.04), identity(op="wide"))
     return root
 
 
@@ -485,6 +475,8 @@ def test_a_run_dir_removed_after_its_operator_finished_is_noticed_by_the_batch(t
 
     batch = tmp_path / "b"
     result = run_batch(_config(batch, ["ok_a", "rm_z"]))
+    # Measured, so the batch is ok; what it kept of ok_a is gone, and it says so below.
+    assert result.exit_code == 0 and result.rows["ok_a"]["status"] == "ok"
     rows = _rows(batch)
     assert not (batch / "ok_a").exists(), "rm_z ran first: the test needs name order"
     assert "its run dir was removed after it finished" in rows["ok_a"]["notes"]
