@@ -20,7 +20,7 @@ from zlbench.rundir import BAD, NOT_RUN, STATUSES
 from zlbench.runlog import Row
 from zlbench.summary.ab import ABResult
 from zlbench.summary.caliber import batch_caliber
-from zlbench.summary.render import screen_state
+from zlbench.summary.render import screen_state, unfinished_what
 from zlbench.summary.render_ab import GAIN_NOTE, caliber_lines, verdict_lines
 from zlbench.summary.rows import Summary, summary_families
 from zlbench.summary.sources import missing_run_dirs
@@ -288,12 +288,9 @@ def unfinished_warnings(sides: Sequence[Tuple[str, Summary]]) -> List[str]:
         state = screen_state(summary)
         if state["finished"]:
             continue
-        not_run: List[str] = state["not_run"]  # type: ignore[assignment]
-        shown = ", ".join(not_run[:30]) + (f" and {len(not_run) - 30} more" if len(not_run) > 30 else "")
         out.append(
-            f"UNFINISHED{' ' + side if side else ''}: {len(not_run)} operators not run"
-            + (f": {shown}" if shown else " (a shard is missing or unfinished)")
-            + f". Continue with zlbench batch --resume --out {summary.root}."
+            f"UNFINISHED{' ' + side if side else ''}: {unfinished_what(state, 30)}. "
+            f"Continue with zlbench batch --resume --out {summary.root}."
         )
     return out
 

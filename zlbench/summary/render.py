@@ -105,6 +105,16 @@ def screen_state(summary: Summary) -> Dict[str, object]:
     }
 
 
+def unfinished_what(state: Dict[str, object], limit: int = 20) -> str:
+    """What an unfinished screen lacks, for the views' UNFINISHED lines: the operators
+    not run (the first ``limit`` named), or a missing or unfinished shard."""
+    not_run: List[str] = state["not_run"]  # type: ignore[assignment]
+    if not not_run:
+        return "a shard is missing or unfinished"
+    shown = ", ".join(not_run[:limit]) + (f" and {len(not_run) - limit} more" if len(not_run) > limit else "")
+    return f"{len(not_run)} operators not run: {shown}"
+
+
 def screen_lines(summary: Summary) -> List[str]:
     """One line of operator counts, and a loud one when the screen is unfinished."""
     state = screen_state(summary)

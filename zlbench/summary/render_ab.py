@@ -13,7 +13,14 @@ from zlbench.summary.ab import (
     throttle_reasons,
 )
 from zlbench.summary.caliber import CaliberReport
-from zlbench.summary.render import csv_records, issue_chunks, issue_record, json_object_chunks, screen_state
+from zlbench.summary.render import (
+    csv_records,
+    issue_chunks,
+    issue_record,
+    json_object_chunks,
+    screen_state,
+    unfinished_what,
+)
 from zlbench.summary.tables import Cells, compact_shape, fmt, fmt_pct, heading, table, table_lines
 from zlbench.summary.verdict import UNKNOWN
 
@@ -172,7 +179,7 @@ def _screen_lines(result: ABResult) -> list:
     for side, summary in (("A", result.a), ("B", result.b)):
         state = screen_state(summary)
         if not state["finished"]:
-            out.append(f"UNFINISHED {side}: {len(state['not_run'])} operators not run ({summary.input})")  # type: ignore[arg-type]
+            out.append(f"UNFINISHED {side}: {unfinished_what(state)} ({summary.input})")
     return out
 
 
