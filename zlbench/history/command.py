@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import click
 
@@ -192,10 +192,14 @@ def show_command(
                 + ": record one with zlbench history add DIR"
             )
         tripped: List[str] = []
+        from zlbench.history.analysis import analyse
+
         for cal in cals:
-            click.echo("\n".join(_caliber_text(conn, cal, op, show_all, threshold, fams, family, only)))
+            # Analysed once per caliber: the text and the gate read the same steps.
+            ops = [o for o in analyse(conn, cal, op, threshold) if only is None or o.op in only]
+            click.echo("\n".join(_caliber_text(cal, ops, op, show_all, threshold, fams, family)))
             if fail_on_step:
-                tripped += latest_slower_steps(conn, cal, op, threshold, only)
+                tripped += latest_slower_steps(cal, ops)
     finally:
         conn.close()
     if fail_on_step:
@@ -232,19 +236,14 @@ def _family_members(fams, family: str, op: Optional[str], db_path: str) -> Set[s
     return members
 
 
-def latest_slower_steps(
-    conn, cal, op: Optional[str], threshold: float, only: Optional[Set[str]] = None
-) -> List[str]:
-    """A line per row of ``cal`` whose latency stepped up on the caliber's latest night
-    (of the operators in ``only``, where given)."""
-    from zlbench.history.analysis import analyse
+def latest_slower_steps(cal, ops: Sequence[Any]) -> List[str]:
+    """A line per row of ``ops`` (``cal``'s analysed operators) whose latency stepped up
+    on the caliber's latest night."""
     from zlbench.summary.tables import compact_shape
 
     last = len(cal.nights) - 1
     out = []
-    for o in analyse(conn, cal, op, threshold):
-        if only is not None and o.op not in only:
-            continue
+    for o in ops:
         for row in o.rows:
             for s in row.steps:
                 if s.index == last and s.change > 0:
@@ -257,16 +256,15 @@ def latest_slower_steps(
 
 
 def _caliber_text(
-    conn,
     cal,
+    ops: Sequence[Any],
     op: Optional[str],
     show_all: bool,
     threshold: float,
     fams: Dict[str, Any],
     family: Optional[str] = None,
-    only: Optional[Set[str]] = None,
 ) -> List[str]:
-    from zlbench.history.analysis import analyse, median_change
+    from zlbench.history.analysis import median_change
     from zlbench.history.store import family_sources
     from zlbench.summary.tables import compact_shape
 
@@ -275,7 +273,6 @@ def _caliber_text(
     for i, n in enumerate(nights, 1):
         versions = " ".join(f"{k} {v}" for k, v in n.versions.items())
         lines.append(f"    {i:>3}  {n.label}" + (f"  ({versions})" if versions else ""))
-    ops = [o for o in analyse(conn, cal, op, threshold) if only is None or o.op in only]
     sources = family_sources(fams, [o.op for o in ops])
     if ops:
         lines.append(
