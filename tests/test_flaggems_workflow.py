@@ -200,6 +200,34 @@ def test_perf_entry_matches_run_tests_summary_for_its_own_record():
     assert fg.perf_entry("gone", {}) == {"status": "NotFound"}
 
 
+def _run_tests_parse_perf_data():
+    """FlagGems' own parse_perf_data, taken from tools/run_tests.py of FLAGGEMS_DIR (the
+    function alone: the script's module level starts its runner)."""
+    import ast
+    import importlib.util
+
+    tools = _flaggems_tools()
+    source = (tools / "run_tests.py").read_text()
+    func = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "parse_perf_data")
+    spec = importlib.util.spec_from_file_location("flaggems_tools_consts", tools / "consts.py")
+    consts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(consts)
+    namespace = {"json": json, "consts": consts}
+    exec(compile(ast.Module([func], []), str(tools / "run_tests.py"), "exec"), namespace)
+    return namespace["parse_perf_data"]
+
+
+def test_perf_entry_is_what_flaggems_own_parser_makes_of_the_same_record(sample_screen):
+    parse_perf_data = _run_tests_parse_perf_data()
+    records = [(op, RESULTS / op / "performance_result.json") for op in ("abs", "mm", "add")]
+    records += [(p.parent.name, p) for p in sorted(sample_screen.glob("*/performance_result.json"))]
+    assert len(records) > 3
+    for op, path in records:
+        theirs = parse_perf_data(op, path)
+        ours = fg.perf_entry(op, fg.read_record(path))
+        assert {k: ours.get(k) for k in theirs} == theirs, op
+
+
 def test_failed_and_timed_out_operators_carry_what_psum_reads(tmp_path):
     from zlbench.batch.flaggems_summary import build_summary
 
