@@ -9,7 +9,6 @@ import click
 
 from zlbench import rundir
 from zlbench.atomic import write_chunks_atomic
-from zlbench.batch.flaggems_summary import write_screen_summary
 from zlbench.clihelp import InputError
 from zlbench.summary.ab import ABResult, NoiseFloor, pair_summaries
 from zlbench.summary.gate import Tripped, parse_fail_on, tripped
@@ -100,7 +99,10 @@ def run_summary(path: str, fmt_name: str, out: Optional[str]) -> None:
             f"wrote {merged} ({len(summary.screen.rows)} operators of {summary.screen.count} shards merged)",
             err=True,
         )
-        # FlagGems' tools read one summary.json: the screen's, beside the shards' own.
+        # FlagGems' tools read one summary.json: the screen's, beside the shards' own
+        # (imported here: only a sharded screen writes it).
+        from zlbench.batch.flaggems_summary import write_screen_summary
+
         try:
             fg_path = write_screen_summary(
                 summary.root, summary.screen.rows, [shard.path for shard in summary.screen.shards.values()]
