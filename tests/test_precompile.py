@@ -573,3 +573,19 @@ def test_a_prune_that_yields_still_hands_the_tuner_every_candidate(world):
     assert tuner.best_config is CONFIGS[2]
     assert [where for where, _, _ in world.compiles()] == ["pool"] * 4
     assert session.report()["precompile"]["submitted"] == 4
+
+
+def test_compiles_that_missed_the_cache_are_named_with_their_key():
+    from zlbench.plugins.precompile import COMPILED_LISTED, TuningClock, kernel_label
+
+    assert kernel_label({"metadata": {"name": "scan_kernel", "hash": "ab" * 32}}) == "scan_kernel " + "ab" * 8
+    assert kernel_label({"metadata": {}}) is None and kernel_label({}) is None
+    clock = TuningClock()
+    clock.on_compile(0.1, False, "scan_kernel k1")
+    clock.on_compile(0.1, False, "scan_kernel k1")
+    clock.on_compile(0.01, True, "add_kernel k2")  # a hit: counted, not named
+    report = clock.report()
+    assert report["compiled"] == {"scan_kernel k1": 2} and report["compile_cache_hits"] == 1
+    for i in range(COMPILED_LISTED + 5):
+        clock.on_compile(0.1, False, f"k{i} key")
+    assert len(clock.report()["compiled"]) == COMPILED_LISTED and clock.compiles == 3 + COMPILED_LISTED + 5

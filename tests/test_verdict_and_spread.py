@@ -8,6 +8,7 @@ import pytest
 
 from zlbench import rowstats, rundir, timing
 from zlbench.backends.nvml import clocks_locked, reason_names
+from zlbench.markers import parse_marker
 from zlbench.summary.verdict import FASTER, SAME, SLOWER, UNKNOWN, verdict
 
 
@@ -244,12 +245,47 @@ def test_a_call_the_tracer_does_not_see_is_timed_by_the_event_clock(capsys):
         timer.clock.run(lambda: sum(range(100)), 3, None)
     measured, clock, untraced = timer._percall(lambda: sum(range(100)), {"warmup": 1, "rep": 5})
     assert clock == "host" and measured.samples >= 10 and measured.median_ms > 0
-    assert "calls traced, device time 0 ms" in timer.untraced == untraced
+    assert "calls traced, device time 0 ms" in timer.untraced == str(untraced)
     # Not silently: the run's output says which clock timed the row, and why.
     capsys.readouterr()
     timer.measure(lambda fn, warmup=1, rep=5: 0.0, lambda: sum(range(100)), (), {})
     out = capsys.readouterr().out
+    # Outside every row: a plain line (a marker naming no row would attach to all of them).
     assert "zlbench direct timer: timed by host: 1 of 1 calls traced, device time 0 ms" in out
+    assert "DIRECT_TIMER_UNTRACED" not in out
+    # For a row: the marker, with what kind of miss it was.
+    from zlbench.plugins.row_context import TimedRow
+    row = TimedRow("transpose", "torch.float16", "[64, 64]", "gems")
+    timer._say_untraced(row, "host", percall.NothingTraced("1 of 1 calls traced, device time 0 ms"))
+    marker = parse_marker(capsys.readouterr().out.strip())
+    assert (marker.name, marker.get("side"), marker.get("clock"), marker.get("kind")) == (
+        "DIRECT_TIMER_UNTRACED", "gems", "host", "no_device_work")
+
+
+def test_a_pair_whose_gems_side_was_host_time_gets_no_verdict():
+    from zlbench.markers import DIRECT_TIMER_UNTRACED, Marker
+    from zlbench.runlog import Row
+    from zlbench.summary.ab import PairedRow, judge
+
+    def row(ms, untraced_side=None):
+        r = Row("transpose", "torch.float16", "kernel", "core", "[256, 512]", "SUCCESS", 1)
+        r.gems_ms, r.gems_spread, r.gems_clock = ms, 0.002, "torch.cuda.Event"
+        if untraced_side:
+            r.markers.append(Marker(DIRECT_TIMER_UNTRACED, {"op": "transpose", "side": untraced_side,
+                                                            "kind": kind, "why": "1 of 1 calls traced, device time 0 ms"}))
+        return r
+
+    kind = "no_device_work"
+
+    # An A/A on the H200 read a view's host time 78% apart: no verdict, and it says why.
+    moved = judge(PairedRow(row(0.010, "gems"), row(0.0178, "gems"), 0.0, True), 0.02, False)
+    assert moved.status == UNKNOWN and "no device work traced" in moved.why and "device time 0 ms" in moved.why
+    # Only the gems side's timing decides; the torch side's marker leaves the verdict alone.
+    assert judge(PairedRow(row(0.010, "torch"), row(0.0178, "torch"), 0.0, True), 0.02, False).status == SLOWER
+    assert judge(PairedRow(row(0.010), row(0.0178), 0.0, True), 0.02, False).status == SLOWER
+    # Device work launched from another thread is device work: the verdict stands.
+    kind = "other_thread"
+    assert judge(PairedRow(row(0.010, "gems"), row(0.0178, "gems"), 0.0, True), 0.02, False).status == SLOWER
 
 
 def test_the_kernels_clock_is_chosen_only_where_the_backend_has_a_tracer():
@@ -347,3 +383,147 @@ def test_device_time_outside_every_range_sends_the_timing_to_events(monkeypatch)
         clock.run(lambda: None, 3, None)
     _fake_trace(monkeypatch, 2.0, extra=[0.1])   # within the 10% allowance: kept
     assert clock.run(lambda: None, 3, None) == [0.002] * 3
+
+
+class _RawEvent:
+    """One raw kineto event as ``device_ms_per_range`` reads it."""
+
+    def __init__(self, name, device, corr, linked, start, end, thread=1, annotation=False, activity=None):
+        from torch.autograd import DeviceType
+
+        if activity is None:
+            activity = ("gpu_user_annotation" if device else "user_annotation") if annotation else \
+                ("kernel" if device else "cpu_op")
+        self._v = dict(name=name, device_type=DeviceType.CUDA if device else DeviceType.CPU,
+                       correlation_id=corr, linked_correlation_id=linked, start_ns=start, end_ns=end,
+                       duration_ns=end - start, start_thread_id=thread, end_thread_id=thread,
+                       is_user_annotation=annotation, is_async=False, activity_type=activity)
+
+    def __getattr__(self, name):
+        return lambda: self._v[name]
+
+
+def test_the_raw_trace_reader_puts_each_kernel_in_the_range_that_launched_it():
+    pytest.importorskip("torch")
+    from zlbench.plugins.percall import TRACE_MARK, device_ms_per_range
+
+    events = [
+        # call 1: a triton kernel launched by the range itself, a copy launched by an op in it
+        _RawEvent(TRACE_MARK, False, 1, 0, 0, 1000, annotation=True),
+        _RawEvent("aten::copy_", False, 2, 0, 200, 400),
+        _RawEvent("cudaLaunchKernel", False, 3, 1, 100, 150, activity="cuda_runtime"),  # not a launcher
+        _RawEvent("kernel", True, 0, 1, 5000, 7000),
+        _RawEvent("Memcpy DtoD", True, 0, 2, 7000, 7500),
+        _RawEvent(TRACE_MARK, True, 0, 1, 5000, 9000, annotation=True),  # its projection: skipped
+        # call 2, listed first in the trace: ordering comes from the ranges' starts
+        _RawEvent(TRACE_MARK, False, 10, 0, 2000, 3000, annotation=True),
+        _RawEvent("kernel", True, 0, 10, 9000, 12000),
+        # another thread's op inside call 2's time span (autograd's device thread)
+        _RawEvent("aten::mul", False, 20, 0, 2100, 2200, thread=2),
+        _RawEvent("mul_kernel", True, 0, 20, 12000, 12400),
+        # a runtime call outside every op (the closing synchronize) numbered like call 2's
+        # range by CUPTI's own count: it must not take call 2's kernel away
+        _RawEvent("cudaDeviceSynchronize", False, 10, 0, 20000, 21000, activity="cuda_runtime"),
+    ]
+    times, total = device_ms_per_range(events[6:] + events[:6])   # trace order is not call order
+    assert times == [0.0025, 0.003]              # ns -> ms; 2,000 + 500 ns, then 3,000 ns
+    assert total == pytest.approx(0.0059)        # the other thread's kernel counts only here
+
+
+class _HostTime:
+    """perf_counter for percall_bench and its Cost: seconds the stand-in clocks say passed."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+class _Events:
+    """The event clock's stand-in: each batch's calls read ``warm()`` ms, host time too."""
+
+    name = "events"
+
+    def __init__(self, host, warm):
+        self.host, self._warm = host, warm
+
+    def sync(self):
+        pass
+
+    def run(self, fn, calls, grad_to_none):
+        warm = self._warm()
+        times = [warm() for _ in range(calls)]
+        self.host.now += sum(times) / 1e3
+        return times
+
+
+class _StandInClock(_Events):
+    """A traced clock without a device: each call's device time from ``sample``, its host
+    time ``profiled`` times what the events read (the profiler's own cost). Counts its
+    sessions."""
+
+    name = "stand-in"
+
+    def __init__(self, host, warm, sample, profiled=1.0):
+        super().__init__(host, warm)
+        self.warmup_clock = _Events(host, warm)
+        self.sessions, self.parse_ms, self._sample, self.profiled = [], 0.0, sample, profiled
+
+    def run(self, fn, calls, grad_to_none):
+        self.sessions.append(calls)
+        before = self.host.now
+        super().run(fn, calls, grad_to_none)
+        self.host.now = before + (self.host.now - before) * self.profiled
+        return [self._sample() for _ in range(calls)]
+
+
+def test_traced_timing_warms_up_on_the_fastest_calls_and_sizes_its_sessions_to_the_budget(monkeypatch):
+    from zlbench.plugins import percall
+    from zlbench.plugins.percall import percall_bench
+
+    host = _HostTime()
+    monkeypatch.setattr(percall, "time", host)
+    monkeypatch.setattr(timing, "time", host)
+    levels = iter([0.0, 0.01, 0.005] * 1000)  # medians 0.05, 0.06, 0.055 ms: 18% apart
+
+    def warm():
+        # Events around a host-syncing call: 0.05 ms of device time plus host gaps whose
+        # level moves from batch to batch (masked_select's moved 73 -> 120 us on an H200),
+        # so the batches' medians never agree; every fourth call meets a quiet host.
+        level, calls = next(levels), iter(range(10**9))
+        return lambda: 0.05 + (level if next(calls) % 4 else 0.0)
+
+    rule = timing.StopRule.for_call(0.005, 100)
+    for profiled in (1.0, 7.0):  # a session's calls cost up to 7x their host time on an H200
+        clock = _StandInClock(host, warm, lambda: 0.02, profiled)
+        result = percall_bench(lambda: None, clock, timing.WarmupRule("settle", 1000), rule)
+        assert result.cost["warmup_stop"] == "settled" and result.cost["warmup"] < 100
+        # A probe call, a session of a tenth of the budget at the warm-up's host time per
+        # call, then one sized by what that cost per call to spend the rest: the rule stops
+        # there, near the budget, however much the profiler costs.
+        assert clock.sessions[0] == 1 and len(clock.sessions) == 3, clock.sessions
+        assert timing.first_session_calls(0.0575, rule) <= clock.sessions[1] <= timing.first_session_calls(0.0499, rule)
+        assert result.stop == "noise" and result.cost["batches"] == 2
+        assert rule.min_ms <= result.cost["timed"] <= 1.5 * rule.min_ms, result.cost
+        assert result.cost["rep_ms"] == 100 and "parse" in result.cost
+        assert result.cost["total"] >= result.cost["warmup"] + result.cost["timed"] - 0.01
+    # The event clock itself, judged by medians, waits for its cap.
+    events = percall_bench(lambda: None, clock.warmup_clock, timing.WarmupRule("settle", 1000), rule)
+    assert events.cost["warmup_stop"] == "cap" and "parse" not in events.cost
+
+
+def test_a_traced_timing_of_a_slow_call_stops_at_the_time_cap_after_two():
+    rule = timing.StopRule.for_call(0.005, 100)     # 100 ms budget, 1,000 ms cap
+    assert timing.first_session_calls(0.05, rule) == 200          # a tenth of the budget
+    assert timing.first_session_calls(50.0, rule) == timing.MIN_SAMPLES
+    assert timing.first_session_calls(400.0, rule) == 2            # 10 calls would pass the cap
+    assert timing.first_session_calls(1e-6, rule) == 10_000
+
+
+def test_budget_calls_spend_the_budget_and_give_the_samples():
+    rule = timing.StopRule.for_call(0.005, 100)
+    assert timing.budget_calls(0.05, rule) == 2400   # 100 ms and the margin
+    assert timing.budget_calls(0.05, rule, elapsed_ms=50) == 1200   # what is left of it
+    assert timing.budget_calls(36.0, rule, elapsed_ms=400) == 1      # spent: one more call
+    assert timing.budget_calls(1e-5, rule) == 10_000                 # capped

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
+import time
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from zlbench import backends
 from zlbench.markers import BENCHMARK_DIRECT_NO_CUDAGRAPH, format_marker
@@ -128,6 +129,55 @@ def batch_calls(per_call_ms: float, elapsed_ms: float, batch_ms: float = 5.0) ->
     per_call_ms = max(float(per_call_ms), 1e-6)
     target = max(batch_ms, elapsed_ms / 4.0)
     return int(min(10_000, max(1, round(target / per_call_ms))))
+
+
+class Cost:
+    """Where one timing's own time went (both timers' ``cost_ms``): milliseconds per
+    step, and how steps ended."""
+
+    def __init__(self, steps: Sequence[str] = ()) -> None:
+        self.begin = time.perf_counter()
+        self.mark = self.begin
+        self.ms: Dict[str, float] = {step: 0.0 for step in steps}  # reported even when never lapped
+        self.notes: Dict[str, Any] = {}
+
+    def lap(self, step: str) -> None:
+        """The time since the last lap goes to ``step``."""
+        now = time.perf_counter()
+        self.ms[step] = self.ms.get(step, 0.0) + (now - self.mark) * 1e3
+        self.mark = now
+
+    def report(self) -> dict:
+        out: Dict[str, Any] = {k: round(v, 3) for k, v in self.ms.items()}
+        out["total"] = round((time.perf_counter() - self.begin) * 1e3, 3)
+        out.update(self.notes)
+        return out
+
+
+BUDGET_MARGIN = 1.2  # a batch that falls short of the budget costs a second one
+
+
+def budget_calls(per_call_ms: float, rule: "StopRule", elapsed_ms: float = 0.0) -> int:
+    """Calls that spend what is left of ``rule.min_ms`` (with BUDGET_MARGIN: per-call
+    times vary), at least one: a batch that can end a timing on its own (the traced
+    clock's, where each batch costs a profiler session)."""
+    per_call_ms = max(float(per_call_ms), 1e-6)
+    left = max(0.0, rule.min_ms - elapsed_ms)
+    return int(min(10_000, max(1, math.ceil(BUDGET_MARGIN * left / per_call_ms))))
+
+
+# Of the budget, at the warm-up's host time per call: a session's calls cost up to 7 times
+# that on an H200, and the next session is sized by what this one cost.
+FIRST_SESSION_SHARE = 0.1
+
+
+def first_session_calls(host_per_call_ms: float, rule: "StopRule") -> int:
+    """Calls in a timing's first traced session: FIRST_SESSION_SHARE of ``rule.min_ms``
+    at ``host_per_call_ms``, the rule's samples at least, but at least two and no more
+    than fit in ``rule.max_ms`` for a slow call, at most 10,000."""
+    per_call = max(float(host_per_call_ms), 1e-6)
+    calls = max(rule.min_samples, math.ceil(FIRST_SESSION_SHARE * rule.min_ms / per_call))
+    return int(min(10_000, calls, max(2, int(rule.max_ms / per_call))))
 
 
 class Measured(NamedTuple):
@@ -560,6 +610,10 @@ class TimedRow(NamedTuple):
     side: Optional[str]  # "torch" (latency_base) or "gems" (latency)
     dtype_source: Optional[str] = None  # "guess" when dtype came from an argument
 
+    def marker_fields(self) -> Dict[str, Optional[str]]:
+        """What a marker names the row by (summary attaches it with these)."""
+        return {"op": self.op, "dtype": self.dtype, "shape": self.shape, "side": self.side}
+
 
 def fallback_marker(phase: str, repeat: int, row: TimedRow, reason: str, direct: Optional[str] = None) -> str:
     """``direct``: how the direct timer times the row instead (percall or do_bench)."""
@@ -568,10 +622,7 @@ def fallback_marker(phase: str, repeat: int, row: TimedRow, reason: str, direct:
         phase=phase,
         repeat=repeat,
         direct=direct,
-        op=row.op,
-        dtype=row.dtype,
-        shape=row.shape,
-        side=row.side,
+        **row.marker_fields(),
         dtype_source=row.dtype_source,
         reason=reason,
     )

@@ -26,10 +26,10 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 import pytest
 
 from zlbench import backends, benchenv, knobs, rowstats
-from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_HOST_CLOCK, format_marker
+from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_HOST_CLOCK, DIRECT_TIMER_UNTRACED, format_marker
 from zlbench.plugins import print_line, run_dir, write_plugin_json
 from zlbench.plugins.keys import ROW_CONTEXT, ROW_LISTENERS, ROW_RECORD_FIELDS
-from zlbench.plugins.percall import NothingTraced, choose_clock, percall_bench
+from zlbench.plugins.percall import NothingTraced, PercallResult, choose_clock, percall_bench
 from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
     Measured,
@@ -163,10 +163,8 @@ class DirectTimer:
         if self.per_call:
             measured, clock, untraced = self._percall(fn, opts)
             self.clocks[clock] = self.clocks.get(clock, 0) + 1
-            if untraced:
-                row = timing.row if timing is not None else None
-                where = f"{row.op} {row.dtype} {row.shape} {row.side}: " if row is not None else ""
-                print_line(f"zlbench direct timer: {where}timed by {clock}: {untraced}")
+            if untraced is not None:
+                self._say_untraced(timing.row if timing is not None else None, clock, untraced)
         else:
             measured = self._do_bench(original, fn, args, kwargs, opts)
         self.stops[measured.stop] = self.stops.get(measured.stop, 0) + 1
@@ -176,24 +174,45 @@ class DirectTimer:
             self.recorder.finish(timing.row, measured, "direct", clock)
         return measured.value
 
-    def _percall(self, fn: Callable, opts: dict) -> Tuple[Measured, str, Optional[str]]:
+    @staticmethod
+    def _say_untraced(row: Optional[TimedRow], clock: str, untraced: NothingTraced) -> None:
+        """The row's number is host time where device time was asked: a marker for the
+        row, so summary --ab can say why it gives no verdict on it; a plain line for a
+        timing outside every row (a marker naming no row would attach to all of them)."""
+        if row is None:
+            print_line(f"zlbench direct timer: timed by {clock}: {untraced}")
+            return
+        print_line(
+            format_marker(
+                DIRECT_TIMER_UNTRACED,
+                **row.marker_fields(),
+                clock=clock,
+                kind=untraced.kind,
+                why=str(untraced),
+            )
+        )
+
+    def _percall(self, fn: Callable, opts: dict) -> Tuple[Measured, str, Optional[NothingTraced]]:
         """(what it measured, the name of the clock that did, why the traced clock
         could not, if it was asked and could not)."""
         rule = StopRule.for_call(self.settings.noise, float(opts.get("rep", 100) or 100))
         clock = self._clock()
         untraced = None
         try:
-            times, stop = self._bench(fn, clock, opts, rule)
+            result = self._bench(fn, clock, opts, rule)
         except NothingTraced as e:
             # Work the tracer does not see (host-only, or an unsupported launch path):
             # this timing goes to the events around each call.
-            self.untraced = untraced = str(e)
+            untraced = e
+            self.untraced = str(e)
             clock = clock.warmup_clock
-            times, stop = self._bench(fn, clock, opts, rule)
-        measured = measured_from(times, opts.get("quantiles"), opts.get("return_mode", "mean"), stop)
-        return measured, clock.name, untraced
+            result = self._bench(fn, clock, opts, rule)
+        measured = measured_from(
+            result.samples, opts.get("quantiles"), opts.get("return_mode", "mean"), result.stop
+        )
+        return measured._replace(cost=result.cost), clock.name, untraced
 
-    def _bench(self, fn: Callable, clock: Any, opts: dict, rule: StopRule) -> Tuple[List[float], str]:
+    def _bench(self, fn: Callable, clock: Any, opts: dict, rule: StopRule) -> PercallResult:
         warmup = WarmupRule(self.settings.warmup_rule, float(opts.get("warmup", 25) or 25))
         return percall_bench(
             fn, clock, warmup, rule, opts.get("grad_to_none"), self.recorder.warm, self.recorder.device_ready
@@ -338,10 +357,7 @@ class RowRecorder:
             print_line(
                 format_marker(
                     DEVICE_THROTTLED,
-                    op=row.op,
-                    dtype=row.dtype,
-                    shape=row.shape,
-                    side=row.side,
+                    **row.marker_fields(),
                     why=why,
                     sm_mhz=f"{before.get('sm_mhz')}->{after.get('sm_mhz')}" if clocks else None,
                     ref_mhz=self.reference_mhz,

@@ -43,6 +43,7 @@ from zlbench.timing import (
     DEFAULT_NOISE_TARGET,
     MIN_REPLAYS,
     TARGET_REPLAY_MS,
+    Cost,
     Measured,
     ReplayRule,
     WarmupRule,
@@ -250,28 +251,6 @@ def warmup(
                 return statistics.median(batches[-3:]), stop, len(batches)
 
 
-class Cost:
-    """Where one timing's own time went: milliseconds per step, and how steps ended."""
-
-    def __init__(self) -> None:
-        self.begin = time.perf_counter()
-        self.mark = self.begin
-        self.ms: Dict[str, float] = {"warmup": 0.0, "capture": 0.0, "replay": 0.0, "move": 0.0}
-        self.notes: Dict[str, Any] = {}
-
-    def lap(self, step: str) -> None:
-        """The time since the last lap goes to ``step``."""
-        now = time.perf_counter()
-        self.ms[step] = self.ms.get(step, 0.0) + (now - self.mark) * 1e3
-        self.mark = now
-
-    def report(self) -> dict:
-        out: Dict[str, Any] = {k: round(v, 3) for k, v in self.ms.items()}
-        out["total"] = round((time.perf_counter() - self.begin) * 1e3, 3)
-        out.update(self.notes)
-        return out
-
-
 def graph_bench(
     fn: Callable,
     warmup_ms: float,
@@ -295,7 +274,7 @@ def graph_bench(
 
     if not torch.cuda.is_available():
         raise CaptureFailed("capture", RuntimeError("CUDA is not available in this process"))
-    cost = Cost()
+    cost = Cost(("warmup", "capture", "replay", "move"))
     stream = side_stream(torch)
     stream.wait_stream(torch.cuda.current_stream())
     phase = "warmup"

@@ -66,6 +66,8 @@ def resolve_workers(requested: int, cpus: Optional[int] = None) -> int:
 
 # ---- the clock ------------------------------------------------------------------
 
+COMPILED_LISTED = 200  # kernels named in the report's ``compiled``; the rest only counted
+
 
 class TuningClock:
     """Seconds compiling and seconds tuning, for the run and for the row being timed.
@@ -90,6 +92,9 @@ class TuningClock:
         self.compiles = 0
         self.pool_compiles = 0  # of them, on the pool's threads
         self.compile_cache_hits = 0
+        # "<kernel> <cache key>" -> compiles on the benchmark's thread that missed the
+        # cache: in a warm pass these are kernels whose key is new in every process.
+        self.compiled: Dict[str, int] = {}
         self.tunings = 0
         self.listening = False  # triton's compilation listener is ours: compile_s is known
         self.rows: Dict[Hashable, List[float]] = {}  # row key -> [compile_s, tune_s]
@@ -102,8 +107,9 @@ class TuningClock:
         if key is not None:
             self.rows.setdefault(key, [0.0, 0.0])[index] += seconds
 
-    def on_compile(self, seconds: float, cache_hit: bool) -> None:
-        """One compile finished (triton's listener; a cache hit is a quick load)."""
+    def on_compile(self, seconds: float, cache_hit: bool, kernel: Optional[str] = None) -> None:
+        """One compile finished (triton's listener; a cache hit is a quick load).
+        ``kernel``: its name and cache key, for the list of those that missed."""
         on_pool = threading.current_thread() is not self.main
         if not on_pool and self.waiting:
             return  # loading what the pool compiled: part of the wait, counted once
@@ -115,6 +121,8 @@ class TuningClock:
                 self.pool_compile_s += seconds
                 return
             self.compile_s += seconds
+            if kernel and not cache_hit and (kernel in self.compiled or len(self.compiled) < COMPILED_LISTED):
+                self.compiled[kernel] = self.compiled.get(kernel, 0) + 1
         self._row_add(0, seconds)
 
     def on_pool_compiles(self, seconds: Sequence[float]) -> None:
@@ -171,8 +179,20 @@ class TuningClock:
             "compiles": self.compiles,
             "pool_compiles": self.pool_compiles,
             "compile_cache_hits": self.compile_cache_hits,
+            "compiled": dict(self.compiled),
             "pool_compile_s": round(self.pool_compile_s, 3),
         }
+
+
+def kernel_label(listened: Mapping[str, Any]) -> Optional[str]:
+    """The kernel's name and the first 16 of its cache key, from what triton's listener was given
+    (``metadata`` holds both); None where it says neither."""
+    metadata = listened.get("metadata") or {}
+    get = metadata.get if isinstance(metadata, Mapping) else lambda k: getattr(metadata, k, None)
+    name, key = get("name"), get("hash")
+    if not name:
+        return None
+    return f"{name} {str(key)[:16]}" if key else str(name)
 
 
 def install_listener(clock: TuningClock, modules: Mapping[str, Any]) -> Optional[Callable[[], None]]:
@@ -187,7 +207,9 @@ def install_listener(clock: TuningClock, modules: Mapping[str, Any]) -> Optional
     def listener(**kwargs: Any) -> None:
         try:
             times = kwargs.get("times")
-            clock.on_compile(float(getattr(times, "total", 0)) / 1e6, bool(kwargs.get("cache_hit")))
+            clock.on_compile(
+                float(getattr(times, "total", 0)) / 1e6, bool(kwargs.get("cache_hit")), kernel_label(kwargs)
+            )
         except Exception:  # a figure is never worth a failed compile
             pass
         if previous is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from zlbench.corpus.results import canonical_shape
-from zlbench.markers import DEVICE_THROTTLED
+from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_UNTRACED
 from zlbench.runlog import Row
 from zlbench.stats import geomean, quantile
 from zlbench.summary.caliber import CaliberReport, compare_run_pairs
@@ -201,7 +201,8 @@ def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
     UNKNOWN (counted apart, ``throttled``) when either side was measured while the
     machine was slowed down: such a row's change is the machine's state, not the build.
     UNKNOWN when the two sides were timed by different clocks (traced device time against
-    events around each call differ by the host's share, not by the code)."""
+    events around each call differ by the host's share, not by the code), and when a
+    side's gems latency is host time because the tracer saw no device work in its calls."""
     found = verdict(pair.a.gems_ms, pair.a.gems_spread, pair.b.gems_ms, pair.b.gems_spread, floor, same_run)
     slowed = throttle_reasons(pair)
     if slowed and not same_run:
@@ -210,7 +211,31 @@ def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
     a_clock, b_clock = pair.a.gems_clock, pair.b.gems_clock
     if a_clock and b_clock and a_clock != b_clock and found.status != UNKNOWN:
         return Verdict(UNKNOWN, found.change, None, f"timed by different clocks: A {a_clock}, B {b_clock}")
+    untraced = untraced_sides(pair)
+    if untraced and found.status != UNKNOWN:
+        # Events around calls whose device work the tracer did not see time the host,
+        # and the host's time moves from process to process (an H200 A/A: transpose's
+        # view rows +3% to +78%): no verdict on it.
+        why = "; ".join(f"{side} {reason}" for side, reason in untraced.items())
+        return Verdict(UNKNOWN, found.change, None, f"host time, no device work traced ({why})")
     return found
+
+
+def untraced_sides(pair: PairedRow) -> Dict[str, str]:
+    """{"A"/"B": why} for the sides whose gems latency the direct timer took from events
+    because the tracer saw no device work at all in the calls (DIRECT_TIMER_UNTRACED,
+    kind no_device_work: a view, a metadata op). Work launched from another thread is
+    device work that events time with the host's gaps: it keeps its verdict."""
+    out: Dict[str, str] = {}
+    for side, row in (("A", pair.a), ("B", pair.b)):
+        for m in row.markers:
+            if (
+                m.name == DIRECT_TIMER_UNTRACED
+                and m.get("side") == "gems"
+                and m.get("kind") == "no_device_work"
+            ):
+                out[side] = m.get("why") or "no device work traced"
+    return out
 
 
 def verdict_order(pairs: Sequence[PairedRow]) -> List[PairedRow]:
