@@ -112,7 +112,8 @@ def test_the_raw_trace_reader_agrees_with_torchs_event_tree(tmp_path):
 
     from zlbench.plugins.percall import TRACE_MARK, _function_event_ranges, _kineto_events, device_ms_per_range
 
-    # A triton kernel launched by the range itself (FlagGems' case) needs its source in a file.
+    # A bare triton launch, under no aten op (FlagGems' kernels run inside the aten op they
+    # implement); its @jit source must be in a file.
     (tmp_path / "zl_raw_kernel.py").write_text(textwrap.dedent("""
         import triton
         import triton.language as tl
@@ -155,9 +156,11 @@ def test_the_raw_trace_reader_agrees_with_torchs_event_tree(tmp_path):
         agree = sum(t == pytest.approx(u, rel=1e-6, abs=1e-9) for t, u in zip(times, tree_times))
         assert agree >= 18, (name, times, tree_times)
         assert total == pytest.approx(tree_total, rel=1e-6, abs=1e-9), name
-        if name != "backward":  # all of it launched inside the ranges
+        if name not in ("backward", "triton"):  # all of it launched inside the ranges
             assert sum(times) == pytest.approx(total, rel=1e-6), name
-        assert name == "backward" or min(times) > 0, (name, times)
+        # Under no op a launch may be linked to nothing: then both readings leave it out of
+        # every range, and the timer sends the row to events (outside_ranges).
+        assert name in ("backward", "triton") or min(times) > 0, (name, times)
 
 
 def test_nvml_reads_the_device_this_process_sees():

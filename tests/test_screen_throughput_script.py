@@ -77,6 +77,13 @@ def test_the_aa_counts_a_throttled_row_explained_and_a_bare_change_not(tmp_path)
     assert got["pairs"] == 4 and got["verdicts"] == {"SAME": 2, "SLOWER": 1, "UNKNOWN": 1}
     assert got["unexplained"] == 1 and got["same_or_explained_share"] == 0.75
     assert got["same_share"] == 0.5
-    # The CPU rows are no direct-timer fallbacks: all four count as the main timer's.
-    assert got["by_timer"]["graph"] == {"pairs": 4, "same_share": 0.5, "median_abs_gain_pct": pytest.approx(3.0, abs=3.1)}
-    assert got["by_timer"]["direct"]["pairs"] == 0
+    # No direct-timer fallback here: all four rows count as the main timer's.
+    assert got["by_timer"]["graph"]["pairs"] == 4 and got["by_timer"]["direct"]["pairs"] == 0
+    # The same bare 6% change on rows the direct timer took: the fallback explains nothing.
+    fell = _batch(tmp_path / "fell", lambda op, d, s: 0.106 if (op == "abs" and "4096" in s) else 0.1,
+                  fallback=[("abs", SHAPES[1])])
+    got = st.aa(a, fell)
+    moved = [o for o in got["not_same"] if o["verdict"] == "SLOWER"]
+    assert len(moved) == 1 and moved[0]["fallback"] and got["unexplained"] == 1
+    assert got["by_timer"]["direct"] == {"pairs": 1, "same_share": 0.0,
+                                         "median_abs_gain_pct": pytest.approx(100 * (1 - 1 / 1.06), abs=0.01)}

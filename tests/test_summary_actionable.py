@@ -20,12 +20,19 @@ def _throttled(op, shape, why="host_slow"):
             f'why={why} host_speed=20->15\n')
 
 
-def _batch(root, latency, spread=0.002, throttled=(), ops=("abs", "sum"), no_spread=(), **ident):
+def _fallback(op, shape):
+    return (f'\nBENCHMARK_DIRECT_NO_CUDAGRAPH phase=capture repeat=1 direct=kernels op={op} '
+            f'dtype=torch.float16 shape="{shape}" side=gems reason="RuntimeError: sync"\n')
+
+
+def _batch(root, latency, spread=0.002, throttled=(), ops=("abs", "sum"), no_spread=(), fallback=(),
+           **ident):
     """A batch-like dir: ops x float16 x SHAPES with row_stats; ``throttled`` lists the
-    (op, shape) rows this side measured slowed down, ``no_spread`` the ops whose timer
-    recorded no spread."""
+    (op, shape) rows this side measured slowed down, ``fallback`` those the graph timer
+    left to the direct timer, ``no_spread`` the ops whose timer recorded no spread."""
     for op in ops:
         prefix = "".join(_throttled(o, s) for o, s in throttled if o == op)
+        prefix += "".join(_fallback(o, s) for o, s in fallback if o == op)
         prefix += "RUN_PHASE phase=session_start t=1796154807.193\n"
         run_dir = write_run(root / op, op_log(op, ["torch.float16"], SHAPES, latency, prefix),
                             identity(**{"backend": "cpu", "device": {"index": 0, "model": "cpu"}, **ident}))

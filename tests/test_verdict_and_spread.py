@@ -283,8 +283,8 @@ def test_a_pair_whose_gems_side_was_host_time_gets_no_verdict():
     # Only the gems side's timing decides; the torch side's marker leaves the verdict alone.
     assert judge(PairedRow(row(0.010, "torch"), row(0.0178, "torch"), 0.0, True), 0.02, False).status == SLOWER
     assert judge(PairedRow(row(0.010), row(0.0178), 0.0, True), 0.02, False).status == SLOWER
-    # Device work launched from another thread is device work: the verdict stands.
-    kind = "other_thread"
+    # Device work outside the calls' ranges (another thread's) is device work: it stands.
+    kind = "outside_ranges"
     assert judge(PairedRow(row(0.010, "gems"), row(0.0178, "gems"), 0.0, True), 0.02, False).status == SLOWER
 
 
@@ -408,7 +408,7 @@ def test_the_raw_trace_reader_puts_each_kernel_in_the_range_that_launched_it():
     from zlbench.plugins.percall import TRACE_MARK, device_ms_per_range
 
     events = [
-        # call 1: a triton kernel launched by the range itself, a copy launched by an op in it
+        # call 1: a kernel linked to the range itself, a copy launched by an op in it
         _RawEvent(TRACE_MARK, False, 1, 0, 0, 1000, annotation=True),
         _RawEvent("aten::copy_", False, 2, 0, 200, 400),
         _RawEvent("cudaLaunchKernel", False, 3, 1, 100, 150, activity="cuda_runtime"),  # not a launcher
@@ -513,12 +513,23 @@ def test_traced_timing_warms_up_on_the_fastest_calls_and_sizes_its_sessions_to_t
     assert events.cost["warmup_stop"] == "cap" and "parse" not in events.cost
 
 
-def test_a_traced_timing_of_a_slow_call_stops_at_the_time_cap_after_two():
+def test_a_traced_timing_of_a_slow_call_stops_at_the_time_cap(monkeypatch):
+    from zlbench.plugins import percall
+
     rule = timing.StopRule.for_call(0.005, 100)     # 100 ms budget, 1,000 ms cap
     assert timing.first_session_calls(0.05, rule) == 200          # a tenth of the budget
     assert timing.first_session_calls(50.0, rule) == timing.MIN_SAMPLES
     assert timing.first_session_calls(400.0, rule) == 2            # 10 calls would pass the cap
     assert timing.first_session_calls(1e-6, rule) == 10_000
+    # 400 ms a call: the probe, two calls, one more, and the time cap ends it (the rule's
+    # ten samples would have taken four seconds).
+    host = _HostTime()
+    monkeypatch.setattr(percall, "time", host)
+    monkeypatch.setattr(timing, "time", host)
+    slow = iter(range(10**9))
+    clock = _StandInClock(host, lambda: (lambda: 400.0 + next(slow) % 3), lambda: 399.0)
+    result = percall.percall_bench(lambda: None, clock, timing.WarmupRule("settle", 1000), rule)
+    assert result.stop == "time_cap" and clock.sessions == [1, 2, 1], (clock.sessions, result.cost)
 
 
 def test_budget_calls_spend_the_budget_and_give_the_samples():

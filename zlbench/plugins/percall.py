@@ -80,12 +80,17 @@ class EventClock:
         return [start.elapsed_time(end) for start, end in pairs]
 
 
+# NothingTraced's kinds (the DIRECT_TIMER_UNTRACED marker's ``kind``).
+NO_DEVICE_WORK = "no_device_work"  # the calls ran nothing on the device (a view)
+OUTSIDE_RANGES = "outside_ranges"  # device work, but not in the calls' ranges
+
+
 class NothingTraced(Exception):
     """The trace shows no device work for the calls: time them with events instead.
-    ``kind``: "no_device_work" (nothing ran on the device) or "other_thread" (the work
-    was launched from a thread the calls' ranges do not cover)."""
+    ``kind``: NO_DEVICE_WORK or OUTSIDE_RANGES (launched from a thread the calls'
+    ranges do not cover, or linked to no op)."""
 
-    def __init__(self, message: str, kind: str = "no_device_work"):
+    def __init__(self, message: str, kind: str = NO_DEVICE_WORK):
         super().__init__(message)
         self.kind = kind
 
@@ -127,16 +132,21 @@ class TracedClock:
         raw = _kineto_events(prof)
         times, traced = device_ms_per_range(raw) if raw is not None else _function_event_ranges(prof.events())
         self.parse_ms += (time.perf_counter() - begin) * 1e3
-        if len(times) != calls or not any(times):
-            raise NothingTraced(f"{len(times)} of {calls} calls traced, device time {sum(times):g} ms")
-        # A range counts what its own thread launched; work launched from another thread
-        # (autograd's device threads run backward) is in the trace but in no range.
+        if len(times) != calls:
+            raise NothingTraced(
+                f"{len(times)} of {calls} calls traced, device time {sum(times):g} ms", OUTSIDE_RANGES
+            )
+        # A range counts what its own thread's ops launched; work launched from another
+        # thread (autograd's device threads run backward), or linked to no op, is in the
+        # trace but in no range.
         if traced > sum(times) * (1 + UNATTRIBUTED_MAX):
             raise NothingTraced(
                 f"{traced - sum(times):.4g} of {traced:.4g} ms of device time ran outside the calls' "
-                "ranges (launched from another thread)",
-                "other_thread",
+                "ranges (launched from another thread, or by no op)",
+                OUTSIDE_RANGES,
             )
+        if not any(times):  # and nothing elsewhere: the calls ran nothing on the device
+            raise NothingTraced(f"{calls} of {calls} calls traced, device time 0 ms", NO_DEVICE_WORK)
         return times
 
 
@@ -166,10 +176,10 @@ def device_ms_per_range(events: Any) -> Tuple[List[float], float]:
     """(device ms of each call's range in order, device ms of all traced device work) from
     the trace's raw kineto events.
 
-    A kernel, copy or fill names (``linked_correlation_id``) the host-side event that
-    launched it: the range itself (a triton launch) or an op inside it. The host event's
-    start, on the range's thread, places it in a range; what lands in none (another
-    thread's launches) counts only in the total. This is what ``prof.events()`` sums as a
+    A kernel, copy or fill names (``linked_correlation_id``) the torch op that launched
+    it (FlagGems' kernels run inside the aten op they implement); the op's start, on the
+    range's thread, places it in a range. What lands in none (another thread's launches,
+    a launch under no op) counts only in the total. This is what ``prof.events()`` sums as a
     range's ``device_time_total``, without building its event tree: on a CPU host that
     tree cost 540 ms for 1,000 calls of masked_select, the raw events 8 ms.
     """
@@ -310,11 +320,11 @@ def percall_bench(
     per_call = warm[len(warm) // 2]
     host_per_call = sum(warm) / len(warm)
     cost.notes.update(warmup_stop=stopped, warmup_batches=len(batches), rep_ms=rule.min_ms)
-    parsed = getattr(clock, "parse_ms", 0.0)
     if traced:
         # Starts the tracer (its one-time start-up stays outside the samples), and
         # NothingTraced says so before the row's device state is read.
         clock.run(fn, 1, grad_to_none)
+    parsed = getattr(clock, "parse_ms", 0.0)
     if on_warm is not None:
         on_warm()
     cost.lap("warmup")
@@ -326,8 +336,8 @@ def percall_bench(
     # (the profiler records every op and launch, and the trace is read: on an H200
     # masked_select's calls cost 340 us in a session, 50 us outside one). The first takes
     # a tenth of the budget at the warm-up's host time per call (the rule's samples at
-    # least, two at most where those would pass the time cap); what it cost per call then
-    # sizes the next to spend the rest.
+    # least, but only what fits in the time cap for a slow call, two at least); what it
+    # cost per call then sizes the next to spend the rest.
     if traced:
         calls = first_session_calls(host_per_call, rule)
     else:

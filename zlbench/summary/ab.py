@@ -224,8 +224,9 @@ def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
 def untraced_sides(pair: PairedRow) -> Dict[str, str]:
     """{"A"/"B": why} for the sides whose gems latency the direct timer took from events
     because the tracer saw no device work at all in the calls (DIRECT_TIMER_UNTRACED,
-    kind no_device_work: a view, a metadata op). Work launched from another thread is
-    device work that events time with the host's gaps: it keeps its verdict."""
+    kind no_device_work: a view, a metadata op). Device work outside the calls' ranges
+    (kind outside_ranges: another thread's) is timed by events with the host's gaps: it
+    keeps its verdict."""
     out: Dict[str, str] = {}
     for side, row in (("A", pair.a), ("B", pair.b)):
         for m in row.markers:
