@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,15 @@ def zlbench(*args, env=None, cwd=None, timeout=120, check=False):
         raise AssertionError(f"zlbench {' '.join(map(str, args))} -> {proc.returncode}\n"
                              f"{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def pytest_configure(config):
+    # A suite started as a background job of a non-interactive shell (`cmd &` in a
+    # script, nohup) inherits SIGINT ignored, and so would every process it starts: the
+    # Ctrl-C tests would then fail for the shell's reason. Python's handler restored here
+    # is reset to the default in each exec'd child, which installs its own.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _cuda_available() -> bool:
