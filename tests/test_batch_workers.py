@@ -356,12 +356,14 @@ def test_prewarm_calls_the_first_function_of_a_name_that_works_and_skips_missing
     broken.fingerprint = fails
     for module in (new, old, broken):
         monkeypatch.setitem(sys.modules, module.__name__, module)
-    done = prewarm([
+    done, failed = prewarm([
         ("zl_fake_missing", "triton_key"),
         ("zl_fake_broken", "fingerprint"),
         ("zl_fake_new_cache", "triton_key"),
         ("zl_fake_old_compiler", "triton_key"),  # the same name already computed
     ])
     assert done == ["zl_fake_new_cache.triton_key()"] and calls == ["new"]
+    # One that raised is reported (the worker's ready event lists it with failed imports).
+    assert failed == {"zl_fake_broken.fingerprint()": "RuntimeError: no libtriton here"}
     # What the worker computes ahead names triton's key, and sympy is imported ahead.
     assert {f for _, f in PREWARM} == {"triton_key"} and "sympy" in PREIMPORT

@@ -26,6 +26,10 @@ WORKER_FORK_REFUSED = "WORKER_FORK_REFUSED"
 DEVICE_THROTTLED = "DEVICE_THROTTLED"
 DIRECT_TIMER_HOST_CLOCK = "DIRECT_TIMER_HOST_CLOCK"
 DIRECT_TIMER_UNTRACED = "DIRECT_TIMER_UNTRACED"
+# Its ``kind``: the calls ran nothing on the device (a view), or device work not in the
+# calls' ranges (launched from another thread, or under no op).
+NO_DEVICE_WORK = "no_device_work"
+OUTSIDE_RANGES = "outside_ranges"
 NO_MEASUREMENT = "NO_MEASUREMENT"
 OUTPUT_TRUNCATED = "OUTPUT_TRUNCATED"
 # compile_<phase>_no_evict is a family: the phase is part of the name.

@@ -13,6 +13,7 @@ that ran the batches) and caliber (history's series caliber: how the runs measur
 from __future__ import annotations
 
 import itertools
+import socket
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -72,7 +73,7 @@ def aa_floors(results: Sequence, quantile: float, machine: str) -> list:
                 floor=floor,
                 quantile=quantile,
                 rows=len(clean),
-                excluded=sum(1 for p in pairs if p.verdict.throttled),
+                excluded=len(pairs) - len(clean),
                 median=q_of(changes, 0.5),
                 p90=q_of(changes, 0.9),
                 batches=batches,
@@ -104,7 +105,8 @@ def floor_lines(records: Sequence) -> List[str]:
         )
         lines.append(
             f"  p{r.quantile * 100:g} of {r.rows} A/A rows' change beyond their own spreads "
-            f"({r.pairs} pairs of batches); {r.excluded} rows measured throttled left out; "
+            f"({r.pairs} pairs of batches); {r.excluded} rows left out (throttled, no spread, two clocks, "
+            "host time); "
             f"|B/A - 1| median {_pct(r.median)}, p90 {_pct(r.p90)}; {r.batches_text()}"
             + (f", {r.measured[:16]}" if r.measured else "")
         )
@@ -185,7 +187,7 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
     used; 2 usage error, or the batches could not start; 130 interrupted.
     """
     from .clihelp import InputError
-    from .history.noise import floors, machine_of, record_floor, recorded_machine
+    from .history.noise import floors, record_floor, recorded_machine
     from .history.store import HistoryError, db_exists, open_db
     from .summary.ab import pair_summaries
     from .summary.command import check_caliber, load_summary
@@ -235,8 +237,9 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
         except InputError as e:  # exit 1, not 2: the batches ran, and two calibers make no A/A
             raise click.ClickException(f"zlbench noise: {e.format_message()}") from None
         results.append(result)
-    machine = machine_of(summaries[0])
-    if recorded_machine(summaries[0]) is None:
+    recorded = recorded_machine(summaries[0])
+    machine = recorded or socket.gethostname()
+    if recorded is None:
         click.echo(
             f"zlbench noise: {summaries[0].input} names no host that measured it (no plan.json "
             f"session): the floor is recorded for this host, {machine}",
@@ -257,7 +260,7 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
         if rec.rows < MIN_ROWS or rec.rows < rec.excluded:
             click.echo(
                 f"WARNING: the floor of caliber {rec.caliber} rests on {rec.rows} rows "
-                f"({rec.excluded} of {rec.rows + rec.excluded} were measured throttled): the machine "
+                f"({rec.excluded} of {rec.rows + rec.excluded} were left out, most often measured throttled): the machine "
                 "was busy or slowed down; measure again when it is quieter, or over more operators",
                 err=True,
             )

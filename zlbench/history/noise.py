@@ -49,7 +49,7 @@ class FloorRecord:
     floor: float  # fraction
     quantile: float  # of the rows' excess over their spreads, 0..1
     rows: int  # A/A rows the floor was taken over (every pair of batches pooled)
-    excluded: int  # rows left out: measured throttled on either side
+    excluded: int  # rows left out: no verdict to judge (throttled, no spread, two clocks, host time)
     median: Optional[float]  # median |B/A - 1| of those rows
     p90: Optional[float]
     batches: List[str]  # the batch dirs, every pair of which was compared
@@ -171,7 +171,9 @@ def floors_for(summary: Summary, db: str) -> Dict[str, NoiseFloor]:
         return {}
     conn = open_db(db, readonly=True)
     try:
-        machine = machine_of(summary)
+        recorded = recorded_machine(summary)  # plan.json read once for the whole loop
+        machine = recorded or socket.gethostname()
+        assumed = "" if recorded else " (A names no host: taken as this one)"
         found: Dict[str, Optional[FloorRecord]] = {}
         out: Dict[str, NoiseFloor] = {}
         for run_dir, cal in run_calibers(summary).items():
@@ -179,7 +181,6 @@ def floors_for(summary: Summary, db: str) -> Dict[str, NoiseFloor]:
                 found[cal] = latest_floor(conn, machine, cal)
             rec = found[cal]
             if rec is not None:
-                assumed = "" if recorded_machine(summary) else " (A names no host: taken as this one)"
                 out[run_dir] = NoiseFloor(rec.floor, rec.source(db) + assumed)
         return out
     except sqlite3.DatabaseError as e:

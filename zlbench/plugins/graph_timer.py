@@ -556,9 +556,12 @@ class KeptGraphs:
         self.last_free: Optional[int] = None
 
     def expect(self, count: int) -> None:
-        """``count`` placements are to come; the free memory now is the baseline."""
+        """``count`` placements are to come; the free memory now is the baseline. It is
+        taken after placement 0's graph was captured, so what one placement takes is known
+        from placement 1 on (placement 0 is kept while a quarter of the device is free)."""
         self.count = count
-        self.last_free = self._free()[0]
+        if self.on:
+            self.last_free = self._free()[0]
 
     def _free(self) -> Tuple[Optional[int], Optional[int]]:
         try:

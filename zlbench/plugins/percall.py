@@ -29,6 +29,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from zlbench.markers import NO_DEVICE_WORK, OUTSIDE_RANGES
 from zlbench.timing import (
     Cost,
     StopRule,
@@ -78,11 +79,6 @@ class EventClock:
             end.record()
         pairs[-1][1].synchronize()
         return [start.elapsed_time(end) for start, end in pairs]
-
-
-# NothingTraced's kinds (the DIRECT_TIMER_UNTRACED marker's ``kind``).
-NO_DEVICE_WORK = "no_device_work"  # the calls ran nothing on the device (a view)
-OUTSIDE_RANGES = "outside_ranges"  # device work, but not in the calls' ranges
 
 
 class NothingTraced(Exception):

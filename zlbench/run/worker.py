@@ -48,7 +48,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .attempt_child import attempt_child
 from .fork import WORKER_PYTHONPATH, Channel, fork_child, preimport, pythonpath_entries
@@ -112,23 +112,31 @@ def conftest_imports(corpus_root: Path, device_free: bool = True) -> List[str]:
     return out
 
 
-def prewarm(calls) -> List[str]:
+def prewarm(calls) -> Tuple[List[str], Dict[str, str]]:
     """Call each (module, function) of ``calls`` that exists, once; the first of a
-    function name that works is enough. Returns ``module.function()`` for each called."""
+    function name that works is enough. Returns (``module.function()`` for each called,
+    {``module.function()``: why} for each that raised: the child computes it itself)."""
     done: List[str] = []
+    failed: Dict[str, str] = {}
     for module, function in calls:
         if any(d.endswith(f".{function}()") for d in done):
             continue
         try:
             fn = getattr(importlib.import_module(module), function)
-        except Exception:  # noqa: BLE001 - absent here, or failing to import: not ours to fix
+        except Exception:  # noqa: BLE001 - absent in this triton: the next pair names the other home
             continue
         try:
             fn()
-        except Exception:  # noqa: BLE001 - the child computes it itself, as without a worker
+        except Exception as e:  # noqa: BLE001 - reported with the failed imports
+            failed[f"{module}.{function}()"] = f"{type(e).__name__}: {e}"
             continue
         done.append(f"{module}.{function}()")
-    return done
+    for function in dict.fromkeys(f for _, f in calls):
+        if not any(d.endswith(f".{function}()") for d in done) and not any(
+            k.endswith(f".{function}()") for k in failed
+        ):
+            failed[f"{function}()"] = "in none of " + ", ".join(m for m, f in calls if f == function)
+    return done, failed
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -151,7 +159,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if corpus_root is not None:
         names += [n for n in conftest_imports(corpus_root) if n not in names]
     imported, failed = preimport(names)
-    imported += prewarm(PREWARM)
+    warmed, warm_failed = prewarm(PREWARM)
+    imported += warmed
+    failed.update(warm_failed)
     import_s = time.monotonic() - started
     print(
         f"zlbench worker {os.getpid()}: imported {len(imported)} modules in {import_s:.1f} s"

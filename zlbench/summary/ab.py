@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from zlbench.corpus.results import canonical_shape
-from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_UNTRACED
+from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_UNTRACED, NO_DEVICE_WORK
 from zlbench.runlog import Row
 from zlbench.stats import geomean, quantile
 from zlbench.summary.caliber import CaliberReport, compare_run_pairs
@@ -233,7 +233,7 @@ def untraced_sides(pair: PairedRow) -> Dict[str, str]:
             if (
                 m.name == DIRECT_TIMER_UNTRACED
                 and m.get("side") == "gems"
-                and m.get("kind") == "no_device_work"
+                and m.get("kind") == NO_DEVICE_WORK
             ):
                 out[side] = m.get("why") or "no device work traced"
     return out
