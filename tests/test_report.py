@@ -14,6 +14,7 @@ import pytest
 from conftest import zlbench
 from report_browser import browser_missing, open_page
 from summary_logwriter import scale_gems
+from zlbench.markers import DEVICE_THROTTLED, format_marker
 
 pytest.importorskip("jinja2")
 pytest.importorskip("matplotlib")
@@ -103,6 +104,12 @@ def test_ab_report_in_a_browser(sample_screen, tmp_path):
     shutil.copytree(a, b)
     log = b / "mm" / "run.log"
     log.write_text(scale_gems(log.read_text(), 2.0))
+    # ... and one abs row of B measured throttled, on purpose: that row gets no verdict.
+    first = json.loads((b / "abs" / "row_stats.jsonl").read_text().splitlines()[0])
+    slowed = (first["dtype"], first["shape"])
+    marker = format_marker(DEVICE_THROTTLED, op="abs", dtype=slowed[0], shape=slowed[1], side="gems",
+                           why="host_slow")
+    (b / "abs" / "run.log").write_text(marker + "\n" + (b / "abs" / "run.log").read_text())
     html = tmp_path / "ab.html"
     zlbench("report", a, "--ab", b, "-o", html, check=True)
     blob = _blob(html.read_text(), "rows-table")
@@ -112,13 +119,16 @@ def test_ab_report_in_a_browser(sample_screen, tmp_path):
     verdicts = {}
     for r in blob["rows"]:
         verdicts[r[col["verdict"]]] = verdicts.get(r[col["verdict"]], 0) + 1
-    # mm's rows are SLOWER, every other row SAME; none was measured throttled.
+    # mm's rows are SLOWER, the throttled abs row UNKNOWN, every other row SAME.
     for r in blob["rows"]:
         throttled = r[col["why"]].startswith("measured throttled")
+        assert not throttled or r[col["op"]] == "abs", r
         expected = "UNKNOWN" if throttled else ("SLOWER" if r[col["op"]] == "mm" else "SAME")
         assert r[col["verdict"]] == expected, r
     n_mm = sum(1 for r in blob["rows"] if r[col["op"]] == "mm")
-    assert n_mm and verdicts == {"SLOWER": n_mm, "SAME": len(blob["rows"]) - n_mm}
+    n_slowed = verdicts.get("UNKNOWN", 0)
+    assert n_mm and n_slowed >= 1
+    assert verdicts == {"SLOWER": n_mm, "UNKNOWN": n_slowed, "SAME": len(blob["rows"]) - n_mm - n_slowed}
     with open_page(html) as page:
         top = page.column("rows-table", "op")
         n_mm = sum(1 for r in blob["rows"] if r[col["op"]] == "mm")

@@ -73,7 +73,8 @@ def aa_floors(results: Sequence, quantile: float, machine: str) -> list:
                 floor=floor,
                 quantile=quantile,
                 rows=len(clean),
-                excluded=len(pairs) - len(clean),
+                excluded=sum(1 for p in pairs if p.verdict.throttled),
+                unjudged=sum(1 for p in pairs if not p.verdict.throttled) - len(clean),
                 median=q_of(changes, 0.5),
                 p90=q_of(changes, 0.9),
                 batches=batches,
@@ -105,9 +106,13 @@ def floor_lines(records: Sequence) -> List[str]:
         )
         lines.append(
             f"  p{r.quantile * 100:g} of {r.rows} A/A rows' change beyond their own spreads "
-            f"({r.pairs} pairs of batches); {r.excluded} rows left out (throttled, no spread, two clocks, "
-            "host time); "
-            f"|B/A - 1| median {_pct(r.median)}, p90 {_pct(r.p90)}; {r.batches_text()}"
+            f"({r.pairs} pairs of batches); {r.excluded} rows measured throttled left out; "
+            + (
+                f"{r.unjudged} more with no verdict to judge (no spread, two clocks, host time); "
+                if r.unjudged
+                else ""
+            )
+            + f"|B/A - 1| median {_pct(r.median)}, p90 {_pct(r.p90)}; {r.batches_text()}"
             + (f", {r.measured[:16]}" if r.measured else "")
         )
     return lines
@@ -260,7 +265,7 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
         if rec.rows < MIN_ROWS or rec.rows < rec.excluded:
             click.echo(
                 f"WARNING: the floor of caliber {rec.caliber} rests on {rec.rows} rows "
-                f"({rec.excluded} of {rec.rows + rec.excluded} were left out, most often measured throttled): the machine "
+                f"({rec.excluded} of {rec.rows + rec.excluded} were measured throttled): the machine "
                 "was busy or slowed down; measure again when it is quieter, or over more operators",
                 err=True,
             )

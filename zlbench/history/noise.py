@@ -49,12 +49,15 @@ class FloorRecord:
     floor: float  # fraction
     quantile: float  # of the rows' excess over their spreads, 0..1
     rows: int  # A/A rows the floor was taken over (every pair of batches pooled)
-    excluded: int  # rows left out: no verdict to judge (throttled, no spread, two clocks, host time)
+    excluded: int  # rows left out: measured throttled on either side
     median: Optional[float]  # median |B/A - 1| of those rows
     p90: Optional[float]
     batches: List[str]  # the batch dirs, every pair of which was compared
     pairs: int
     measured: str = ""
+    # rows left out for want of a verdict to judge otherwise (no spread, two clocks, host
+    # time): said when the floor is taken, not stored
+    unjudged: int = 0
 
     def batches_text(self) -> str:
         return " vs ".join(self.batches) if len(self.batches) == 2 else ", ".join(self.batches)
