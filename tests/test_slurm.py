@@ -55,6 +55,12 @@ def screen(slurm, tmp_path_factory):
                 "--sbatch-arg=--time=10", *BATCH, "--ops", ALL_OPS, cwd=tmp)
     assert submit.returncode == 0, submit.stdout + submit.stderr
     status = _wait_status(env, tmp / "screen", 150)
+    # The shards' files can say finished a moment before Slurm lets the last task go:
+    # wait for the scheduler's word too.
+    deadline = time.monotonic() + 60
+    while " RUNNING " in status.stdout and time.monotonic() < deadline:
+        time.sleep(1)
+        status = _wait_status(env, tmp / "screen", 60)
     output, _ = one_host.communicate(timeout=150)
     assert one_host.returncode == 1, output
     return {"dir": tmp / "screen", "one": tmp / "one", "env": env, "submit": submit,
