@@ -122,8 +122,13 @@ def slow_on_device(fn, pct):
     slope = (t1 - t0) / probe if t1 > t0 else 1.0 / CYCLES_PER_MS_GUESS
     cycles = max(0, round((base * (1 + pct) - t0) / slope))
     slowed = with_sleep(cycles)
-    return slowed, base, _device_ms(torch, slowed), {"cycles": cycles,
-                                                      "extra_kernel_ms": round(t0 - base, 6)}
+    after = _device_ms(torch, slowed)
+    # The calibration's graphs leave their memory in the allocator's cache; the timer then
+    # reads less free memory and may time fewer placements of a large row than the
+    # unslowed batch did, which moves its median by more than the slowdown.
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return slowed, base, after, {"cycles": cycles, "extra_kernel_ms": round(t0 - base, 6)}
 
 
 def _slowed(fn, row, pct):

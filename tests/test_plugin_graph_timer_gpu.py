@@ -110,7 +110,7 @@ def test_the_kernels_clock_times_a_host_syncing_op_by_its_device_work_alone():
 def test_the_raw_trace_reader_agrees_with_torchs_event_tree(tmp_path):
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from zlbench.plugins.percall import TRACE_MARK, _function_event_ranges, _kineto_events, device_ms_per_range
+    from zlbench.plugins.percall import TRACE_MARK, _function_event_ranges, device_ms_per_range, raw_events
 
     # A bare triton launch, under no aten op (FlagGems' kernels run inside the aten op they
     # implement); its @jit source must be in a file.
@@ -146,7 +146,9 @@ def test_the_raw_trace_reader_agrees_with_torchs_event_tree(tmp_path):
                 with record_function(TRACE_MARK):
                     fn()
             torch.cuda.synchronize()
-        times, total = device_ms_per_range(_kineto_events(prof))
+        raw, why_not = raw_events(prof)
+        assert raw is not None, (name, torch.__version__, why_not)
+        times, total = device_ms_per_range(raw)
         tree_times, tree_total = _function_event_ranges(prof.events())
         assert len(times) == len(tree_times) == 20, name
         # Every call of these ops runs the same kernels: each range reads like the rest.
@@ -203,6 +205,29 @@ def test_two_graph_timings_agree_closely():
     a = _bench(lambda: torch.abs(x), rep=100)
     b = _bench(lambda: torch.abs(x), rep=100)
     assert abs(a - b) / min(a, b) < 0.05
+
+
+def test_a_view_captures_an_empty_graph_and_its_second_timing_skips_the_trace():
+    from zlbench.markers import NO_DEVICE_WORK
+    from zlbench.plugins import direct_timer
+    from zlbench.plugins.graph_timer import EmptyGraph
+    from zlbench.plugins.row_context import RowContext
+
+    x = torch.randn(256, 512, device="cuda", dtype=torch.float16)
+    with pytest.raises(CaptureFailed) as info:
+        _bench(lambda: x.transpose(0, 1))
+    assert isinstance(info.value.error, EmptyGraph) and timing.fallback_decision("capture", info.value.error).fallback
+    _assert_context_usable()
+    timer = direct_timer.DirectTimer(
+        direct_timer.DirectSettings("kernels", 1, 0.005), direct_timer.RowRecorder("cuda"), RowContext())
+    opts = {"warmup": 1000, "rep": 100}
+    first = timer._percall(lambda: x.transpose(0, 1), opts, ("transpose", "gems"))
+    second = timer._percall(lambda: x.transpose(0, 1), opts, ("transpose", "gems"))
+    for measured, clock, untraced in (first, second):
+        assert clock == "torch.cuda.Event" and untraced.kind == NO_DEVICE_WORK and measured.median_ms > 0
+        # Host time settles on its fastest calls, well inside FlagGems' second.
+        assert measured.cost["warmup_stop"] == "settled", measured.cost
+    assert "earlier empty graph" in str(second[2]) and timer.timings_untraced_by_empty_graph == 1
 
 
 @pytest.mark.parametrize("make_fn", [

@@ -4,6 +4,7 @@ the bundled sample whose figures agree with the batches' own records."""
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,18 @@ def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_
     assert figures["unfinished"] == []  # every operator finished: the projection is no lower bound
     assert set(figures["measure_efficiency_median_by_pass"]) == {"a", "b"}
     assert "measure_efficiency_median" in proc.stdout
+    assert figures["projected_cold_corpus_h"] is None and aa["compared"] <= aa["pairs"]
+    # A warm pass is the cold one: pass a standing in for it, its walls project alike, and
+    # an operator whose attempt was interrupted there is left out.
+    shutil.copytree(out / "a", out / "warm")
+    with open(out / "warm" / "attempts.jsonl", "a") as f:
+        f.write(json.dumps({"event": "result", "op": "add", "status": "error", "interrupted": True}) + "\n")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--ops", "abs,add",
+                           "--passes", "report", "--out", str(out), "--json", str(tmp_path / "st.json")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    cold = json.loads((tmp_path / "st.json").read_text())
+    assert cold["cold_wall_s"] == {"abs": figures["per_operator"]["abs"]["a"]["wall_s"]}, proc.stdout
+    assert cold["projected_cold_corpus_h"] == pytest.approx(11 * cold["cold_wall_s"]["abs"] / 3600, abs=0.01)
 
 
 def test_the_aa_counts_a_throttled_row_explained_and_a_bare_change_not(tmp_path):

@@ -129,7 +129,7 @@ def test_rows_without_a_spread_say_nothing_about_the_floor(tmp_path):
     assert "noise floor 5.7% for machine" in noise.stdout  # abs' 6% less hypot(0.2%, 0.2%)
     assert "p100 of 2 A/A rows' change" in noise.stdout and "0 rows measured throttled left out" in noise.stdout
     # ... and the two it left out are said, not dropped.
-    assert "2 more with no verdict to judge (no spread, two clocks, host time)" in noise.stdout
+    assert "2 more with no threshold to judge by (no spread, two clocks, host time)" in noise.stdout
 
 
 def test_noise_records_a_floor_per_machine_and_caliber_and_summary_ab_uses_it(tmp_path):

@@ -72,8 +72,15 @@ def test_throttle_reason_names_vendor_reasons_and_clock_drops():
     full = {"sm_mhz": 1980, "throttle": []}
     assert timing.throttle_reason(full, full, 1980) is None
     assert timing.throttle_reason(full, {"sm_mhz": 1700, "throttle": []}, 1980) == "sm_clock_drop"
-    assert timing.throttle_reason(full, {"sm_mhz": 1960, "throttle": ["sw_power_cap"]},
-                                  1980) == "sw_power_cap"
+    # The power cap names a row only with the clock down (or no clock to read): flagged
+    # at a clock 1% below the run's highest, the H200 timed it alike.
+    assert timing.throttle_reason(full, {"sm_mhz": 1960, "throttle": ["sw_power_cap"]}, 1980) is None
+    assert timing.throttle_reason(full, {"sm_mhz": 1700, "throttle": ["sw_power_cap"]},
+                                  1980) == "sw_power_cap,sm_clock_drop"
+    assert timing.throttle_reason({}, {"throttle": ["sw_power_cap"]}, None) == "sw_power_cap"
+    assert timing.throttle_reason(full, {"sm_mhz": 1960, "throttle": ["hw_thermal"]}, 1980) == "hw_thermal"
+    assert timing.throttle_reason(full, {"sm_mhz": 1960, "throttle": ["sw_power_cap", "hw_thermal"]},
+                                  1980) == "hw_thermal"
     assert timing.throttle_reason({}, {}, None) is None          # nothing readable: no claim
     # The CPU's clock: the reference loop's speed against the run's median reading.
     assert timing.throttle_reason({"host_speed": 20.0}, {"host_speed": 17.5}, None, 20.0) == "host_slow"
@@ -262,7 +269,7 @@ def test_a_call_the_tracer_does_not_see_is_timed_by_the_event_clock(capsys):
         "DIRECT_TIMER_UNTRACED", "gems", "host", "no_device_work")
 
 
-def test_a_pair_whose_gems_side_was_host_time_gets_no_verdict():
+def test_a_pair_of_host_time_is_same_without_device_work_and_unknown_on_one_side():
     from zlbench.markers import DIRECT_TIMER_UNTRACED, Marker
     from zlbench.runlog import Row
     from zlbench.summary.ab import PairedRow, judge
@@ -277,9 +284,17 @@ def test_a_pair_whose_gems_side_was_host_time_gets_no_verdict():
 
     kind = "no_device_work"
 
-    # An A/A on the H200 read a view's host time 78% apart: no verdict, and it says why.
+    # An A/A on the H200 read a view's host time 78% apart: with no device work in either
+    # side there is no device time to tell apart, and the verdict says so.
     moved = judge(PairedRow(row(0.010, "gems"), row(0.0178, "gems"), 0.0, True), 0.02, False)
-    assert moved.status == UNKNOWN and "no device work traced" in moved.why and "device time 0 ms" in moved.why
+    assert moved.status == SAME and "no device work in A or B" in moved.why and moved.threshold is None
+    # ... whatever the device's clock did meanwhile: there was no device time to slow.
+    hot = row(0.0178, "gems")
+    hot.markers.append(Marker("DEVICE_THROTTLED", {"side": "gems", "why": "sm_clock_drop"}))
+    assert judge(PairedRow(row(0.010, "gems"), hot, 0.0, True), 0.02, False).status == SAME
+    # Host time on one side only: no verdict, and it says why.
+    one = judge(PairedRow(row(0.010, "gems"), row(0.0178), 0.0, True), 0.02, False)
+    assert one.status == UNKNOWN and "no device work traced" in one.why and "device time 0 ms" in one.why
     # Only the gems side's timing decides; the torch side's marker leaves the verdict alone.
     assert judge(PairedRow(row(0.010, "torch"), row(0.0178, "torch"), 0.0, True), 0.02, False).status == SLOWER
     assert judge(PairedRow(row(0.010), row(0.0178), 0.0, True), 0.02, False).status == SLOWER
@@ -399,7 +414,11 @@ class _RawEvent:
                        duration_ns=end - start, start_thread_id=thread, end_thread_id=thread,
                        is_user_annotation=annotation, is_async=False, activity_type=activity)
 
+    missing: tuple = ()
+
     def __getattr__(self, name):
+        if name in self.missing or name not in self._v:
+            raise AttributeError(name)
         return lambda: self._v[name]
 
 
@@ -428,6 +447,41 @@ def test_the_raw_trace_reader_puts_each_kernel_in_the_range_that_launched_it():
     times, total = device_ms_per_range(events[6:] + events[:6])   # trace order is not call order
     assert times == [0.0025, 0.003]              # ns -> ms; 2,000 + 500 ns, then 3,000 ns
     assert total == pytest.approx(0.0059)        # the other thread's kernel counts only here
+    # A torch whose events lack is_async and is_user_annotation reads the same, by activity;
+    # one without activity_type (torch 2.11) too, in either order: the closing synchronize
+    # numbered like call 2's range lands in no range, so the range keeps its kernel.
+    for missing in (("is_async", "is_user_annotation"), ("activity_type",)):
+        for e in events:
+            e.missing = missing
+        assert device_ms_per_range(events) == (times, total), missing
+        assert device_ms_per_range(events[::-1]) == (times, total), missing
+    # A runtime call outside every op but inside call 1's range, numbered like call 2's
+    # range: which one launched the kernel is unknown, so it goes to no range.
+    inside = _RawEvent("cudaStreamSynchronize", False, 10, 0, 500, 600, activity="cuda_runtime")
+    inside.missing = ("activity_type",)
+    assert device_ms_per_range(events + [inside]) == ([0.0025, 0.0], total)
+
+
+def test_raw_events_say_why_they_cannot_be_read():
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from zlbench.plugins.percall import raw_events
+
+    def prof(results):
+        return SimpleNamespace(profiler=SimpleNamespace(kineto_results=results))
+
+    event = _RawEvent("kernel", True, 0, 1, 0, 10)
+    assert raw_events(prof(SimpleNamespace(events=lambda: [event]))) == ([event], None)
+    assert raw_events(prof(None)) == (None, "the profiler kept no kineto results")
+    assert raw_events(SimpleNamespace()) == (None, "the profiler kept no kineto results")
+    event.missing = ("linked_correlation_id",)
+    raw, why = raw_events(prof(SimpleNamespace(events=lambda: [event])))
+    assert raw is None and why == "_RawEvent has no linked_correlation_id"
+    # Without either of them a range's projection onto the device could not be told apart.
+    event.missing = ("is_user_annotation", "activity_type")
+    raw, why = raw_events(prof(SimpleNamespace(events=lambda: [event])))
+    assert raw is None and why == "_RawEvent has no is_user_annotation or activity_type"
 
 
 class _HostTime:
@@ -508,9 +562,72 @@ def test_traced_timing_warms_up_on_the_fastest_calls_and_sizes_its_sessions_to_t
         assert rule.min_ms <= result.cost["timed"] <= 1.5 * rule.min_ms, result.cost
         assert result.cost["rep_ms"] == 100 and "parse" in result.cost
         assert result.cost["total"] >= result.cost["warmup"] + result.cost["timed"] - 0.01
-    # The event clock itself, judged by medians, waits for its cap.
+    # The event clock itself, judged by medians, waits for its cap; timing calls that run
+    # nothing on the device (host time), it is judged by the fastest call too.
     events = percall_bench(lambda: None, clock.warmup_clock, timing.WarmupRule("settle", 1000), rule)
     assert events.cost["warmup_stop"] == "cap" and "parse" not in events.cost
+    host_time = percall_bench(
+        lambda: None, clock.warmup_clock, timing.WarmupRule("settle", 1000), rule, fastest=True)
+    assert host_time.cost["warmup_stop"] == "settled" and host_time.cost["warmup"] < 100
+
+
+def test_an_empty_graph_of_a_side_the_tracer_found_idle_is_timed_by_events_without_a_trace():
+    pytest.importorskip("torch")
+    from zlbench.markers import NO_DEVICE_WORK
+    from zlbench.plugins import direct_timer, percall
+    from zlbench.plugins.row_context import RowContext
+
+    timer = direct_timer.DirectTimer(
+        direct_timer.DirectSettings("kernels", 1, 0.05), direct_timer.RowRecorder("cpu"), RowContext())
+    # The CPU activity traces the marked ranges but no device work under them.
+    timer.clock = percall.TracedClock(_NoDevice(), "CPU", percall.HostClock())
+    sessions = []
+    traced_run = timer.clock.run
+    timer.clock.run = lambda fn, calls, grad: sessions.append(calls) or traced_run(fn, calls, grad)
+    opts = {"warmup": 1, "rep": 5}
+
+    def timed(key):
+        del sessions[:]
+        measured, clock, untraced = timer._percall(lambda: sum(range(100)), opts, key)
+        assert clock == "host" and measured.samples >= 10 and untraced.kind == NO_DEVICE_WORK
+        return untraced
+
+    # The first empty graph of transpose's gems side is traced: the tracer finds it idle.
+    assert "device time 0 ms" in str(timed(("transpose", "gems"))) and sessions == [1]
+    # Its next empty graph goes to the events at once, and says why.
+    why = str(timed(("transpose", "gems")))
+    assert sessions == [] and "earlier empty graph of transpose's gems side" in why
+    assert timer.counts()["untraced_by_empty_graph"] == 1
+    # Another side, or a capture that failed for another reason, is traced as before.
+    timed(("transpose", "torch"))
+    assert sessions == [1]
+    timed(None)
+    assert sessions == [1]
+    # The report names the reader of the traces (here torch's raw events).
+    assert timer.counts()["trace_readers"] == {"raw": 3} and "raw_events_unavailable" not in timer.counts()
+
+
+def test_the_graph_timer_hands_an_empty_capture_over_as_such(monkeypatch):
+    from zlbench.plugins import direct_timer, graph_timer
+    from zlbench.plugins.row_context import RowContext, TimedRow, Timing
+
+    timer = graph_timer.GraphTimer(
+        direct_timer.DirectSettings("kernels", 1, 0.05), direct_timer.RowRecorder("cpu"), RowContext())
+    row = TimedRow("transpose", "torch.float16", "[64, 64]", "gems")
+    timer.row_context.current = lambda: Timing(1, row)
+    handed = []
+    timer.direct.measure = lambda original, fn, args, kwargs, empty_graph=False: handed.append(empty_graph) or 0.5
+    for error in (graph_timer.EmptyGraph("The CUDA Graph is empty: nothing captured"),
+                  RuntimeError("operation not permitted when stream is capturing")):
+        def fails(*args, error=error, **kwargs):
+            raise graph_timer.CaptureFailed("capture", error)
+
+        monkeypatch.setattr(graph_timer, "graph_bench", fails)
+        assert timer.measure(lambda fn, warmup=25, rep=100: 0.0, lambda: None, (), {}) == 0.5
+    assert handed == [True, False]
+    # Its report carries the direct timer's own for the timings it took over.
+    counts = timer.counts()
+    assert counts["timings_direct_fallback"] == 2 and counts["direct_timer"]["timer"] == "direct"
 
 
 def test_a_traced_timing_of_a_slow_call_stops_at_the_time_cap(monkeypatch):

@@ -108,7 +108,7 @@ def floor_lines(records: Sequence) -> List[str]:
             f"  p{r.quantile * 100:g} of {r.rows} A/A rows' change beyond their own spreads "
             f"({r.pairs} pairs of batches); {r.excluded} rows measured throttled left out; "
             + (
-                f"{r.unjudged} more with no verdict to judge (no spread, two clocks, host time); "
+                f"{r.unjudged} more with no threshold to judge by (no spread, two clocks, host time); "
                 if r.unjudged
                 else ""
             )

@@ -26,7 +26,13 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 import pytest
 
 from zlbench import backends, benchenv, knobs, rowstats
-from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_HOST_CLOCK, DIRECT_TIMER_UNTRACED, format_marker
+from zlbench.markers import (
+    DEVICE_THROTTLED,
+    DIRECT_TIMER_HOST_CLOCK,
+    DIRECT_TIMER_UNTRACED,
+    NO_DEVICE_WORK,
+    format_marker,
+)
 from zlbench.plugins import print_line, run_dir, write_plugin_json
 from zlbench.plugins.keys import ROW_CONTEXT, ROW_LISTENERS, ROW_RECORD_FIELDS
 from zlbench.plugins.percall import NothingTraced, PercallResult, choose_clock, percall_bench
@@ -140,6 +146,10 @@ class DirectTimer:
         self.stops: Dict[str, int] = {}
         self.clocks: Dict[str, int] = {}  # timings per clock that measured them
         self.untraced: Optional[str] = None  # why the last untraced timing fell back
+        # (op, side) whose empty-graph timing the tracer found without device work: a
+        # later empty graph of theirs is timed by events at once, without a trace.
+        self.host_only: set = set()
+        self.timings_untraced_by_empty_graph = 0
 
     @property
     def per_call(self) -> bool:
@@ -155,13 +165,18 @@ class DirectTimer:
                 print_line(f"zlbench direct timer: {self.clock_note}; rows are timed by {self.clock.name}")
         return self.clock
 
-    def measure(self, original: Callable, fn: Callable, args: tuple, kwargs: dict) -> Any:
+    def measure(
+        self, original: Callable, fn: Callable, args: tuple, kwargs: dict, empty_graph: bool = False
+    ) -> Any:
+        """``empty_graph``: the graph timer's capture of these calls recorded no device work."""
         timing = self.row_context.current()
         opts = call_options(original, fn, args, kwargs)
         self.recorder.start()
         clock = None
         if self.per_call:
-            measured, clock, untraced = self._percall(fn, opts)
+            known = empty_graph and timing is not None and timing.row.op is not None
+            key = (timing.row.op, timing.row.side) if known else None
+            measured, clock, untraced = self._percall(fn, opts, key)
             self.clocks[clock] = self.clocks.get(clock, 0) + 1
             if untraced is not None:
                 self._say_untraced(timing.row if timing is not None else None, clock, untraced)
@@ -177,8 +192,9 @@ class DirectTimer:
     @staticmethod
     def _say_untraced(row: Optional[TimedRow], clock: str, untraced: NothingTraced) -> None:
         """The row's number is host time where device time was asked: a marker for the
-        row, so summary --ab can say why it gives no verdict on it; a plain line for a
-        timing outside every row (a marker naming no row would attach to all of them)."""
+        row, so summary --ab can say what it compared (host time on both sides: nothing,
+        SAME; on one: no verdict); a plain line for a timing outside every row (a marker
+        naming no row would attach to all of them)."""
         if row is None:
             print_line(f"zlbench direct timer: timed by {clock}: {untraced}")
             return
@@ -192,30 +208,59 @@ class DirectTimer:
             )
         )
 
-    def _percall(self, fn: Callable, opts: dict) -> Tuple[Measured, str, Optional[NothingTraced]]:
+    def _percall(
+        self, fn: Callable, opts: dict, empty_key: Optional[Tuple[Any, Any]] = None
+    ) -> Tuple[Measured, str, Optional[NothingTraced]]:
         """(what it measured, the name of the clock that did, why the traced clock
-        could not, if it was asked and could not)."""
+        could not, if it was asked and could not). ``empty_key``: (op, side) of a timing
+        whose graph capture was empty."""
         rule = StopRule.for_call(self.settings.noise, float(opts.get("rep", 100) or 100))
         clock = self._clock()
         untraced = None
-        try:
-            result = self._bench(fn, clock, opts, rule)
-        except NothingTraced as e:
-            # Work the tracer does not see (host-only, or an unsupported launch path):
-            # this timing goes to the events around each call.
-            untraced = e
-            self.untraced = str(e)
-            clock = clock.warmup_clock
-            result = self._bench(fn, clock, opts, rule)
+        events = getattr(clock, "warmup_clock", None)
+        if events is not None and empty_key is not None and empty_key in self.host_only:
+            # An empty graph again, for an operator's side whose empty graph the tracer
+            # already found without device work (a view, a metadata op): on an H200 the
+            # trace cost each transpose timing a profiler session for the same answer.
+            untraced = NothingTraced(
+                "its CUDA graph was empty, and the tracer found no device work in an earlier "
+                f"empty graph of {empty_key[0]}'s {empty_key[1]} side",
+                NO_DEVICE_WORK,
+            )
+            self.timings_untraced_by_empty_graph += 1
+            clock = events
+            result = self._bench(fn, clock, opts, rule, host_time=True)
+        else:
+            try:
+                result = self._bench(fn, clock, opts, rule)
+            except NothingTraced as e:
+                # Work the tracer does not see (host-only, or an unsupported launch path):
+                # this timing goes to the events around each call.
+                untraced = e
+                if e.kind == NO_DEVICE_WORK and empty_key is not None:
+                    self.host_only.add(empty_key)
+                clock = clock.warmup_clock
+                result = self._bench(fn, clock, opts, rule, host_time=e.kind == NO_DEVICE_WORK)
+        if untraced is not None:
+            self.untraced = str(untraced)
         measured = measured_from(
             result.samples, opts.get("quantiles"), opts.get("return_mode", "mean"), result.stop
         )
         return measured._replace(cost=result.cost), clock.name, untraced
 
-    def _bench(self, fn: Callable, clock: Any, opts: dict, rule: StopRule) -> PercallResult:
+    def _bench(
+        self, fn: Callable, clock: Any, opts: dict, rule: StopRule, host_time: bool = False
+    ) -> PercallResult:
         warmup = WarmupRule(self.settings.warmup_rule, float(opts.get("warmup", 25) or 25))
         return percall_bench(
-            fn, clock, warmup, rule, opts.get("grad_to_none"), self.recorder.warm, self.recorder.device_ready
+            fn,
+            clock,
+            warmup,
+            rule,
+            opts.get("grad_to_none"),
+            self.recorder.warm,
+            self.recorder.device_ready,
+            fastest=host_time,
         )
 
     def _do_bench(self, original, fn, args, kwargs, opts) -> Measured:
@@ -260,8 +305,16 @@ class DirectTimer:
             if self.clock_note:
                 data["clock_note"] = self.clock_note
             data["clocks"] = dict(self.clocks)
+            readers = getattr(self.clock, "readers", None)
+            if readers:
+                # Sessions read from raw events or torch's event tree (far slower), and why not raw.
+                data["trace_readers"] = dict(readers)
+                why_not = getattr(self.clock, "raw_unavailable", None)
+                if why_not:
+                    data["raw_events_unavailable"] = why_not
             if self.untraced:
                 data["untraced"] = self.untraced
+            data["untraced_by_empty_graph"] = self.timings_untraced_by_empty_graph
             data["stops"] = dict(self.stops)
         else:
             data["timings_repeated"] = self.timings_repeated

@@ -86,6 +86,10 @@ class ContextNotClean(RuntimeError):
     """After a failed capture the stream was still capturing: do not go on."""
 
 
+class EmptyGraph(RuntimeError):
+    """The capture recorded no device work: the calls launched nothing on the stream."""
+
+
 # --- torch glue ------------------------------------------------------------------------
 
 
@@ -199,7 +203,7 @@ def capture(torch, fn: Callable, calls: int, stream, grad_to_none, before_call=N
     if error is None:
         empty = [w for w in caught if "graph is empty" in str(w.message).lower()]
         if empty:
-            error = RuntimeError(f"The CUDA Graph is empty: {empty[0].message}")
+            error = EmptyGraph(f"The CUDA Graph is empty: {empty[0].message}")
     if error is not None:
         del graph  # its reset() drops any generator state registered for this capture
         ensure_not_capturing(torch, stream)
@@ -665,7 +669,9 @@ class GraphTimer:
             )
             self.timings_fallback += 1
             self.row_modes.setdefault(timing.row_id, set()).add("direct")
-            return self.direct.measure(original, fn, args, kwargs)
+            return self.direct.measure(
+                original, fn, args, kwargs, empty_graph=isinstance(failed.error, EmptyGraph)
+            )
         self.timings_graph += 1
         for counts, key in (
             (self.replay_stops, measured.stop),
@@ -706,6 +712,9 @@ class GraphTimer:
             "timings_per_placements": {str(k): v for k, v in sorted(self.placement_counts.items())},
             "timings_fewer_placements": sum(self.fewer_placements.values()),
             "fewer_placements": dict(self.fewer_placements),
+            # The direct timer's own report for the timings it took over: its clocks, the
+            # trace reader, why rows went to host time.
+            **({"direct_timer": self.direct.counts()} if self.timings_fallback else {}),
         }
 
 

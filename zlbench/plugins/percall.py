@@ -104,6 +104,8 @@ class TracedClock:
         self.name = f"torch.profiler.{activity}"
         self.warmup_clock = events
         self.parse_ms = 0.0  # reading the traces, over this clock's life
+        self.readers: Dict[str, int] = {}  # sessions read by "raw" events or torch's "tree"
+        self.raw_unavailable: Optional[str] = None  # why the raw events could not be read
         # Each batch is a profiler session. Tearing CUPTI down after each and starting it
         # again crashes once CUDA graphs were captured in the process (CUDA 11 and 12;
         # torch.profiler applies the same workaround under inductor's cudagraphs), and
@@ -125,8 +127,14 @@ class TracedClock:
                     fn()
             self.module.synchronize()
         begin = time.perf_counter()
-        raw = _kineto_events(prof)
-        times, traced = device_ms_per_range(raw) if raw is not None else _function_event_ranges(prof.events())
+        raw, why_not = raw_events(prof)
+        if raw is not None:
+            times, traced = device_ms_per_range(raw)
+        else:
+            self.raw_unavailable = why_not
+            times, traced = _function_event_ranges(prof.events())
+        reader = "raw" if raw is not None else "tree"
+        self.readers[reader] = self.readers.get(reader, 0) + 1
         self.parse_ms += (time.perf_counter() - begin) * 1e3
         if len(times) != calls:
             raise NothingTraced(
@@ -146,26 +154,44 @@ class TracedClock:
         return times
 
 
-def _kineto_events(prof: Any) -> Optional[list]:
-    """The trace's raw events, where this torch exposes them with what
+def raw_events(prof: Any) -> Tuple[Optional[list], Optional[str]]:
+    """(the trace's raw events, None), where this torch exposes them with what
     ``device_ms_per_range`` reads (torch.profiler.profile's ``profiler.kineto_results``);
-    None sends the reader to ``prof.events()``."""
+    else (None, why not): the reader then builds ``prof.events()``, torch's event tree,
+    which costs far more (the timer's report names the reader and this reason)."""
     results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if results is None:
+        return None, "the profiler kept no kineto results"
     events = getattr(results, "events", None)
     if not callable(events):
-        return None
+        return None, f"{type(results).__name__} has no events()"
     raw = list(events())
-    if raw and not all(hasattr(raw[0], m) for m in RAW_METHODS):
-        return None  # an older torch: its tree still says it
-    return raw
+    missing = [m for m in RAW_METHODS if raw and not hasattr(raw[0], m)]
+    if raw and not any(hasattr(raw[0], m) for m in ("is_user_annotation", "activity_type")):
+        missing.append("is_user_annotation or activity_type")  # a range's device projection
+    if missing:
+        return None, f"{type(raw[0]).__name__} has no {', '.join(missing)}"  # an older torch
+    return raw, None
 
 
-# What the raw reader asks of each event (torch 2.4 and later have them all).
-RAW_METHODS = ("activity_type", "is_user_annotation", "is_async", "linked_correlation_id", "start_thread_id")
+# What the raw reader asks of each event; activity_type (torch 2.11's events have none),
+# is_async and is_user_annotation it does without where they are missing.
+RAW_METHODS = (
+    "device_type",
+    "correlation_id",
+    "linked_correlation_id",
+    "start_thread_id",
+    "start_ns",
+    "end_ns",
+    "duration_ns",
+    "name",
+)
 # Host events that launch device work: torch ops and record_function ranges. Runtime and
 # driver calls (cuda_runtime, cuda_driver) are numbered apart (CUPTI's ids), so one made
 # outside every op (the closing synchronize) may carry an op's number: never a launcher.
 LAUNCHERS = frozenset({"cpu_op", "user_annotation"})
+# A range's projection onto the device timeline, where is_user_annotation is missing.
+DEVICE_ANNOTATIONS = frozenset({"gpu_user_annotation", "user_annotation"})
 
 
 def device_ms_per_range(events: Any) -> Tuple[List[float], float]:
@@ -182,20 +208,32 @@ def device_ms_per_range(events: Any) -> Tuple[List[float], float]:
     from torch.autograd import DeviceType
 
     host = DeviceType.CPU
-    launchers: Dict[int, Tuple[int, int]] = {}  # host event's correlation id -> (thread, start ns)
+    # host event's correlation id -> [(thread, start ns)]: torch numbers its ops and CUPTI
+    # its runtime calls apart, so one id may name both; a device event goes to the one of
+    # them that lands in a call's range on its own thread, and to no range when two do.
+    launchers: Dict[int, List[Tuple[int, int]]] = {}
     ranges: List[Tuple[int, int, int]] = []  # (start ns, end ns, thread) per call
     device: List[Tuple[int, int]] = []  # (launcher's correlation id, ns) per device event
     for e in events:
         if e.device_type() == host:
-            if e.activity_type() not in LAUNCHERS or e.is_async() or e.linked_correlation_id() != 0:
+            # A runtime call inside an op links to it (skipped here); one outside every op
+            # is known by its activity where torch names it (2.11 does not), else by
+            # landing in no range (the launchers' lists).
+            activity = getattr(e, "activity_type", None)
+            is_async = getattr(e, "is_async", None)
+            if (
+                (activity is not None and activity() not in LAUNCHERS)
+                or (is_async is not None and is_async())
+                or e.linked_correlation_id() != 0
+            ):
                 continue
             thread = e.start_thread_id()
             if getattr(e, "end_thread_id", lambda: thread)() != thread:
                 continue  # ended on another thread: async, as torch's tree counts it
-            launchers[e.correlation_id()] = (thread, e.start_ns())
+            launchers.setdefault(e.correlation_id(), []).append((thread, e.start_ns()))
             if e.name() == TRACE_MARK:
                 ranges.append((e.start_ns(), e.end_ns(), thread))
-        elif not e.is_user_annotation():  # not a range's projection onto the device timeline
+        elif not _user_annotation(e):  # not a range's projection onto the device timeline
             device.append((e.linked_correlation_id(), e.duration_ns()))
     ranges.sort()
     starts = [r[0] for r in ranges]
@@ -203,14 +241,22 @@ def device_ms_per_range(events: Any) -> Tuple[List[float], float]:
     total = 0
     for launcher, ns in device:
         total += ns
-        thread_start = launchers.get(launcher) if launcher > 0 else None
-        if thread_start is None:
-            continue
-        thread, start = thread_start
-        i = bisect.bisect_right(starts, start) - 1
-        if i >= 0 and start <= ranges[i][1] and ranges[i][2] == thread:
-            per_range[i] += ns
+        found = set()
+        for thread, start in launchers.get(launcher, ()) if launcher > 0 else ():
+            i = bisect.bisect_right(starts, start) - 1
+            if i >= 0 and start <= ranges[i][1] and ranges[i][2] == thread:
+                found.add(i)
+        if len(found) == 1:
+            per_range[found.pop()] += ns
     return [ns / 1e6 for ns in per_range], total / 1e6
+
+
+def _user_annotation(event: Any) -> bool:
+    flag = getattr(event, "is_user_annotation", None)
+    if flag is not None:
+        return bool(flag())
+    activity = getattr(event, "activity_type", None)
+    return activity is not None and activity() in DEVICE_ANNOTATIONS
 
 
 def _function_event_ranges(events: Any) -> Tuple[List[float], float]:
@@ -285,13 +331,16 @@ def percall_bench(
     grad_to_none=None,
     on_warm: Optional[Callable[[], None]] = None,
     device_ready: Optional[Callable[[], bool]] = None,
+    fastest: bool = False,
 ) -> PercallResult:
     """Warm-up by ``timing.WarmupRule``, then batches timed by ``clock`` until ``rule``
     stops them.
 
-    Under the traced clock (warm-up on the event clock standing in) each warm-up batch is
-    judged by its fastest call: the events count the host's gaps, which the traced clock
-    leaves out and which never settle for an operator that syncs with the host. And each
+    Under the traced clock (warm-up on the event clock standing in), and with ``fastest``
+    (calls that run nothing on the device: the events time the host), each warm-up batch
+    is judged by its fastest call: the events count the host's gaps, which the traced
+    clock leaves out and which never settle for an operator that syncs with the host (on
+    an H200 a tenth of transpose's host-time warm-ups waited for the cap). And each
     traced batch is a profiler session: the first is a tenth of the budget at the
     warm-up's host time per call, the second is sized by what the first cost per call to
     spend the rest of it, and most timings stop there.
@@ -308,7 +357,7 @@ def percall_bench(
     traced = warmup_clock is not clock
     while True:
         warm = sorted(warmup_clock.run(fn, calls, grad_to_none))
-        batches.append(warm[0] if traced else warm[len(warm) // 2])
+        batches.append(warm[0] if traced or fastest else warm[len(warm) // 2])
         stopped = warmup.verdict(batches, (time.perf_counter() - begin) * 1e3, device_ready)
         if stopped is not None:
             break

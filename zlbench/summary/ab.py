@@ -198,12 +198,21 @@ def throttle_reasons(pair: PairedRow) -> Dict[str, List[str]]:
 def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
     """The verdict of one pair from its gems latencies and spreads.
 
-    UNKNOWN (counted apart, ``throttled``) when either side was measured while the
-    machine was slowed down: such a row's change is the machine's state, not the build.
-    UNKNOWN when the two sides were timed by different clocks (traced device time against
-    events around each call differ by the host's share, not by the code), and when a
-    side's gems latency is host time because the tracer saw no device work in its calls."""
+    SAME (no threshold, and why) when neither side's gems calls ran device work: the
+    device time compared is none in both. UNKNOWN (counted apart, ``throttled``) when
+    either side was measured while the machine was slowed down: such a row's change is
+    the machine's state, not the build. UNKNOWN when the two sides were timed by
+    different clocks (traced device time against events around each call differ by the
+    host's share, not by the code), and when one side's gems latency is host time because
+    the tracer saw no device work in its calls."""
     found = verdict(pair.a.gems_ms, pair.a.gems_spread, pair.b.gems_ms, pair.b.gems_spread, floor, same_run)
+    untraced = untraced_sides(pair)
+    if len(untraced) == 2 and found.status != UNKNOWN:
+        # Neither side ran anything on the device (a view, a metadata op): the device
+        # time zlbench compares is none in both, whatever the device's clock did. Their
+        # numbers are host time, which moves from process to process (an H200 A/A:
+        # transpose's view rows +3% to +78%).
+        return Verdict(SAME, found.change, None, NO_DEVICE_WORK_EITHER)
     slowed = throttle_reasons(pair)
     if slowed and not same_run:
         why = "; ".join(f"{side} {','.join(reasons)}" for side, reasons in slowed.items())
@@ -211,14 +220,14 @@ def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
     a_clock, b_clock = pair.a.gems_clock, pair.b.gems_clock
     if a_clock and b_clock and a_clock != b_clock and found.status != UNKNOWN:
         return Verdict(UNKNOWN, found.change, None, f"timed by different clocks: A {a_clock}, B {b_clock}")
-    untraced = untraced_sides(pair)
     if untraced and found.status != UNKNOWN:
-        # Events around calls whose device work the tracer did not see time the host,
-        # and the host's time moves from process to process (an H200 A/A: transpose's
-        # view rows +3% to +78%): no verdict on it.
+        # One side's number is host time, the other's device time: no verdict on them.
         why = "; ".join(f"{side} {reason}" for side, reason in untraced.items())
         return Verdict(UNKNOWN, found.change, None, f"host time, no device work traced ({why})")
     return found
+
+
+NO_DEVICE_WORK_EITHER = "no device work in A or B: host time, not compared"
 
 
 def untraced_sides(pair: PairedRow) -> Dict[str, str]:

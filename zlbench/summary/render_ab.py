@@ -27,8 +27,9 @@ from zlbench.summary.verdict import UNKNOWN
 GAIN_NOTE = "gain = A gems ms / B gems ms - 1 (positive: B faster)"
 VERDICT_NOTE = (
     "verdict: SLOWER/FASTER when |B/A - 1| > floor + sqrt(spread_A^2 + "
-    "spread_B^2), else SAME; UNKNOWN without spreads, or when either side was measured "
-    "throttled (zlbench.summary.verdict)"
+    "spread_B^2), else SAME; SAME without a threshold where neither side ran device "
+    "work (host time, not compared); UNKNOWN without spreads, or when either side was "
+    "measured throttled (zlbench.summary.verdict)"
 )
 
 
@@ -157,7 +158,7 @@ def throttled_sides(p: PairedRow) -> str:
 def _pair_row(p: PairedRow) -> tuple:
     notes = [
         "direct fallback" if p.fallback else "",
-        p.verdict.why if p.verdict.status == UNKNOWN else "",
+        p.verdict.why if p.verdict.status == UNKNOWN or p.verdict.threshold is None else "",
         "autotune picked other configs" if autotune_changes(p) else "",
     ]
     return (
