@@ -607,6 +607,26 @@ def test_an_empty_graph_of_a_side_the_tracer_found_idle_is_timed_by_events_witho
     assert timer.counts()["trace_readers"] == {"raw": 3} and "raw_events_unavailable" not in timer.counts()
 
 
+def test_a_host_time_timing_warms_up_a_tenth_of_flaggems_second_at_most(monkeypatch):
+    pytest.importorskip("torch")
+    from zlbench.plugins import direct_timer, percall
+    from zlbench.plugins.row_context import RowContext
+
+    assert timing.host_time_warmup(timing.WarmupRule("settle", 1000)).cap_ms == timing.HOST_TIME_WARMUP_CAP_MS
+    assert timing.host_time_warmup(timing.WarmupRule("settle", 25)).cap_ms == 25     # a smaller budget stands
+    assert timing.host_time_warmup(timing.WarmupRule("budget", 1000)).min_ms == 1000  # FlagGems' own amount
+    timer = direct_timer.DirectTimer(
+        direct_timer.DirectSettings("kernels", 1, 0.05), direct_timer.RowRecorder("cpu"), RowContext())
+    timer.clock = percall.TracedClock(_NoDevice(), "CPU", percall.HostClock())
+    rules = []
+    real = direct_timer.percall_bench
+    monkeypatch.setattr(direct_timer, "percall_bench",
+                        lambda fn, clock, warmup, *a, **k: rules.append((clock.name, warmup)) or real(fn, clock, warmup, *a, **k))
+    timer._percall(lambda: sum(range(100)), {"warmup": 1000, "rep": 5}, ("transpose", "gems"))
+    # Traced at FlagGems' warm-up; found idle, timed on the host with the capped one.
+    assert [(name, w.cap_ms) for name, w in rules] == [("torch.profiler.CPU", 1000), ("host", 100)]
+
+
 def test_the_graph_timer_hands_an_empty_capture_over_as_such(monkeypatch):
     from zlbench.plugins import direct_timer, graph_timer
     from zlbench.plugins.row_context import RowContext, TimedRow, Timing

@@ -396,6 +396,21 @@ class WarmupRule(NamedTuple):
         return "settled"
 
 
+# A host-time timing's warm-up (calls that run nothing on the device) ends here at the
+# latest under the settle rule: its row is never compared (summary --ab: SAME when both
+# sides are host time, else UNKNOWN), and judged even by its fastest calls a tenth of
+# transpose's host-time warm-ups on an H200 waited for FlagGems' whole second.
+HOST_TIME_WARMUP_CAP_MS = 100.0
+
+
+def host_time_warmup(rule: WarmupRule) -> WarmupRule:
+    """``rule`` for a host-time timing: under "settle" its cap is at most
+    HOST_TIME_WARMUP_CAP_MS; "budget" (FlagGems' own amount) is kept."""
+    if rule.rule != "settle":
+        return rule
+    return rule._replace(budget_ms=min(rule.budget_ms, HOST_TIME_WARMUP_CAP_MS))
+
+
 def batches_agree(batch_ms_per_call: Sequence[float]) -> bool:
     """The last WARMUP_WINDOW batches' per-call times within WARMUP_TOLERANCE."""
     if len(batch_ms_per_call) < WARMUP_WINDOW:

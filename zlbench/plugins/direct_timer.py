@@ -45,6 +45,7 @@ from zlbench.timing import (
     at_working_clock,
     cpu_share,
     footer_line,
+    host_time_warmup,
     measured_from,
     relative_spread,
     repeat_median,
@@ -252,6 +253,8 @@ class DirectTimer:
         self, fn: Callable, clock: Any, opts: dict, rule: StopRule, host_time: bool = False
     ) -> PercallResult:
         warmup = WarmupRule(self.settings.warmup_rule, float(opts.get("warmup", 25) or 25))
+        if host_time:
+            warmup = host_time_warmup(warmup)
         return percall_bench(
             fn,
             clock,
