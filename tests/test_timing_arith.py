@@ -141,6 +141,18 @@ def test_plan_graph_unrolls_tiny_ops_to_about_a_millisecond_a_replay():
     assert timing.plan_graph(0.00001, 100).calls_per_graph == timing.MAX_CALLS_PER_GRAPH
 
 
+def test_a_probe_whose_first_replays_are_slow_still_plans_a_millisecond_replay():
+    # A 20-call probe of a 1.1 us kernel whose first timed replays ran slow: by the median
+    # of three (as before) the plan would hold 36 calls, where the graph's fixed ~3 us launch
+    # cost reads each call 8% slower; by the fastest replay it holds about a millisecond.
+    replays_ms = [0.56, 0.58, 0.0251, 0.0250, 0.0252]
+    assert timing.plan_graph(sorted(replays_ms[:3])[1] / 20, 100).calls_per_graph == 36
+    per_call = timing.probe_per_call(replays_ms, 20)
+    assert per_call == pytest.approx(0.00125)
+    assert timing.plan_graph(per_call, 100).calls_per_graph == 800
+    assert len(replays_ms) == timing.PROBE_REPLAYS
+
+
 def test_plan_graph_uses_one_call_for_long_ops_and_keeps_a_minimum_of_replays():
     assert timing.plan_graph(50.0, 100) == timing.GraphPlan(1, timing.MIN_REPLAYS)
     assert timing.plan_graph(2.0, 100) == timing.GraphPlan(1, 50)

@@ -323,6 +323,20 @@ MAX_REPLAYS = 200
 TARGET_REPLAY_MS = 1.0  # one replay: long against event resolution, short in memory
 
 
+# The probe graph's replays that size the real one; the fastest of them says its per-call
+# time. Each replay carries a fixed cost (the graph's launch, about 3 us on an H200), and
+# the first few of a new graph can be far slower: on an H200 A/A the median of three read
+# FlagGems' div_tensor 64x64 probes at up to 25 times the per-call time its real graph
+# then measured, planning 35-65 calls per graph where the other batch planned 425-705;
+# that fixed cost over few calls read those rows 3-8% slower (three hard verdicts).
+PROBE_REPLAYS = 5
+
+
+def probe_per_call(replay_ms: Sequence[float], calls: int) -> float:
+    """Per-call ms of a probe graph of ``calls`` calls from its replays: the fastest."""
+    return min(replay_ms) / max(1, calls)
+
+
 def plan_graph(per_call_ms: float, rep_ms: float, replay_ms: float = TARGET_REPLAY_MS) -> GraphPlan:
     """How many calls to unroll into the graph and how many replays to time.
 

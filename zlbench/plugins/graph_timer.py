@@ -7,7 +7,8 @@ times in kernel mode. For one timing call:
 1. warmup: run ``fn`` eagerly on a side stream until per-call time stops drifting and
    the device is at its working clock (ZL_WARMUP_RULE, ``timing.WarmupRule``; the
    caller's ``warmup`` is the cap), so JIT and autotuning finish outside the graph;
-2. capture: a probe graph sizes the real one (``timing.plan_graph``), both captured
+2. capture: a probe graph sizes the real one (``timing.plan_graph`` from the fastest of
+   its replays, ``timing.probe_per_call``), both captured
    under a throwaway RNG state so an aborted capture cannot leave the default CUDA
    generator in capturing state;
 3. replay: time each replay with CUDA events; reduce like triton (median by default);
@@ -42,6 +43,7 @@ from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
     DEFAULT_NOISE_TARGET,
     MIN_REPLAYS,
+    PROBE_REPLAYS,
     TARGET_REPLAY_MS,
     Cost,
     Measured,
@@ -52,6 +54,7 @@ from zlbench.timing import (
     fallback_marker,
     measured_from,
     plan_graph,
+    probe_per_call,
     replays_per_placement,
     warmup_batch_size,
 )
@@ -300,7 +303,7 @@ def graph_bench(
         graph = capture(torch, fn, probe_calls, stream, grad_to_none)
         cost.lap("capture")
         phase = "replay"
-        per_call = statistics.median(time_replays(torch, graph, 3, stream)) / probe_calls
+        per_call = probe_per_call(time_replays(torch, graph, PROBE_REPLAYS, stream), probe_calls)
         cost.lap("replay")
         plan = plan_graph(per_call, rep_ms, replay_ms)
         interleaved = interleave(placements, plan.calls_per_graph, l2_bytes(torch))
