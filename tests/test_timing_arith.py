@@ -153,6 +153,13 @@ def test_a_probe_whose_first_replays_are_slow_still_plans_a_millisecond_replay()
     assert len(replays_ms) == timing.PROBE_REPLAYS
 
 
+def test_a_failed_placement_says_what_failed():
+    error = RuntimeError("Expected all tensors to be on the same device\n(more lines)")
+    assert timing.placement_failure(1, error) == (
+        "placement 2 failed: RuntimeError: Expected all tensors to be on the same device")
+    assert len(timing.placement_failure(1, RuntimeError("x" * 500))) <= len("placement 2 failed: ") + 120
+
+
 def test_plan_graph_uses_one_call_for_long_ops_and_keeps_a_minimum_of_replays():
     assert timing.plan_graph(50.0, 100) == timing.GraphPlan(1, timing.MIN_REPLAYS)
     assert timing.plan_graph(2.0, 100) == timing.GraphPlan(1, 50)

@@ -637,6 +637,13 @@ def error_reason(exc: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def placement_failure(index: int, exc: BaseException) -> str:
+    """Why a row has fewer placements than asked, when placement ``index`` (0-based) failed:
+    the error's first line too (on an H200 segment_reduce_backward_out lost placement 2 in
+    70 of 150 timings to a bare "RuntimeError")."""
+    return f"placement {index + 1} failed: {error_reason(exc, limit=120)}"
+
+
 # --- markers and footers ---------------------------------------------------------------
 
 

@@ -53,6 +53,7 @@ from zlbench.timing import (
     fallback_decision,
     fallback_marker,
     measured_from,
+    placement_failure,
     plan_graph,
     probe_per_call,
     replays_per_placement,
@@ -319,7 +320,7 @@ def graph_bench(
                 # the row is timed where its inputs are.
                 torch.cuda.synchronize()  # a dead context raises here, handled below
                 placements.restore()
-                placements.limit(1, f"placement {failed.index + 1} failed: {type(failed.error).__name__}")
+                placements.limit(1, placement_failure(failed.index, failed.error))
                 if isinstance(failed.error, torch.cuda.OutOfMemoryError):
                     free_cached_memory(torch, collect=True)
                 interleaved = False
@@ -476,7 +477,7 @@ def replay_round(
             if kept is not None:
                 kept.stop()  # the copies its graphs read go now
             placements.restore()
-            placements.fewer(f"placement {index + 1} failed: {type(exc).__name__}")
+            placements.fewer(placement_failure(index, exc))
             if isinstance(exc, torch.cuda.OutOfMemoryError):
                 free_cached_memory(torch, collect=True)
             break
@@ -511,7 +512,7 @@ def recapture_round(
                 raise
             torch.cuda.synchronize()  # a dead context raises here, handled by the caller
             placements.restore()
-            cost.notes["rounds_ended"] = f"placement {index + 1} failed: {type(exc).__name__}"
+            cost.notes["rounds_ended"] = placement_failure(index, exc)
             if isinstance(exc, torch.cuda.OutOfMemoryError):
                 free_cached_memory(torch, collect=True)
             return None
