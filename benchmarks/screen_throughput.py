@@ -48,7 +48,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 KINDS = 6
 PER_KIND = 4
@@ -271,6 +271,21 @@ def aa(a: Path, b: Path) -> dict:
             "not_same": others}
 
 
+def projection(walls: Dict[str, float], counts: Dict[str, int],
+               kinds: Dict[str, dict]) -> Tuple[Optional[float], Dict[str, float]]:
+    """(hours for the whole corpus, each kind's mean wall): a kind's mean wall over the
+    sample's operators of it times its operators (``counts``); a kind the sample has no
+    wall for at the sample's mean. (None, {}) without a wall."""
+    if not walls:
+        return None, {}
+    sample_mean = statistics.mean(walls.values())
+    means = {}
+    for kind in counts:
+        ws = [w for op, w in walls.items() if kinds.get(op, {}).get("kind") == kind]
+        means[kind] = statistics.mean(ws) if ws else sample_mean
+    return sum(means[k] * n for k, n in counts.items()) / 3600, means
+
+
 def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> dict:
     runs = {name: op_figures(args.out / name) for name in ("a", "b") if (args.out / name).is_dir()}
     if not runs:
@@ -284,16 +299,11 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
     # Projection: per kind, the kind's mean wall x its operators; an operator that did not
     # finish counts at its wall so far (its timeout at most), never as zero.
     per_op = {op: main_pass.get(op, {}).get("wall_s") for op in ops}
-    sample_mean = statistics.mean(w for w in per_op.values() if w) if any(per_op.values()) else 0.0
     counts: Dict[str, int] = {}
     for op in corpus:
         kind = kinds.get(op, {}).get("kind", "(no kind)")
         counts[kind] = counts.get(kind, 0) + 1
-    kind_means = {}
-    for kind in counts:
-        ws = [per_op[op] for op in ops if kinds.get(op, {}).get("kind") == kind and per_op.get(op)]
-        kind_means[kind] = statistics.mean(ws) if ws else sample_mean
-    projected_h = sum(kind_means[k] * n for k, n in counts.items()) / 3600
+    projected_h, kind_means = projection({op: w for op, w in per_op.items() if w}, counts, kinds)
     # The warm pass started on a fresh machine's empty kernel and tuner caches: its walls
     # are the cold ones, projected by the same rule (an operator it did not finish, or
     # resumed after an interrupt on half-filled caches, is left out).
@@ -301,12 +311,7 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
     resumed = not_clean_ops(args.out / "warm")
     cold_walls = {op: cold[op]["wall_s"] for op in ops
                   if (cold.get(op) or {}).get("status") == "ok" and op not in resumed}
-    cold_mean = statistics.mean(cold_walls.values()) if cold_walls else None
-    cold_kind = {}
-    for kind in counts:
-        ws = [cold_walls[op] for op in cold_walls if kinds.get(op, {}).get("kind") == kind]
-        cold_kind[kind] = statistics.mean(ws) if ws else cold_mean
-    cold_h = sum(cold_kind[k] * n for k, n in counts.items()) / 3600 if cold_mean is not None else None
+    cold_h, _ = projection(cold_walls, counts, kinds)
     kernel = {}
     kpath = args.out / "kernel" / "kernel_mode.json"
     if kpath.is_file():
@@ -323,12 +328,13 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
                             for name, r in runs.items())},
         "pointwise_wall_median_s": statistics.median(pointwise) if pointwise else None,
         "wall_median_s": statistics.median(walls.values()) if walls else None,
-        "projected_corpus_h": round(projected_h, 2),
+        "projected_corpus_h": None if projected_h is None else round(projected_h, 2),
         # Operators that did not finish count at their wall so far: then the projection
         # is a lower bound.
         "unfinished": sorted(op for op in ops if (main_pass.get(op) or {}).get("status") not in ("ok", None)),
-        "projected_corpus_s": round(projected_h * 3600, 1),
-        "projected_by_kind_h": {k: round(kind_means[k] * n / 3600, 3) for k, n in sorted(counts.items())},
+        "projected_corpus_s": None if projected_h is None else round(projected_h * 3600, 1),
+        "projected_by_kind_h": {k: round(kind_means[k] * n / 3600, 3) for k, n in sorted(counts.items())
+                                if k in kind_means},
         "cold_wall_s": cold_walls,
         "cold_over_warm": {op: round(w / walls[op], 2) for op, w in cold_walls.items() if op in walls},
         "projected_cold_corpus_h": None if cold_h is None else round(cold_h, 2),

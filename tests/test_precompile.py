@@ -589,3 +589,13 @@ def test_compiles_that_missed_the_cache_are_named_with_their_key():
     for i in range(COMPILED_LISTED + 5):
         clock.on_compile(0.1, False, f"k{i} key")
     assert len(clock.report()["compiled"]) == COMPILED_LISTED and clock.compiles == 3 + COMPILED_LISTED + 5
+    # Through triton's listener, as a compile reports itself: the kernel's name and key.
+    from zlbench.plugins.precompile import install_listener
+
+    knobs = types.SimpleNamespace(compilation=types.SimpleNamespace(listener=None))
+    listened = TuningClock()
+    undo = install_listener(listened, {"triton.knobs": knobs})
+    knobs.compilation.listener(metadata={"name": "scan_kernel", "hash": "cd" * 32},
+                               times=types.SimpleNamespace(total=200_000), cache_hit=False)
+    undo()
+    assert listened.report()["compiled"] == {"scan_kernel " + "cd" * 8: 1} and knobs.compilation.listener is None

@@ -394,8 +394,9 @@ def test_device_time_outside_every_range_sends_the_timing_to_events(monkeypatch)
     # A backward launched from autograd's own thread: in the trace, in no call's range.
     _fake_trace(monkeypatch, 2.0, extra=[40.0])
     clock = percall.TracedClock(_NoDevice(), "CPU", percall.HostClock())
-    with pytest.raises(percall.NothingTraced, match="outside the calls' ranges"):
+    with pytest.raises(percall.NothingTraced, match="outside the calls' ranges") as outside:
         clock.run(lambda: None, 3, None)
+    assert outside.value.kind == "outside_ranges"  # device work: summary keeps its verdict
     _fake_trace(monkeypatch, 2.0, extra=[0.1])   # within the 10% allowance: kept
     assert clock.run(lambda: None, 3, None) == [0.002] * 3
 
@@ -460,6 +461,20 @@ def test_the_raw_trace_reader_puts_each_kernel_in_the_range_that_launched_it():
     inside = _RawEvent("cudaStreamSynchronize", False, 10, 0, 500, 600, activity="cuda_runtime")
     inside.missing = ("activity_type",)
     assert device_ms_per_range(events + [inside]) == ([0.0025, 0.0], total)
+
+
+def test_traces_read_through_torchs_tree_say_so_once(monkeypatch, capsys):
+    pytest.importorskip("torch")
+    from zlbench.plugins import percall
+
+    monkeypatch.setattr(percall, "raw_events", lambda prof: (None, "_KinetoEvent has no activity_type"))
+    clock = percall.TracedClock(_NoDevice(), "CPU", percall.HostClock())
+    for _ in range(2):
+        with pytest.raises(percall.NothingTraced):  # the CPU activity: ranges, no device work
+            clock.run(lambda: sum(range(100)), 3, None)
+    out = capsys.readouterr().out
+    assert out.count("traces read through torch's event tree (slower): _KinetoEvent has no activity_type") == 1
+    assert clock.readers == {"tree": 2} and clock.raw_unavailable == "_KinetoEvent has no activity_type"
 
 
 def test_raw_events_say_why_they_cannot_be_read():
@@ -625,6 +640,29 @@ def test_a_host_time_timing_warms_up_a_tenth_of_flaggems_second_at_most(monkeypa
     timer._percall(lambda: sum(range(100)), {"warmup": 1000, "rep": 5}, ("transpose", "gems"))
     # Traced at FlagGems' warm-up; found idle, timed on the host with the capped one.
     assert [(name, w.cap_ms) for name, w in rules] == [("torch.profiler.CPU", 1000), ("host", 100)]
+
+
+def test_a_rows_second_empty_graph_skips_the_trace_through_measure(capsys):
+    pytest.importorskip("torch")
+    from zlbench.plugins import direct_timer, percall
+    from zlbench.plugins.row_context import RowContext, TimedRow, Timing
+
+    timer = direct_timer.DirectTimer(
+        direct_timer.DirectSettings("kernels", 1, 0.05), direct_timer.RowRecorder("cpu"), RowContext())
+    timer.clock = percall.TracedClock(_NoDevice(), "CPU", percall.HostClock())
+    row = TimedRow("transpose", "torch.float16", "[64, 64]", "gems")
+    timer.row_context.current = lambda: Timing(1, row)
+    capsys.readouterr()
+    for _ in range(2):
+        timer.measure(lambda fn, warmup=1, rep=5: 0.0, lambda: sum(range(100)), (), {"warmup": 1, "rep": 5},
+                      empty_graph=True)
+    markers = [parse_marker(line) for line in capsys.readouterr().out.splitlines() if "DIRECT_TIMER_UNTRACED" in line]
+    # Both timings name the row; the second says it skipped the trace.
+    assert [(m.get("op"), m.get("side"), m.get("kind")) for m in markers] == [("transpose", "gems", "no_device_work")] * 2
+    assert "earlier empty graph" in markers[1].get("why") and timer.counts()["untraced_by_empty_graph"] == 1
+    # Without the graph timer's word the same row is traced every time.
+    timer.measure(lambda fn, warmup=1, rep=5: 0.0, lambda: sum(range(100)), (), {"warmup": 1, "rep": 5})
+    assert timer.counts()["untraced_by_empty_graph"] == 1
 
 
 def test_the_graph_timer_hands_an_empty_capture_over_as_such(monkeypatch):

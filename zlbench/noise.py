@@ -13,7 +13,6 @@ that ran the batches) and caliber (history's series caliber: how the runs measur
 from __future__ import annotations
 
 import itertools
-import socket
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -192,7 +191,7 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
     used; 2 usage error, or the batches could not start; 130 interrupted.
     """
     from .clihelp import InputError
-    from .history.noise import floors, record_floor, recorded_machine
+    from .history.noise import floors, machine_of, record_floor
     from .history.store import HistoryError, db_exists, open_db
     from .summary.ab import pair_summaries
     from .summary.command import check_caliber, load_summary
@@ -242,9 +241,8 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
         except InputError as e:  # exit 1, not 2: the batches ran, and two calibers make no A/A
             raise click.ClickException(f"zlbench noise: {e.format_message()}") from None
         results.append(result)
-    recorded = recorded_machine(summaries[0])
-    machine = recorded or socket.gethostname()
-    if recorded is None:
+    machine, recorded = machine_of(summaries[0])
+    if not recorded:
         click.echo(
             f"zlbench noise: {summaries[0].input} names no host that measured it (no plan.json "
             f"session): the floor is recorded for this host, {machine}",

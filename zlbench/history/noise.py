@@ -14,7 +14,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from zlbench.history.store import HistoryError, caliber_key, db_exists, has_table, open_db, series_caliber
 from zlbench.rundir import read_plan
@@ -55,7 +55,7 @@ class FloorRecord:
     batches: List[str]  # the batch dirs, every pair of which was compared
     pairs: int
     measured: str = ""
-    # rows left out for want of a verdict to judge otherwise (no spread, two clocks, host
+    # rows left out for want of a threshold to judge by (no spread, two clocks, host
     # time): said when the floor is taken, not stored
     unjudged: int = 0
 
@@ -70,10 +70,12 @@ class FloorRecord:
         )
 
 
-def machine_of(summary: Summary) -> str:
-    """The host that measured a batch (plan.json's last session, or a shard's), else this
-    host (a run dir, or a plan without sessions): ``recorded_machine`` tells which."""
-    return recorded_machine(summary) or socket.gethostname()
+def machine_of(summary: Summary) -> Tuple[str, bool]:
+    """(the host that measured a batch: plan.json's last session, or a shard's, else this
+    host for a run dir or a plan without sessions; whether plan.json named it), reading
+    the plans once."""
+    recorded = recorded_machine(summary)
+    return recorded or socket.gethostname(), recorded is not None
 
 
 def recorded_machine(summary: Summary) -> Optional[str]:
@@ -174,8 +176,7 @@ def floors_for(summary: Summary, db: str) -> Dict[str, NoiseFloor]:
         return {}
     conn = open_db(db, readonly=True)
     try:
-        recorded = recorded_machine(summary)  # plan.json read once for the whole loop
-        machine = recorded or socket.gethostname()
+        machine, recorded = machine_of(summary)
         assumed = "" if recorded else " (A names no host: taken as this one)"
         found: Dict[str, Optional[FloorRecord]] = {}
         out: Dict[str, NoiseFloor] = {}

@@ -30,6 +30,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from zlbench.markers import NO_DEVICE_WORK, OUTSIDE_RANGES
+from zlbench.plugins import print_line
 from zlbench.timing import (
     Cost,
     StopRule,
@@ -131,6 +132,10 @@ class TracedClock:
         if raw is not None:
             times, traced = device_ms_per_range(raw)
         else:
+            if self.raw_unavailable is None:  # once: every later session reads the same way
+                print_line(
+                    f"zlbench direct timer: traces read through torch's event tree (slower): {why_not}"
+                )
             self.raw_unavailable = why_not
             times, traced = _function_event_ranges(prof.events())
         reader = "raw" if raw is not None else "tree"

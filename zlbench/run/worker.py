@@ -118,23 +118,25 @@ def prewarm(calls) -> Tuple[List[str], Dict[str, str]]:
     {``module.function()``: why} for each that raised: the child computes it itself)."""
     done: List[str] = []
     failed: Dict[str, str] = {}
+    found: set = set()  # function names found in some module, whether or not they worked
+    worked: set = set()
     for module, function in calls:
-        if any(d.endswith(f".{function}()") for d in done):
+        if function in worked:
             continue
         try:
             fn = getattr(importlib.import_module(module), function)
         except Exception:  # noqa: BLE001 - absent in this triton: the next pair names the other home
             continue
+        found.add(function)
         try:
             fn()
         except Exception as e:  # noqa: BLE001 - reported with the failed imports
             failed[f"{module}.{function}()"] = f"{type(e).__name__}: {e}"
             continue
         done.append(f"{module}.{function}()")
+        worked.add(function)
     for function in dict.fromkeys(f for _, f in calls):
-        if not any(d.endswith(f".{function}()") for d in done) and not any(
-            k.endswith(f".{function}()") for k in failed
-        ):
+        if function not in found:
             failed[f"{function}()"] = "in none of " + ", ".join(m for m, f in calls if f == function)
     return done, failed
 

@@ -211,7 +211,7 @@ def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
         # Neither side ran anything on the device (a view, a metadata op): the device
         # time zlbench compares is none in both, whatever the device's clock did. Their
         # numbers are host time, which moves from process to process (an H200 A/A:
-        # transpose's view rows +3% to +78%).
+        # transpose's and resize_'s view rows 2-78% apart).
         return Verdict(SAME, found.change, None, NO_DEVICE_WORK_EITHER)
     slowed = throttle_reasons(pair)
     if slowed and not same_run:
