@@ -18,8 +18,8 @@ Passes (``--passes``, in this order, each a batch dir under --out):
   report   the figures from whatever passes exist under --out
 
 Figures: per operator its wall, phases (ops_status.csv), timings, replay budget (timings
-x the caller's rep) and measure efficiency (the measure phase over the budget of the
-timings inside it; the timer's own steps from row_stats.jsonl's cost_ms, the benchmark's
+x the caller's rep, FlagGems' --iter, also for a host-time timing that spends less) and
+measure efficiency (the measure phase over the budget of the timings inside it; the timer's own steps from row_stats.jsonl's cost_ms, the benchmark's
 work between timings from gap_ms); the projected wall of the whole corpus on one device
 (per kind: the kind's mean x its operators; kinds outside the sample at the sample's
 mean); the A/A of a and b (median |gain|, rows SAME, the others and their markers); the
@@ -53,6 +53,11 @@ from typing import Dict, List, Optional, Tuple
 KINDS = 6
 PER_KIND = 4
 REP_MS = 100.0  # FlagGems' DEFAULT_ITER_TIME, the caller's rep for each timing
+# A timing's own steps in row_stats.jsonl's cost_ms, per timer (milliseconds).
+# They partition the timing (the direct timer's parse is inside its timed step).
+TIMER_STEPS = {"graph": ("warmup", "capture", "replay", "move"), "direct": ("first_call", "warmup", "timed")}
+# An operator's wall, split as ops_status.csv splits it; teardown = overhead_s - startup_s.
+PHASES = ("startup_s", "collect_s", "first_call_s", "measure_s", "teardown_s")
 GOALS = {"efficiency": 1.2, "pointwise_wall_s": 6.0, "corpus_h": 1.5, "vs_kernel": 4.0,
          "aa_median_pct": 0.05, "aa_same_share": 0.98}
 
@@ -197,7 +202,18 @@ def op_figures(batch: Path) -> Dict[str, dict]:
             first_key = first_key or key
             if key != first_key:
                 inside.append(rec)  # the first row's timings count in first_call_s
-        rep = [float((r.get("cost_ms") or {}).get("rep_ms") or REP_MS) for r in inside]
+        # Every timing's own steps (the first row's too), by timer: where the timers spend.
+        steps: Dict[str, float] = {}
+        for rec in records:
+            cost = rec.get("cost_ms") or {}
+            for step in TIMER_STEPS.get(rec.get("timer"), ()):
+                if isinstance(cost.get(step), (int, float)):
+                    name = f"{rec.get('timer')} {step}"
+                    steps[name] = steps.get(name, 0.0) + cost[step] / 1e3
+            steps["gap"] = steps.get("gap", 0.0) + float(rec.get("gap_ms") or 0) / 1e3
+        # The caller's budget (FlagGems' --iter), also for host-time timings that spent less.
+        rep = [float(cost.get("caller_rep_ms") or cost.get("rep_ms") or REP_MS)
+               for cost in ((r.get("cost_ms") or {}) for r in inside)]
         budget_s = sum(rep) / 1e3
         timer_s = sum(float((r.get("cost_ms") or {}).get("total") or 0) for r in inside) / 1e3
         gap_s = sum(float(r.get("gap_ms") or 0) for r in inside) / 1e3
@@ -213,6 +229,7 @@ def op_figures(batch: Path) -> Dict[str, dict]:
                    "collect_s": num("collect_s"), "first_call_s": num("first_call_s"), "measure_s": measure,
                    "overhead_s": num("overhead_s"), "timings": len(records), "budget_s": round(budget_s, 2),
                    "timer_s": round(timer_s, 2), "gap_s": round(gap_s, 2),
+                   "steps_s": {k: round(v, 3) for k, v in sorted(steps.items())},
                    "efficiency": round(measure / budget_s, 2) if measure and budget_s else None}
     return out
 
@@ -286,6 +303,40 @@ def projection(walls: Dict[str, float], counts: Dict[str, int],
     return sum(means[k] * n for k, n in counts.items()) / 3600, means
 
 
+def weights(ops: List[str], counts: Dict[str, int], kinds: Dict[str, dict]) -> Dict[str, float]:
+    """How many corpus operators each sampled operator stands for in ``projection``: its
+    kind's operators over the sample's of that kind, plus its share of the kinds the
+    sample lacks (those count at the sample's mean). Any per-operator figure x these
+    weights, summed, is that figure's part of the projected wall."""
+    if not ops:
+        return {}
+    kind_of = {op: kinds.get(op, {}).get("kind") for op in ops}
+    in_sample: Dict[str, int] = {}
+    for kind in kind_of.values():
+        if kind in counts:
+            in_sample[kind] = in_sample.get(kind, 0) + 1
+    others = sum(n for k, n in counts.items() if k not in in_sample)
+    return {op: (counts[k] / in_sample[k] if k in in_sample else 0.0) + others / len(ops)
+            for op, k in kind_of.items()}
+
+
+def projected_parts(figures: Dict[str, dict], weight: Dict[str, float]) -> Tuple[Dict[str, float], Dict[str, float]]:
+    """(hours per phase of the wall, hours per timer step and the gaps between timings)
+    of the projected corpus, from one pass's ``op_figures``."""
+    phases: Dict[str, float] = {}
+    steps: Dict[str, float] = {}
+    for op, w in weight.items():
+        f = figures.get(op) or {}
+        split = {k: f.get(k) or 0.0 for k in PHASES[:-1]}
+        split["teardown_s"] = max(0.0, (f.get("overhead_s") or 0.0) - (f.get("startup_s") or 0.0))
+        for k, v in split.items():
+            phases[k[:-2]] = phases.get(k[:-2], 0.0) + w * v / 3600
+        for k, v in (f.get("steps_s") or {}).items():
+            steps[k] = steps.get(k, 0.0) + w * v / 3600
+    return ({k: round(v, 4) for k, v in phases.items()},
+            {k: round(v, 4) for k, v in sorted(steps.items(), key=lambda kv: -kv[1])})
+
+
 def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> dict:
     runs = {name: op_figures(args.out / name) for name in ("a", "b") if (args.out / name).is_dir()}
     if not runs:
@@ -304,6 +355,7 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         kind = kinds.get(op, {}).get("kind", "(no kind)")
         counts[kind] = counts.get(kind, 0) + 1
     projected_h, kind_means = projection({op: w for op, w in per_op.items() if w}, counts, kinds)
+    by_phase, by_step = projected_parts(main_pass, weights([op for op, w in per_op.items() if w], counts, kinds))
     # The warm pass started on a fresh machine's empty kernel and tuner caches: its walls
     # are the cold ones, projected by the same rule (an operator it did not finish, or
     # resumed after an interrupt on half-filled caches, is left out).
@@ -335,6 +387,11 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         "projected_corpus_s": None if projected_h is None else round(projected_h * 3600, 1),
         "projected_by_kind_h": {k: round(kind_means[k] * n / 3600, 3) for k, n in sorted(counts.items())
                                 if k in kind_means},
+        # The same hours by where an operator's wall goes (they sum to projected_corpus_h
+        # when every operator finished: one cut short has no measure or overhead phase),
+        # and by the timers' own steps over every timing (the first row's too).
+        "projected_by_phase_h": by_phase,
+        "projected_by_step_h": by_step,
         "cold_wall_s": cold_walls,
         "cold_over_warm": {op: round(w / walls[op], 2) for op, w in cold_walls.items() if op in walls},
         "projected_cold_corpus_h": None if cold_h is None else round(cold_h, 2),
@@ -355,7 +412,8 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
                   ("efficiency", 5, 2), ("timer_s", 6, 1), ("gap_s", 5, 1))))
     for key in ("measure_efficiency_median", "measure_efficiency_median_by_pass", "measure_efficiency_max",
                 "pointwise_wall_median_s", "wall_median_s",
-                "projected_corpus_h", "projected_cold_corpus_h", "kernel_over_zlbench_median"):
+                "projected_corpus_h", "projected_by_phase_h", "projected_by_step_h",
+                "projected_cold_corpus_h", "kernel_over_zlbench_median"):
         print(f"{key:<32} {figures[key]}")
     print(f"kernel mode / zlbench per operator: {ratios}")
     if figures["unfinished"]:

@@ -367,3 +367,46 @@ def test_prewarm_calls_the_first_function_of_a_name_that_works_and_skips_missing
     assert failed == {"zl_fake_broken.fingerprint()": "RuntimeError: no libtriton here"}
     # What the worker computes ahead names triton's key, and sympy is imported ahead.
     assert {f for _, f in PREWARM} == {"triton_key"} and "sympy" in PREIMPORT
+
+
+def test_the_tracer_starts_ahead_only_where_the_direct_timer_would_trace(monkeypatch):
+    pytest.importorskip("torch")
+    import dataclasses
+
+    import torch
+
+    from zlbench.backends import BACKENDS
+    from zlbench.plugins import percall
+
+    monkeypatch.setenv("TEARDOWN_CUPTI", "")  # restored after the test, set or not
+    monkeypatch.delenv("TEARDOWN_CUPTI")
+    # Nothing to start: no profiler activity (the CPU's timer), the knob off, or a direct
+    # timer that does not trace.
+    assert percall.start_tracer({"ZL_BACKEND": "cpu"}) is None
+    assert percall.start_tracer({"ZL_BACKEND": "cuda", "ZL_TRACER_PRESTART": "0"}) is None
+    assert percall.start_tracer({"ZL_BACKEND": "cuda", "ZL_DIRECT_TIMER": "percall"}) is None
+    assert "ZL_TRACER_PRESTART=" in percall.start_tracer({"ZL_BACKEND": "cuda", "ZL_TRACER_PRESTART": "maybe"})
+    # A backend whose tracer this torch has (here the CPU's activity stands in): one empty
+    # session, closed again, and CUPTI kept up after it as the traced clock keeps it.
+    monkeypatch.setitem(BACKENDS, "cuda", dataclasses.replace(BACKENDS["cuda"], profiler_activity="CPU"))
+    line = percall.start_tracer({"ZL_BACKEND": "cuda"})
+    assert line.startswith("zlbench worker: this benchmark process started the profiler's tracer "
+                           "(torch.profiler.CPU) in ") and line.endswith("s, before its run began")
+    assert os.environ["TEARDOWN_CUPTI"] == "0" and not torch.autograd.profiler._is_profiler_enabled
+    # Not while the run waits for this process: its first traced timing starts it.
+    assert percall.start_tracer({"ZL_BACKEND": "cuda"}, run_waiting=lambda: True).endswith("the run was waiting")
+    assert percall.start_tracer({"ZL_BACKEND": "cpu"}, run_waiting=lambda: True) is None  # nothing to say
+    # One this torch lacks is said, and left to the first traced timing.
+    monkeypatch.setitem(BACKENDS, "cuda", dataclasses.replace(BACKENDS["cuda"], profiler_activity="NO_SUCH"))
+    assert "not started: AttributeError" in percall.start_tracer({"ZL_BACKEND": "cuda"})
+
+
+def test_the_batch_gives_each_run_the_tracer_switch_as_a_switch():
+    from zlbench import knobs
+    from zlbench.batch.execute import knob_args
+
+    on = knob_args(knobs.resolve({}, {}, names=knobs.MEASURE_KNOBS))
+    off = knob_args(knobs.resolve({"tracer_prestart": "0"}, {}, names=knobs.MEASURE_KNOBS))
+    assert "--tracer-prestart" in on and "--no-tracer-prestart" in off
+    # Other knobs keep their value after the flag.
+    assert on[on.index("--compile-workers") + 1] == "0"

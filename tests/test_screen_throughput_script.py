@@ -34,6 +34,27 @@ def test_the_sample_is_the_smallest_hashes_of_the_largest_kinds_every_time(tmp_p
     assert st.sample(list(reversed(corpus)), kinds, 2, 3) == picked  # the corpus' order does not matter
 
 
+def test_the_weights_split_the_projection_by_any_per_operator_figure():
+    st = load_script("screen_throughput")
+    kinds = {"m0": {"kind": "Math"}, "m1": {"kind": "Math"}, "t0": {"kind": "Tensor"}, "x": {}}
+    counts = {"Math": 450, "Tensor": 152, "BLAS": 43, "(no kind)": 6}
+    walls = {"m0": 7.6, "m1": 3.6, "t0": 12.2, "x": 5.0}
+    hours, _ = st.projection(walls, counts, kinds)
+    w = st.weights(list(walls), counts, kinds)
+    # BLAS and the kindless six are outside the sample: each sampled operator carries a
+    # fourth of them; Math's 450 go to its two operators, Tensor's 152 to t0.
+    assert w["m0"] == pytest.approx(450 / 2 + 49 / 4) and w["t0"] == pytest.approx(152 + 49 / 4)
+    assert w["x"] == pytest.approx(49 / 4) and sum(w.values()) == pytest.approx(sum(counts.values()))
+    assert sum(w[op] * walls[op] for op in walls) / 3600 == pytest.approx(hours)
+    # The phases of each operator's wall split the same hours.
+    figures = {op: {"startup_s": 0.3, "collect_s": 0.2, "first_call_s": 0.5, "measure_s": wall - 1.5,
+                    "overhead_s": 0.8, "steps_s": {"graph replay": wall / 2, "gap": 0.1}} for op, wall in walls.items()}
+    phases, steps = st.projected_parts(figures, w)
+    assert set(phases) == {"startup", "collect", "first_call", "measure", "teardown"}
+    assert sum(phases.values()) == pytest.approx(hours, abs=0.0005)
+    assert list(steps) == ["graph replay", "gap"] and steps["graph replay"] == pytest.approx(hours / 2, abs=0.001)
+
+
 @pytest.mark.slow
 def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_path):
     env = {**os.environ}
@@ -56,6 +77,10 @@ def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_
     # Every corpus operator at its kind's mean wall (the sample has no kinds: its mean).
     mean = sum(figures["per_operator"][op]["a"]["wall_s"] for op in ("abs", "add")) / 2
     assert figures["projected_corpus_s"] == pytest.approx(11 * mean, rel=0.01)
+    # The phases of the walls split the projection; the timers' steps are there, per timer.
+    assert 3600 * sum(figures["projected_by_phase_h"].values()) == pytest.approx(figures["projected_corpus_s"], abs=1.0)
+    assert figures["projected_by_step_h"] and all(
+        k == "gap" or k.split()[0] in ("graph", "direct") for k in figures["projected_by_step_h"])
     aa = figures["aa"]
     assert aa["pairs"] > 0
     assert 0 <= aa["unexplained"] <= len(aa["not_same"])

@@ -622,24 +622,59 @@ def test_an_empty_graph_of_a_side_the_tracer_found_idle_is_timed_by_events_witho
     assert timer.counts()["trace_readers"] == {"raw": 3} and "raw_events_unavailable" not in timer.counts()
 
 
-def test_a_host_time_timing_warms_up_a_tenth_of_flaggems_second_at_most(monkeypatch):
-    pytest.importorskip("torch")
+def _traced_timer_on_the_host(monkeypatch):
+    """A direct timer whose traced clock is the CPU's (an idle call: no device work), and
+    the (clock, warm-up rule, stop rule) of every percall_bench it runs."""
     from zlbench.plugins import direct_timer, percall
     from zlbench.plugins.row_context import RowContext
 
-    assert timing.host_time_warmup(timing.WarmupRule("settle", 1000)).cap_ms == timing.HOST_TIME_WARMUP_CAP_MS
-    assert timing.host_time_warmup(timing.WarmupRule("settle", 25)).cap_ms == 25     # a smaller budget stands
-    assert timing.host_time_warmup(timing.WarmupRule("budget", 1000)).min_ms == 1000  # FlagGems' own amount
     timer = direct_timer.DirectTimer(
         direct_timer.DirectSettings("kernels", 1, 0.05), direct_timer.RowRecorder("cpu"), RowContext())
     timer.clock = percall.TracedClock(_NoDevice(), "CPU", percall.HostClock())
-    rules = []
+    benches = []
     real = direct_timer.percall_bench
     monkeypatch.setattr(direct_timer, "percall_bench",
-                        lambda fn, clock, warmup, *a, **k: rules.append((clock.name, warmup)) or real(fn, clock, warmup, *a, **k))
+                        lambda fn, clock, warmup, rule, *a, **k: benches.append((clock.name, warmup, rule))
+                        or real(fn, clock, warmup, rule, *a, **k))
+    return timer, benches
+
+
+def test_a_host_time_timing_warms_up_a_tenth_of_flaggems_second_at_most(monkeypatch):
+    pytest.importorskip("torch")
+    assert timing.host_time_warmup(timing.WarmupRule("settle", 1000)).cap_ms == timing.HOST_TIME_WARMUP_CAP_MS
+    assert timing.host_time_warmup(timing.WarmupRule("settle", 25)).cap_ms == 25     # a smaller budget stands
+    assert timing.host_time_warmup(timing.WarmupRule("budget", 1000)).min_ms == 1000  # FlagGems' own amount
+    timer, benches = _traced_timer_on_the_host(monkeypatch)
     timer._percall(lambda: sum(range(100)), {"warmup": 1000, "rep": 5}, ("transpose", "gems"))
     # Traced at FlagGems' warm-up; found idle, timed on the host with the capped one.
-    assert [(name, w.cap_ms) for name, w in rules] == [("torch.profiler.CPU", 1000), ("host", 100)]
+    assert [(name, w.cap_ms) for name, w, _ in benches] == [("torch.profiler.CPU", 1000), ("host", 100)]
+
+
+def test_a_host_time_timing_spends_a_tenth_of_the_callers_budget(monkeypatch):
+    pytest.importorskip("torch")
+    from zlbench.plugins import percall
+
+    rule = timing.host_time_stop(timing.StopRule.for_call(0.005, 100))
+    assert (rule.min_ms, rule.max_ms, rule.target, rule.min_samples) == (
+        timing.HOST_TIME_REP_MS, 10 * timing.HOST_TIME_REP_MS, 0.005, timing.MIN_SAMPLES)
+    assert timing.host_time_stop(timing.StopRule.for_call(0.005, 4)).min_ms == 4  # a smaller budget stands
+    timer, benches = _traced_timer_on_the_host(monkeypatch)
+    measured, clock, untraced = timer._percall(lambda: sum(range(100)), {"warmup": 5, "rep": 100}, ("view", "gems"))
+    # The trace that found no device work had FlagGems' 100 ms; the host-time timing a tenth.
+    assert [(name, r.min_ms) for name, _, r in benches] == [("torch.profiler.CPU", 100), ("host", timing.HOST_TIME_REP_MS)]
+    assert clock == "host" and measured.cost["rep_ms"] == timing.HOST_TIME_REP_MS
+    assert measured.cost["caller_rep_ms"] == 100  # what screen_throughput's budget counts
+    assert measured.cost["timed"] < 10 * timing.HOST_TIME_REP_MS + 50
+    # The side's next empty graph goes to the host clock at once, with the same budget.
+    benches.clear()
+    timer._percall(lambda: sum(range(100)), {"warmup": 5, "rep": 100}, ("view", "gems"))
+    assert [(name, r.min_ms) for name, _, r in benches] == [("host", timing.HOST_TIME_REP_MS)]
+    # A timing that is not host time keeps the caller's budget, and records no other.
+    benches.clear()
+    timer.clock = percall.HostClock()
+    measured, clock, untraced = timer._percall(lambda: sum(range(100)), {"warmup": 5, "rep": 20}, ("view", "gems"))
+    assert untraced is None and [(name, r.min_ms) for name, _, r in benches] == [("host", 20)]
+    assert measured.cost["rep_ms"] == 20 and "caller_rep_ms" not in measured.cost
 
 
 def test_a_rows_second_empty_graph_skips_the_trace_through_measure(capsys):

@@ -465,6 +465,18 @@ KNOBS: List[Knob] = [
         child=True,
     ),
     Knob(
+        "tracer_prestart",
+        "ZL_TRACER_PRESTART",
+        "--tracer-prestart",
+        True,
+        _bool,
+        BATCH,
+        "Batch workers: a prestarted benchmark process also starts the profiler's tracer "
+        "(the direct timer's, where it traces), so its one-time start-up is off the run's clock.",
+        child=True,
+        switch=True,
+    ),
+    Knob(
         "gc_freeze",
         "ZL_GC_FREEZE",
         "--gc-freeze",
@@ -764,5 +776,15 @@ def flag_text(value: Any) -> Optional[str]:
     return str(value)
 
 
+# The settings of the benchmark process itself, not of what it measures: one help group
+# of `run` and of `batch`.
+BENCHMARK_PROCESS_KNOBS = [
+    "tracer_prestart",
+    "parallel_warmup_gpus",
+    "compile_workers",
+    "gc_freeze",
+    "pytest_plugins",
+    "output_cap_mb",
+]
 # The knobs `zlbench run` and `zlbench batch` share: what to measure and how.
 MEASURE_KNOBS = [k.name for k in KNOBS if k.name not in ("op", "op_file", "test_node", "device", "out")]

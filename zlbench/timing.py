@@ -425,6 +425,20 @@ def host_time_warmup(rule: WarmupRule) -> WarmupRule:
     return rule._replace(budget_ms=min(rule.budget_ms, HOST_TIME_WARMUP_CAP_MS))
 
 
+# ... and it is timed for this long (the caller's ``rep`` when smaller), at most ten times
+# that: on an H200 transpose's and resize_'s host-time timings spent FlagGems' whole
+# 100 ms each (72 timings, 10 s of the two operators' 20 s) on a number never compared,
+# pinned within the noise target by thousands of calls.
+HOST_TIME_REP_MS = 10.0
+
+
+def host_time_stop(rule: StopRule) -> StopRule:
+    """``rule`` for a host-time timing: its time budget at most HOST_TIME_REP_MS, its cap
+    MAX_TIME_FACTOR times that; the noise target and the samples' minimum are kept."""
+    min_ms = min(rule.min_ms, HOST_TIME_REP_MS)
+    return rule._replace(min_ms=min_ms, max_ms=min(rule.max_ms, MAX_TIME_FACTOR * HOST_TIME_REP_MS))
+
+
 def batches_agree(batch_ms_per_call: Sequence[float]) -> bool:
     """The last WARMUP_WINDOW batches' per-call times within WARMUP_TOLERANCE."""
     if len(batch_ms_per_call) < WARMUP_WINDOW:

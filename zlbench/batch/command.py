@@ -48,7 +48,6 @@ def parse_fallback_dtypes(values: Sequence[str]) -> Tuple[Tuple[str, ...], ...]:
 
 
 _CORPUS_KNOBS = ["provider", "flaggems_dir", "backend"]
-_WORKER_KNOBS = ["parallel_warmup_gpus", "compile_workers", "gc_freeze", "pytest_plugins", "output_cap_mb"]
 OPTION_GROUPS = [
     (
         "Common options",
@@ -60,7 +59,7 @@ OPTION_GROUPS = [
         [n for n in knobs.MEASURE_KNOBS if knobs.BY_NAME[n].caliber and n not in _CORPUS_KNOBS],
     ),
     ("Failures and retries", ["retries", "fallback_dtypes", "kill_grace", "stall_timeout"]),
-    ("Workers", ["run_mode", "worker_max_ops", "worker_prestart", *_WORKER_KNOBS]),
+    ("Workers", ["run_mode", "worker_max_ops", "worker_prestart", *knobs.BENCHMARK_PROCESS_KNOBS]),
     ("Scheduler (several hosts; docs/schedulers.md)", ["shard", "shards", "balance_from"]),
     ("Output", ["progress"]),
 ]

@@ -321,7 +321,10 @@ def resume_changes(saved: dict, doc: dict) -> Dict[str, list]:
     pairs += [
         (name, old_s.get(name), new_s.get(name))
         for name in sorted(set(old_s) | set(new_s))
-        if name in knobs.BY_NAME and not knobs.BY_NAME[name].fixed_on_resume
+        if name in knobs.BY_NAME
+        and not knobs.BY_NAME[name].fixed_on_resume
+        # A knob the plan predates, at its default now, is no change anybody made.
+        and not (name not in old_s and new_s.get(name) == knobs.BY_NAME[name].default)
     ]
     return {key: [old, new] for key, old, new in pairs if old != new}
 

@@ -42,9 +42,8 @@ def knob_args(settings: knobs.Settings, skip: Sequence[str] = ()) -> List[str]:
     for name in knobs.MEASURE_KNOBS:
         if name in skip or name not in settings.values:
             continue
-        text = knobs.flag_text(settings.values[name])
-        if text is not None:
-            args += [knobs.BY_NAME[name].flag, text]
+        if knobs.flag_text(settings.values[name]) is not None:
+            args += knobs.BY_NAME[name].args(settings.values[name])  # a switch as --x / --no-x
     return args
 
 

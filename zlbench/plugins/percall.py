@@ -159,6 +159,50 @@ class TracedClock:
         return times
 
 
+def start_tracer(environ=None, run_waiting: Optional[Callable[[], bool]] = None) -> Optional[str]:
+    """Start the profiler's tracer once, in an empty session, where this benchmark
+    process's direct timer would trace (ZL_DIRECT_TIMER=kernels, a backend with a
+    profiler activity) and ZL_TRACER_PRESTART is on: its one-time start-up (on an H200
+    about 2 s in each process, CUPTI's) is then paid before the run, by a prestarted
+    process while another operator runs, not inside the first traced timing. Not when
+    ``run_waiting()`` says the run already waits for this process (then its first traced
+    timing starts the tracer, as without a prestart). Returns the line to log, or None
+    where nothing was to start."""
+    from zlbench import benchenv, knobs
+    from zlbench.backends import BACKENDS
+
+    try:
+        if (
+            not knobs.env_value("tracer_prestart", environ)
+            or knobs.env_value("direct_timer", environ) != "kernels"
+        ):
+            return None
+    except knobs.KnobError as e:
+        return f"zlbench worker: the profiler's tracer not started: {e}"
+    backend = BACKENDS.get(benchenv.backend_name(environ) or "")
+    activity = backend.profiler_activity if backend is not None else None
+    if activity is None:
+        return None
+    if run_waiting is not None and run_waiting():
+        return "zlbench worker: the profiler's tracer not started: the run was waiting"
+    # As TracedClock: CUPTI kept up after a session (its teardown crashes once graphs exist).
+    os.environ.setdefault("TEARDOWN_CUPTI", "0")
+    begin = time.perf_counter()
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(
+            activities=list(dict.fromkeys([ProfilerActivity.CPU, getattr(ProfilerActivity, activity)]))
+        ):
+            pass
+    except Exception as e:  # noqa: BLE001 - the first traced timing starts it instead
+        return f"zlbench worker: the profiler's tracer not started: {type(e).__name__}: {e}"
+    return (
+        f"zlbench worker: this benchmark process started the profiler's tracer "
+        f"(torch.profiler.{activity}) in {time.perf_counter() - begin:.1f} s, before its run began"
+    )
+
+
 def raw_events(prof: Any) -> Tuple[Optional[list], Optional[str]]:
     """(the trace's raw events, None), where this torch exposes them with what
     ``device_ms_per_range`` reads (torch.profiler.profile's ``profiler.kineto_results``);

@@ -36,7 +36,7 @@ RUN_OPTION_GROUPS = [
     ),
     (
         "The benchmark process",
-        ["parallel_warmup_gpus", "compile_workers", "gc_freeze", "pytest_plugins", "output_cap_mb", "echo"],
+        [*knobs.BENCHMARK_PROCESS_KNOBS, "echo"],
     ),
 ]
 

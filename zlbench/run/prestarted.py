@@ -137,8 +137,14 @@ def prestarted_benchmark(sock, cwd: str, env: Dict[str, str], library: List[str]
             + (f"; failed: {failed} (the run's conftest imports it again)" if failed else ""),
             flush=True,
         )
+        import select
         import socket
 
+        from ..plugins.percall import start_tracer
+
+        said = start_tracer(run_waiting=lambda: bool(select.select([sock], [], [], 0)[0]))
+        if said:
+            print(said, flush=True)
         request, fds, _, _ = socket.recv_fds(sock, 1 << 20, 1)
         if not request or not fds:
             return 0  # dropped unused
