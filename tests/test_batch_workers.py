@@ -382,31 +382,32 @@ def test_the_tracer_starts_ahead_only_where_the_direct_timer_would_trace(monkeyp
     monkeypatch.delenv("TEARDOWN_CUPTI")
     # Nothing to start: no profiler activity (the CPU's timer), the knob off, or a direct
     # timer that does not trace.
-    assert percall.start_tracer({"ZL_BACKEND": "cpu"}) is None
-    assert percall.start_tracer({"ZL_BACKEND": "cuda", "ZL_TRACER_PRESTART": "0"}) is None
-    assert percall.start_tracer({"ZL_BACKEND": "cuda", "ZL_DIRECT_TIMER": "percall"}) is None
+    on = {"ZL_TRACER_PRESTART": "1"}
+    assert percall.start_tracer({"ZL_BACKEND": "cpu", **on}) is None
+    assert percall.start_tracer({"ZL_BACKEND": "cuda"}) is None  # off by default
+    assert percall.start_tracer({"ZL_BACKEND": "cuda", "ZL_DIRECT_TIMER": "percall", **on}) is None
     assert "ZL_TRACER_PRESTART=" in percall.start_tracer({"ZL_BACKEND": "cuda", "ZL_TRACER_PRESTART": "maybe"})
     # A backend whose tracer this torch has (here the CPU's activity stands in): one empty
     # session, closed again, and CUPTI kept up after it as the traced clock keeps it.
     monkeypatch.setitem(BACKENDS, "cuda", dataclasses.replace(BACKENDS["cuda"], profiler_activity="CPU"))
-    line = percall.start_tracer({"ZL_BACKEND": "cuda"})
+    line = percall.start_tracer({"ZL_BACKEND": "cuda", **on})
     assert line.startswith("zlbench worker: this benchmark process started the profiler's tracer "
                            "(torch.profiler.CPU) in ") and line.endswith("s, before its run began")
     assert os.environ["TEARDOWN_CUPTI"] == "0" and not torch.autograd.profiler._is_profiler_enabled
     # Not while the run waits for this process: its first traced timing starts it.
-    assert percall.start_tracer({"ZL_BACKEND": "cuda"}, run_waiting=lambda: True).endswith("the run was waiting")
-    assert percall.start_tracer({"ZL_BACKEND": "cpu"}, run_waiting=lambda: True) is None  # nothing to say
+    assert percall.start_tracer({"ZL_BACKEND": "cuda", **on}, run_waiting=lambda: True).endswith("the run was waiting")
+    assert percall.start_tracer({"ZL_BACKEND": "cpu", **on}, run_waiting=lambda: True) is None  # nothing to say
     # One this torch lacks is said, and left to the first traced timing.
     monkeypatch.setitem(BACKENDS, "cuda", dataclasses.replace(BACKENDS["cuda"], profiler_activity="NO_SUCH"))
-    assert "not started: AttributeError" in percall.start_tracer({"ZL_BACKEND": "cuda"})
+    assert "not started: AttributeError" in percall.start_tracer({"ZL_BACKEND": "cuda", **on})
 
 
 def test_the_batch_gives_each_run_the_tracer_switch_as_a_switch():
     from zlbench import knobs
     from zlbench.batch.execute import knob_args
 
-    on = knob_args(knobs.resolve({}, {}, names=knobs.MEASURE_KNOBS))
-    off = knob_args(knobs.resolve({"tracer_prestart": "0"}, {}, names=knobs.MEASURE_KNOBS))
-    assert "--tracer-prestart" in on and "--no-tracer-prestart" in off
+    off = knob_args(knobs.resolve({}, {}, names=knobs.MEASURE_KNOBS))
+    on = knob_args(knobs.resolve({"tracer_prestart": "1"}, {}, names=knobs.MEASURE_KNOBS))
+    assert "--tracer-prestart" in on and "--no-tracer-prestart" in off and "--tracer-prestart" not in off
     # Other knobs keep their value after the flag.
     assert on[on.index("--compile-workers") + 1] == "0"

@@ -75,7 +75,7 @@ def test_every_batch_knob_is_recorded_in_the_plan_and_a_resume_keeps_it():
 
 def test_a_plan_that_predates_a_knob_resumes_at_its_default_without_a_change_said():
     saved = {"settings": {"run_mode": "worker"}}  # written before tracer_prestart existed
-    assert resume_changes(saved, {"settings": {"run_mode": "worker", "tracer_prestart": True}}) == {}
-    # Turned off now: a change, said and recorded.
-    assert resume_changes(saved, {"settings": {"run_mode": "worker", "tracer_prestart": False}}) == {
-        "tracer_prestart": [None, False]}
+    assert resume_changes(saved, {"settings": {"run_mode": "worker", "tracer_prestart": False}}) == {}
+    # Turned on now: a change, said and recorded.
+    assert resume_changes(saved, {"settings": {"run_mode": "worker", "tracer_prestart": True}}) == {
+        "tracer_prestart": [None, True]}

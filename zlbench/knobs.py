@@ -468,11 +468,12 @@ KNOBS: List[Knob] = [
         "tracer_prestart",
         "ZL_TRACER_PRESTART",
         "--tracer-prestart",
-        True,
+        False,
         _bool,
         BATCH,
         "Batch workers: a prestarted benchmark process also starts the profiler's tracer "
-        "(the direct timer's, where it traces), so its one-time start-up is off the run's clock.",
+        "(the direct timer's, where it traces), so its one-time start-up is off the run's clock "
+        "(default off: the next run may wait for it).",
         child=True,
         switch=True,
     ),
