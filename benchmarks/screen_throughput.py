@@ -19,8 +19,9 @@ Passes (``--passes``, in this order, each a batch dir under --out):
 
 Figures: per operator its wall, phases (ops_status.csv), timings, replay budget (timings
 x the caller's rep, FlagGems' --iter, also for a host-time timing that spends less) and
-measure efficiency (the measure phase over the budget of the timings inside it; the timer's own steps from row_stats.jsonl's cost_ms, the benchmark's
-work between timings from gap_ms); the projected wall of the whole corpus on one device
+measure efficiency (the measure phase over the budget of the timings inside it; the
+timer's own steps from row_stats.jsonl's cost_ms, the benchmark's work between timings
+from gap_ms); the projected wall of the whole corpus on one device
 (per kind: the kind's mean x its operators; kinds outside the sample at the sample's
 mean); the A/A of a and b (median |gain|, rows SAME, the others and their markers); the
 ratio of FlagGems' kernel-mode wall to zlbench's per operator.
@@ -56,8 +57,9 @@ REP_MS = 100.0  # FlagGems' DEFAULT_ITER_TIME, the caller's rep for each timing
 # A timing's own steps in row_stats.jsonl's cost_ms, per timer (milliseconds).
 # They partition the timing (the direct timer's parse is inside its timed step).
 TIMER_STEPS = {"graph": ("warmup", "capture", "replay", "move"), "direct": ("first_call", "warmup", "timed")}
-# An operator's wall, split as ops_status.csv splits it; teardown = overhead_s - startup_s.
-PHASES = ("startup_s", "collect_s", "first_call_s", "measure_s", "teardown_s")
+# An operator's wall, split as ops_status.csv splits it (<phase>_s), and its teardown:
+# overhead_s (the wall outside the pytest session) less startup_s.
+PHASES = ("startup", "collect", "first_call", "measure")
 GOALS = {"efficiency": 1.2, "pointwise_wall_s": 6.0, "corpus_h": 1.5, "vs_kernel": 4.0,
          "aa_median_pct": 0.05, "aa_same_share": 0.98}
 
@@ -327,10 +329,10 @@ def projected_parts(figures: Dict[str, dict], weight: Dict[str, float]) -> Tuple
     steps: Dict[str, float] = {}
     for op, w in weight.items():
         f = figures.get(op) or {}
-        split = {k: f.get(k) or 0.0 for k in PHASES[:-1]}
-        split["teardown_s"] = max(0.0, (f.get("overhead_s") or 0.0) - (f.get("startup_s") or 0.0))
-        for k, v in split.items():
-            phases[k[:-2]] = phases.get(k[:-2], 0.0) + w * v / 3600
+        split = {p: f.get(f"{p}_s") or 0.0 for p in PHASES}
+        split["teardown"] = max(0.0, (f.get("overhead_s") or 0.0) - split["startup"])
+        for p, v in split.items():
+            phases[p] = phases.get(p, 0.0) + w * v / 3600
         for k, v in (f.get("steps_s") or {}).items():
             steps[k] = steps.get(k, 0.0) + w * v / 3600
     return ({k: round(v, 4) for k, v in phases.items()},

@@ -245,8 +245,6 @@ class DirectTimer:
                 result = self._bench(fn, clock, opts, rule, host_time=e.kind == NO_DEVICE_WORK)
         if untraced is not None:
             self.untraced = str(untraced)
-        if result.cost.get("rep_ms") != rule.min_ms:  # a host-time timing's smaller budget
-            result.cost["caller_rep_ms"] = rule.min_ms
         measured = measured_from(
             result.samples, opts.get("quantiles"), opts.get("return_mode", "mean"), result.stop
         )
@@ -256,9 +254,10 @@ class DirectTimer:
         self, fn: Callable, clock: Any, opts: dict, rule: StopRule, host_time: bool = False
     ) -> PercallResult:
         warmup = WarmupRule(self.settings.warmup_rule, float(opts.get("warmup", 25) or 25))
+        caller_rep_ms = rule.min_ms
         if host_time:
             warmup, rule = host_time_warmup(warmup), host_time_stop(rule)
-        return percall_bench(
+        result = percall_bench(
             fn,
             clock,
             warmup,
@@ -268,6 +267,9 @@ class DirectTimer:
             self.recorder.device_ready,
             fastest=host_time,
         )
+        if host_time:  # its budget (cost_ms.rep_ms) is smaller than the caller's
+            result.cost["caller_rep_ms"] = caller_rep_ms
+        return result
 
     def _do_bench(self, original, fn, args, kwargs, opts) -> Measured:
         self.recorder.warm()  # do_bench warms up inside: the state around the whole call

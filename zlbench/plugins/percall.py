@@ -107,21 +107,15 @@ class TracedClock:
         self.parse_ms = 0.0  # reading the traces, over this clock's life
         self.readers: Dict[str, int] = {}  # sessions read by "raw" events or torch's "tree"
         self.raw_unavailable: Optional[str] = None  # why the raw events could not be read
-        # Each batch is a profiler session. Tearing CUPTI down after each and starting it
-        # again crashes once CUDA graphs were captured in the process (CUDA 11 and 12;
-        # torch.profiler applies the same workaround under inductor's cudagraphs), and
-        # the graph timer captures in this process.
-        os.environ.setdefault("TEARDOWN_CUPTI", "0")
+        keep_cupti_up()
 
     def sync(self) -> None:
         self.module.synchronize()
 
     def run(self, fn: Callable[[], Any], calls: int, grad_to_none) -> List[float]:
-        from torch.profiler import ProfilerActivity, profile, record_function
+        from torch.profiler import profile, record_function
 
-        # CPU: the marked ranges the device work is attributed to.
-        activities = list(dict.fromkeys([ProfilerActivity.CPU, getattr(ProfilerActivity, self.activity)]))
-        with profile(activities=activities) as prof:
+        with profile(activities=session_activities(self.activity)) as prof:
             for _ in range(calls):
                 clear_grads(grad_to_none)
                 with record_function(TRACE_MARK):
@@ -159,6 +153,22 @@ class TracedClock:
         return times
 
 
+def keep_cupti_up() -> None:
+    """Each traced batch is a profiler session. Tearing CUPTI down after each and starting
+    it again crashes once CUDA graphs were captured in the process (CUDA 11 and 12;
+    torch.profiler applies the same workaround under inductor's cudagraphs), and the
+    graph timer captures in this process."""
+    os.environ.setdefault("TEARDOWN_CUPTI", "0")
+
+
+def session_activities(activity: str) -> list:
+    """A traced session's activities: the backend's, and the CPU's for the marked ranges
+    the device work is attributed to."""
+    from torch.profiler import ProfilerActivity
+
+    return list(dict.fromkeys([ProfilerActivity.CPU, getattr(ProfilerActivity, activity)]))
+
+
 def start_tracer(environ=None, run_waiting: Optional[Callable[[], bool]] = None) -> Optional[str]:
     """Start the profiler's tracer once, in an empty session, where this benchmark
     process's direct timer would trace (ZL_DIRECT_TIMER=kernels, a backend with a
@@ -185,15 +195,12 @@ def start_tracer(environ=None, run_waiting: Optional[Callable[[], bool]] = None)
         return None
     if run_waiting is not None and run_waiting():
         return "zlbench worker: the profiler's tracer not started: the run was waiting"
-    # As TracedClock: CUPTI kept up after a session (its teardown crashes once graphs exist).
-    os.environ.setdefault("TEARDOWN_CUPTI", "0")
+    keep_cupti_up()
     begin = time.perf_counter()
     try:
-        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler import profile
 
-        with profile(
-            activities=list(dict.fromkeys([ProfilerActivity.CPU, getattr(ProfilerActivity, activity)]))
-        ):
+        with profile(activities=session_activities(activity)):
             pass
     except Exception as e:  # noqa: BLE001 - the first traced timing starts it instead
         return f"zlbench worker: the profiler's tracer not started: {type(e).__name__}: {e}"
