@@ -122,8 +122,11 @@ def run_pass(args, name: str) -> Dict[str, object]:
                                  start_new_session=True)
         try:
             rc = child.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        except (subprocess.TimeoutExpired, KeyboardInterrupt) as stop:
+            # At --timeout, and when this script is stopped (Ctrl-C, or SIGTERM from
+            # `timeout`, raised here as KeyboardInterrupt): the batch runs in a session
+            # of its own and would go on measuring beside whatever runs next.
+            timed_out = isinstance(stop, subprocess.TimeoutExpired)
             os.killpg(child.pid, signal.SIGINT)  # the batch stops its attempts and reports
             try:
                 rc = child.wait(timeout=SIGINT_GRACE_S)
@@ -137,6 +140,9 @@ def run_pass(args, name: str) -> Dict[str, object]:
             left = proc.kill_tagged("ZL_BATCH_DIR", str(out), 5.0)
             if left:
                 print(f"   stopped {len(left)} leftover process(es) of the {name} batch", flush=True)
+            if not timed_out:
+                print(f"   {name}: stopped with its batch", flush=True)
+                raise
     wall = time.monotonic() - started
     if name == "cold-off" and cache_of(args, name) is not None:
         shutil.rmtree(cache_of(args, name), ignore_errors=True)  # nothing reads it again
@@ -312,6 +318,7 @@ def parse(argv=None):
 
 def main(argv=None) -> int:
     args = parse(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped as by Ctrl-C: the batch too
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / RESULTS
     results = json.loads(path.read_text()) if path.is_file() else {"passes": {}}

@@ -118,21 +118,29 @@ def run_batch(args, ops: List[str], out: Path, timeout: float) -> bool:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     finished = True
+    stopped = None
     try:
         text, _ = proc.communicate(timeout=args.pass_limit)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, KeyboardInterrupt) as stop:
+        # At --pass-limit, and when this script is stopped (Ctrl-C, or SIGTERM from
+        # `timeout`, raised here as KeyboardInterrupt): the batch runs in a session of
+        # its own and would go on measuring beside whatever runs next.
         finished = False
+        stopped = None if isinstance(stop, subprocess.TimeoutExpired) else stop
         proc.send_signal(signal.SIGINT)  # the batch stops its attempts and records what it has
         try:
             text, _ = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             text, _ = proc.communicate()
-        text += f"\n(screen_throughput: --pass-limit {args.pass_limit:.0f} s reached, batch interrupted)\n"
+        why = "stopped" if stopped else f"--pass-limit {args.pass_limit:.0f} s reached"
+        text += f"\n(screen_throughput: {why}, batch interrupted)\n"
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "screen_throughput.log", "a") as log:
         log.write(text)
     print(f"   {time.monotonic() - started:.0f} s, exit {proc.returncode}", flush=True)
+    if stopped is not None:
+        raise stopped
     return finished
 
 
@@ -450,6 +458,7 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
 
 
 def main() -> int:
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped as by Ctrl-C: the batch too
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--flaggems-dir", default=os.environ.get("FLAGGEMS_DIR"))
     parser.add_argument("--backend", default="cuda")

@@ -73,3 +73,28 @@ def test_per_operator_isolation_adds_the_pass_that_fills_the_warm_caches(tmp_pat
     assert cold_warm.pass_env(plain, "warm")["TRITON_CACHE_DIR"] == str(tmp_path / "cache-cold-on" / "triton")
     with pytest.raises(SystemExit):  # warm alone has no cold-on caches to reuse
         cold_warm.parse(["--smoke", "--passes", "warm", "--out", str(tmp_path / "empty")])
+
+
+@pytest.mark.slow
+def test_a_script_stopped_by_sigterm_stops_its_batch_too(tmp_path):
+    """`timeout 330 cold_warm.py ...` sends SIGTERM to the script alone; its batch runs in
+    a session of its own and used to go on measuring beside the next job on the device."""
+    import signal
+    import time
+
+    from zlbench import proc
+
+    out = tmp_path / "cw"
+    env = {k: v for k, v in os.environ.items() if k not in ("FLAGGEMS_DIR", "TRITON_CACHE_DIR")}
+    script = subprocess.Popen([sys.executable, str(SCRIPT), "--smoke", "--passes", "cold-off", "--out", str(out)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    batch = out / "cold-off"
+    deadline = time.monotonic() + 120
+    while not proc.tagged_processes("ZL_BATCH_DIR", str(batch)):
+        assert script.poll() is None and time.monotonic() < deadline, "the batch never started"
+        time.sleep(0.05)
+    script.send_signal(signal.SIGTERM)
+    output, _ = script.communicate(timeout=120)
+    assert script.returncode != 0
+    assert "cold-off: stopped with its batch" in output, output
+    assert proc.tagged_processes("ZL_BATCH_DIR", str(batch)) == {}

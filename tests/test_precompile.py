@@ -512,10 +512,68 @@ def test_with_the_pool_compile_seconds_are_the_wait_not_the_sum(world):
 
 def test_resolve_workers():
     assert precompile.resolve_workers(3, cpus=2) == 3
-    assert precompile.resolve_workers(0, cpus=16) == 8
-    assert precompile.resolve_workers(0, cpus=6) == 3
+    # Auto: the run's share of the host's CPUs, less one for the benchmark's process.
+    assert precompile.resolve_workers(0, cpus=16) == 15
+    assert precompile.resolve_workers(0, cpus=6) == 5
     assert precompile.resolve_workers(0, cpus=1) == 1
+    assert precompile.resolve_workers(0, cpus=2) == 1
     assert precompile.resolve_workers(0, cpus=128) == precompile.AUTO_MAX_WORKERS
+    assert precompile.resolve_workers(0, cpus=128, runs=8) == 15
+    assert precompile.resolve_workers(0, cpus=64, runs=8) == 7
+    assert precompile.resolve_workers(0, cpus=16, runs=32) == 1
+    assert precompile.resolve_workers(2, cpus=16, runs=8) == 2  # asked for: kept
+
+
+def test_the_host_share_reaches_the_pool_from_the_batch_environment(tmp_path):
+    from zlbench import benchenv
+
+    assert benchenv.host_runs({}) == 1
+    assert benchenv.host_runs({benchenv.HOST_RUNS: "x"}) == 1
+    assert benchenv.host_runs({benchenv.HOST_RUNS: "0"}) == 1
+    env = {benchenv.RUN_DIR: str(tmp_path), benchenv.HOST_RUNS: "4"}
+    settings = plugin.settings_from_env(env)
+    assert settings.host_runs == 4
+    session = plugin.AutotuneSession(settings)
+    assert settings.compile_workers == 0  # the knob's default: auto
+    assert session.precompiler.workers == precompile.resolve_workers(0, runs=4)
+    assert session.report()["host_runs"] == 4
+
+
+def test_children_are_handed_the_next_compile_as_each_finishes(tmp_path):
+    """One slow compile does not hold back the fast ones dealt to the same child: with two
+    workers and the first function slow, the other child runs every other function."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def job(i, seconds):
+        def run():
+            time.sleep(seconds)
+            (marks / f"{i}-{os.getpid()}").touch()
+        return run
+
+    fns = [job(0, 1.0)] + [job(i, 0.0) for i in range(1, 7)]
+    reports = precompile.compile_in_children(fns, 2)
+    assert sorted(reports) == list(range(7)) and all(ok for ok, _ in reports.values())
+    by_pid = {}
+    for name in os.listdir(marks):
+        i, pid = name.split("-")
+        by_pid.setdefault(pid, set()).add(int(i))
+    assert sorted(map(sorted, by_pid.values())) == [[0], [1, 2, 3, 4, 5, 6]]
+    assert reports[0][1] >= 1.0 > max(sec for i, (_, sec) in reports.items() if i)
+
+
+def test_a_child_that_dies_costs_only_the_compile_it_was_running(tmp_path):
+    parent = os.getpid()
+
+    def job(i):
+        def run():
+            if i == 2 and os.getpid() != parent:
+                os._exit(7)
+        return run
+
+    reports = precompile.compile_in_children([job(i) for i in range(6)], 2)
+    assert sorted(reports) == [0, 1, 3, 4, 5]
+    assert all(ok for ok, _ in reports.values())
 
 
 def test_the_batch_reads_compile_and_tune_seconds_from_the_run(tmp_path):
@@ -599,3 +657,11 @@ def test_compiles_that_missed_the_cache_are_named_with_their_key():
                                times=types.SimpleNamespace(total=200_000), cache_hit=False)
     undo()
     assert listened.report()["compiled"] == {"scan_kernel " + "cd" * 8: 1} and knobs.compilation.listener is None
+
+
+def test_a_batch_tells_each_run_how_many_run_at_once_on_its_host(sample_screen):
+    """The sample screen runs on two devices: each run's compile pool took half the CPUs."""
+    for op in ("abs", "mm"):
+        report = json.loads((sample_screen / op / "plugins" / "autotune.json").read_text())
+        assert report["host_runs"] == 2
+        assert report["compile_workers"] == precompile.resolve_workers(0, runs=2)

@@ -125,3 +125,28 @@ def test_the_aa_counts_a_throttled_row_explained_and_a_bare_change_not(tmp_path)
     assert len(moved) == 1 and moved[0]["fallback"] and got["unexplained"] == 1
     assert got["by_timer"]["direct"] == {"pairs": 1, "same_share": 0.0,
                                          "median_abs_gain_pct": pytest.approx(100 * (1 - 1 / 1.06), abs=0.01)}
+
+
+@pytest.mark.slow
+def test_a_script_stopped_by_sigterm_stops_its_batch_too(tmp_path):
+    """As cold_warm.py: SIGTERM to the script (`timeout`) interrupts its batch, which runs
+    in a session of its own, and says so; the pass is resumed by the next run."""
+    import signal
+    import time
+
+    from zlbench import proc
+
+    out = tmp_path / "st"
+    env = {k: v for k, v in os.environ.items() if k != "FLAGGEMS_DIR"}
+    script = subprocess.Popen([sys.executable, str(SCRIPT), "--backend", "cpu", "--ops", "abs,add",
+                               "--passes", "a", "--out", str(out)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not proc.tagged_processes("ZL_BATCH_DIR", str(out / "a")):
+        assert script.poll() is None and time.monotonic() < deadline, "the batch never started"
+        time.sleep(0.05)
+    script.send_signal(signal.SIGTERM)
+    output, _ = script.communicate(timeout=120)
+    assert script.returncode != 0
+    assert proc.tagged_processes("ZL_BATCH_DIR", str(out / "a")) == {}
+    assert "stopped, batch interrupted" in (out / "a" / "screen_throughput.log").read_text()

@@ -20,7 +20,10 @@ RUN_DIR = "ZL_RUN_DIR"  # the claimed run dir: plugins write their files below i
 TIMER = "ZL_TIMER"  # graph or direct, as chosen for the backend
 AUTOTUNE_MODE = "ZL_AUTOTUNE_MODE"  # record or replay
 WARMUP_DEVICES = "ZL_WARMUP_DEVICES"  # parallel warmup's devices (visibility values), own first
-OWN = (RUN_DIR, TIMER, AUTOTUNE_MODE, WARMUP_DEVICES)
+# Set by `zlbench batch` for every run: how many benchmark processes it runs at once on
+# this host (its devices here), so that a compile pool takes its share of the CPUs only.
+HOST_RUNS = "ZL_HOST_RUNS"
+OWN = (RUN_DIR, TIMER, AUTOTUNE_MODE, WARMUP_DEVICES, HOST_RUNS)
 AUTOTUNE_MODES = ("record", "replay", "off")
 # pytest's own switch: installed third-party plugins stay out unless asked for.
 PYTEST_AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
@@ -136,6 +139,15 @@ def backend_name(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
 
 def requested_timer(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
     return _environ(environ).get(TIMER)
+
+
+def host_runs(environ: Optional[Mapping[str, str]] = None) -> int:
+    """Benchmark processes running at once on this host, as the batch said (1 outside a
+    batch, or where the value is not a positive number)."""
+    try:
+        return max(1, int(_environ(environ).get(HOST_RUNS) or 1))
+    except ValueError:
+        return 1
 
 
 def autotune_mode(environ: Optional[Mapping[str, str]] = None) -> str:

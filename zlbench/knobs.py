@@ -461,7 +461,7 @@ KNOBS: List[Knob] = [
         "benchmark in N forked processes at once (threads where the OS cannot fork), then "
         "benchmark them one by one as before, so the same config wins and only the wait "
         "changes (1: triton's own way, each compiled inside the benchmark loop; default 0: "
-        "min(8, half the CPUs the process may use)).",
+        "this run's share of the CPUs the process may use, less one, at most 16).",
         child=True,
     ),
     Knob(
@@ -473,7 +473,7 @@ KNOBS: List[Knob] = [
         BATCH,
         "Batch workers: a prestarted benchmark process also starts the profiler's tracer "
         "(the direct timer's, where it traces), so its one-time start-up is off the run's clock "
-        "(default off: the next run may wait for it).",
+        "(default off: with the tracer up, graph-timed rows measure differently).",
         child=True,
         switch=True,
     ),

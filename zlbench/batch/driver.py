@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
-from .. import backends, knobs, proc, providers, rundir, tuner_cache
+from .. import backends, benchenv, knobs, proc, providers, rundir, tuner_cache
 from ..backends import DeviceError
 from ..corpus.fingerprint import changes as corpus_changes
 from ..corpus.fingerprint import describe as describe_corpus_changes
@@ -751,6 +751,7 @@ def _run_locked(
     )
     stopper = Stopper()
     env = child_environ(environ, batch_dir, config.extra_env)
+    env[benchenv.HOST_RUNS] = str(max(1, len(plan.devices)))  # the compile pools' share of the CPUs
     if config.shard.count > 1:
         # A screen's hosts may share a home dir: FlagGems' tuning DB stays per host.
         per_host = tuner_cache.per_host_flaggems_cache(env, socket.gethostname())

@@ -76,6 +76,7 @@ class AutotuneSettings:
     replay_from: Optional[Path]
     use_flagtune: str
     compile_workers: int = 1  # ZL_COMPILE_WORKERS as given (0: auto)
+    host_runs: int = 1  # benchmark processes at once on this host (ZL_HOST_RUNS)
 
 
 def settings_from_env(environ: Mapping[str, str]) -> Optional[AutotuneSettings]:
@@ -93,6 +94,7 @@ def settings_from_env(environ: Mapping[str, str]) -> Optional[AutotuneSettings]:
         records_dir_of(replay_from) if replay_from else None,
         use_flagtune or "0",
         knobs.env_value("compile_workers", environ),
+        benchenv.host_runs(environ),
     )
 
 
@@ -289,7 +291,9 @@ class AutotuneSession:
         # (op, dtype, shape, side) -> {(kernel, key): config} while that row is timed.
         self.row_configs: Dict[Tuple[Any, ...], Dict[Tuple[str, Any], Any]] = {}
         self.clock = TuningClock(self._timed_row_key)
-        self.precompiler = Precompiler(resolve_workers(settings.compile_workers), self.clock)
+        self.precompiler = Precompiler(
+            resolve_workers(settings.compile_workers, runs=settings.host_runs), self.clock
+        )
         self._unlisten: Optional[Callable[[], None]] = None
 
     def _timed_row_key(self) -> Optional[Tuple[Any, ...]]:
@@ -614,6 +618,7 @@ class AutotuneSession:
             "compile_clock": "triton compilation listener" if self.clock.listening else "unavailable",
             "compile_workers": self.precompiler.workers,
             "compile_workers_requested": self.settings.compile_workers,
+            "host_runs": self.settings.host_runs,
             "precompile": self.precompiler.report(),
             "kernels": self.coverage.per_kernel(),
             "markers": list(self.markers),
@@ -721,6 +726,7 @@ def pytest_configure(config) -> None:
             records_dir_of(str(merged)),
             settings.use_flagtune,
             settings.compile_workers,
+            settings.host_runs,
         )
     session = AutotuneSession(settings)
     session.start()

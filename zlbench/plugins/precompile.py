@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import select
 import signal
+import struct
 import sys
 import threading
 import time
@@ -44,9 +46,11 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Seque
 
 from zlbench.tuner_cache import triton_cache_dir
 
-# Workers when ZL_COMPILE_WORKERS is 0: half the usable CPUs (the other half runs the
-# benchmark and its siblings on the host), at most this many.
-AUTO_MAX_WORKERS = 8
+# Workers when ZL_COMPILE_WORKERS is 0: this run's share of the usable CPUs (a batch
+# running N benchmark processes on the host gives each 1/N), less one for the
+# benchmark's own process, at most this many. The benchmark's thread only waits while
+# the pool compiles; on an H200 host 8 workers of 16 CPUs left half of them idle.
+AUTO_MAX_WORKERS = 16
 
 
 def usable_cpus() -> int:
@@ -56,12 +60,13 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def resolve_workers(requested: int, cpus: Optional[int] = None) -> int:
-    """Workers of the compile pool: the knob's value, or for 0 min(8, cpus // 2), at least 1."""
+def resolve_workers(requested: int, cpus: Optional[int] = None, runs: int = 1) -> int:
+    """Workers of the compile pool: the knob's value, or for 0
+    min(AUTO_MAX_WORKERS, cpus // runs - 1), at least 1."""
     if requested >= 1:
         return requested
     cpus = usable_cpus() if cpus is None else cpus
-    return max(1, min(AUTO_MAX_WORKERS, cpus // 2))
+    return max(1, min(AUTO_MAX_WORKERS, cpus // max(1, runs) - 1))
 
 
 # ---- the clock ------------------------------------------------------------------
@@ -439,43 +444,104 @@ class ForkPool:
 
 
 def compile_in_children(fns: Sequence[Callable[[], Any]], workers: int) -> Dict[int, Tuple[bool, float]]:
-    """Run ``fns`` in up to ``workers`` forked children (round-robin shares); each
-    child writes ``<ok> <seconds>`` per function to its pipe. {index: (ok, seconds)} for
-    every function a child reported on."""
+    """Run ``fns`` in up to ``workers`` forked children, each handed the next function as
+    soon as it reports the last (compile times of one pass differ several-fold between
+    configs: fixed shares left most children idle behind the one with the slow ones).
+    {index: (ok, seconds)} for every function a child reported on; a child that dies
+    takes only the function it was running with it."""
     count = max(1, min(workers, len(fns)))
-    children: List[Tuple[int, int, List[int]]] = []
+    children: Dict[int, _Child] = {}  # the child's report pipe -> the child
     reports: Dict[int, Tuple[bool, float]] = {}
+    queue = iter(range(len(fns)))
     try:
-        for k in range(count):
-            share = list(range(k, len(fns), count))
-            read_fd, write_fd = os.pipe()
-            pid = _fork()
-            if pid == 0:
-                os.close(read_fd)
-                _compile_child(write_fd, [fns[i] for i in share])  # never returns
-            os.close(write_fd)
-            children.append((pid, read_fd, share))
+        for _ in range(count):
+            child = _Child.start(fns)
+            children[child.report_fd] = child
+            child.hand(next(queue, None))
         while children:
-            pid, read_fd, share = children[0]
-            lines = _read_all(read_fd).decode("ascii", "replace").splitlines()
-            os.waitpid(pid, 0)
-            children.pop(0)
-            os.close(read_fd)
-            for i, line in zip(share, lines):
-                ok, _, seconds = line.partition(" ")
-                try:
-                    reports[i] = (ok == "1", float(seconds))
-                except ValueError:
+            ready, _, _ = select.select(list(children), [], [])
+            for fd in ready:
+                child = children[fd]
+                got = child.read_reports()
+                if got is None:  # it exited: its pipe closed
+                    child.close()
+                    del children[fd]
                     continue
+                reports.update(got)
+                if child.running is None:
+                    child.hand(next(queue, None))
     finally:
-        for pid, read_fd, _ in children:  # interrupted: leave no child behind
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            os.close(read_fd)
+        for child in children.values():  # interrupted: leave no child behind
+            child.kill()
     return reports
+
+
+class _Child:
+    """One forked compile child: it reads a function's index (4 bytes) from its job pipe,
+    runs it, and writes ``<index> <ok> <seconds>`` to its report pipe; end of the job pipe
+    (or index -1) ends it."""
+
+    def __init__(self, pid: int, job_fd: int, report_fd: int):
+        self.pid, self.job_fd, self.report_fd = pid, job_fd, report_fd
+        self.running: Optional[int] = None
+        self.buffer = b""
+
+    @classmethod
+    def start(cls, fns: Sequence[Callable[[], Any]]) -> "_Child":
+        job_read, job_write = os.pipe()
+        report_read, report_write = os.pipe()
+        pid = _fork()
+        if pid == 0:
+            os.close(job_write)
+            os.close(report_read)
+            _compile_child(job_read, report_write, fns)  # never returns
+        os.close(job_read)
+        os.close(report_write)
+        return cls(pid, job_write, report_read)
+
+    def hand(self, index: Optional[int]) -> None:
+        """Give it function ``index`` to run, or (None) tell it to exit."""
+        self.running = index
+        try:
+            os.write(self.job_fd, struct.pack("<i", -1 if index is None else index))
+        except OSError:  # it died already: its report pipe says so next
+            self.running = None
+
+    def read_reports(self) -> Optional[Dict[int, Tuple[bool, float]]]:
+        """What it reported since the last look; None once it has exited."""
+        chunk = os.read(self.report_fd, 65536)
+        if not chunk:
+            return None
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        got: Dict[int, Tuple[bool, float]] = {}
+        for line in lines:
+            try:
+                index, ok, seconds = line.decode("ascii").split(" ")
+                got[int(index)] = (ok == "1", float(seconds))
+            except ValueError:
+                continue
+            if int(index) == self.running:
+                self.running = None
+        return got
+
+    def close(self) -> None:
+        for fd in (self.job_fd, self.report_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.close()
 
 
 def _fork() -> int:
@@ -488,26 +554,32 @@ def _fork() -> int:
         return os.fork()
 
 
-def _compile_child(write_fd: int, fns: Sequence[Callable[[], Any]]) -> None:
+def _compile_child(job_fd: int, report_fd: int, fns: Sequence[Callable[[], Any]]) -> None:
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        for fn in fns:
+        while True:
+            job = _read_exactly(job_fd, 4)
+            index = struct.unpack("<i", job)[0] if len(job) == 4 else -1
+            if not 0 <= index < len(fns):
+                break
             started = time.perf_counter()
             ok = "1"
             try:
-                fn()
+                fns[index]()
             except BaseException:  # noqa: BLE001 - reported, and compiled again by _bench
                 ok = "0"
-            os.write(write_fd, f"{ok} {time.perf_counter() - started:.6f}\n".encode("ascii"))
+            os.write(report_fd, f"{index} {ok} {time.perf_counter() - started:.6f}\n".encode("ascii"))
     finally:
         os._exit(0)
 
 
-def _read_all(fd: int) -> bytes:
-    chunks: List[bytes] = []
-    while True:
-        chunk = os.read(fd, 65536)
+def _read_exactly(fd: int, size: int) -> bytes:
+    """``size`` bytes from ``fd``, fewer only at its end."""
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
         if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
+            break
+        data += chunk
+    return data
