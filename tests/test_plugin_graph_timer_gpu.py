@@ -364,3 +364,43 @@ def test_small_rows_interleave_their_placements_in_one_graph_and_measure_the_sam
     one = graph_bench(fn, 25, 100, None, None, "median", places=1)
     # Eight copies of 8 KB share L2 as one does: the same per-call time within 3%.
     assert abs(m.median_ms / one.median_ms - 1) < 0.03
+
+
+def test_nvml_names_another_process_busy_on_the_device():
+    """`device_shared`'s real path: NVML's per-process utilization sees a second process
+    multiplying matrices on this device, and no one while this process is alone."""
+    pytest.importorskip("pynvml")
+    import subprocess
+    import sys
+    import time
+
+    from zlbench.backends import BACKENDS
+    from zlbench.backends.base import open_device_state
+
+    state = open_device_state(BACKENDS["cuda"])
+    x = torch.randn(4096, 4096, device="cuda")
+
+    def busy(seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for _ in range(20):
+                x @ x
+            torch.cuda.synchronize()
+
+    state.sample()
+    busy(1.0)
+    assert state.sample()["other_procs"] in (0, None)
+    code = ("import time, torch\nx = torch.randn(4096, 4096, device='cuda')\nprint('up', flush=True)\n"
+            "end = time.monotonic() + 8\nwhile time.monotonic() < end:\n    x @ x\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "up"
+        time.sleep(0.5)
+        state.sample()
+        busy(1.5)
+        shared = state.sample()
+    finally:
+        child.kill()
+        child.wait()
+    state.close()
+    assert shared["other_procs"] and shared["other_procs"] >= 1, shared

@@ -254,8 +254,10 @@ def throttle_reason(
     ``reference_speed`` the median host speed (cpu backend: ``backends.cpu.host_speed``).
     A slowdown reason reported by the vendor (thermal, a power brake, ...) at either end,
     an SM clock more than CLOCK_DROP below its reference, a host speed more than
-    HOST_SLOW below its reference, or (host samples) a timing process that ran on a CPU
-    for less than CPU_SHARE_MIN of the time names the row. A power cap (CLOCK_MANAGED)
+    HOST_SLOW below its reference, (host samples) a timing process that ran on a CPU
+    for less than CPU_SHARE_MIN of the time, or another process busy on the device
+    between the two samples (``other_procs`` of ``after``: NVML's per-process
+    utilization) names the row. A power cap (CLOCK_MANAGED)
     names it only with the clock down, or where clocks cannot be read.
     """
     reasons = sorted(set(before.get("throttle") or []) | set(after.get("throttle") or []))
@@ -271,6 +273,8 @@ def throttle_reason(
     share = cpu_share(before, after)
     if share is not None and share < CPU_SHARE_MIN:
         reasons.append("cpu_contention")
+    if after.get("other_procs"):  # since ``before``: while the row was timed
+        reasons.append("device_shared")
     return ",".join(reasons) or None
 
 

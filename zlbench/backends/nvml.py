@@ -9,7 +9,7 @@ visibility value when it is a plain index or a UUID.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .base import DeviceState
 
@@ -27,6 +27,25 @@ SLOWDOWN_REASONS = (
 
 def reason_names(mask: int) -> List[str]:
     return [name for bit, name in SLOWDOWN_REASONS if mask & bit]
+
+
+def other_busy_processes(samples: Sequence[Any], own_pid: int) -> Optional[int]:
+    """How many processes other than this one kept the device's SMs or memory busy in
+    NVML's per-process utilization ``samples`` (``pid``, ``smUtil``, ``memUtil``);
+    None without samples. Where NVML shows this process's pid, every other busy pid is
+    another; where it does not (a container's pids are the host's), every busy process
+    but one is: a process this one cannot name then goes unseen while this one is idle,
+    never the other way round."""
+    if not samples:
+        return None
+    busy = {
+        int(s.pid)
+        for s in samples
+        if (getattr(s, "smUtil", 0) or 0) > 0 or (getattr(s, "memUtil", 0) or 0) > 0
+    }
+    if any(int(s.pid) == own_pid for s in samples):
+        return len(busy - {own_pid})
+    return max(0, len(busy) - 1)
 
 
 def _visible_entry() -> Optional[str]:
@@ -60,6 +79,8 @@ class NvmlState(DeviceState):
         pynvml.nvmlInit()
         self.handle = self._find_handle()
         self.reason = ""
+        self.pid = os.getpid()
+        self.last_utilization_us = 0  # NVML's timestamp of the newest utilization sample read
 
     def _find_handle(self):
         nv = self.nvml
@@ -90,6 +111,17 @@ class NvmlState(DeviceState):
         )
         return self._read(fn)
 
+    def _others(self) -> Optional[int]:
+        """Other processes busy on the device since the last sample (None: NVML has no
+        per-process samples for that time, or cannot give them)."""
+        fn = getattr(self.nvml, "nvmlDeviceGetProcessUtilization", None)
+        if fn is None:
+            return None
+        samples = self._read(fn, self.last_utilization_us) or []
+        if samples:
+            self.last_utilization_us = max(int(s.timeStamp) for s in samples)
+        return other_busy_processes(samples, self.pid)
+
     def sample(self) -> Dict[str, Any]:
         nv = self.nvml
         power_mw = self._read(nv.nvmlDeviceGetPowerUsage)
@@ -100,6 +132,7 @@ class NvmlState(DeviceState):
             "temp_c": self._read(nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU),
             "power_w": None if power_mw is None else round(power_mw / 1000.0, 1),
             "throttle": None if mask is None else reason_names(int(mask)),
+            "other_procs": self._others(),
         }
 
     def describe(self) -> Dict[str, Any]:

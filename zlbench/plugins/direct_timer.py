@@ -428,6 +428,7 @@ class RowRecorder:
                     power_w=after.get("power_w"),
                     cpu_share=None if share is None else round(share, 3),
                     load1=after.get("load1"),
+                    other_procs=after.get("other_procs") or None,
                 )
             )
         record = {

@@ -183,7 +183,8 @@ def _run_pairs(result: ABResult) -> List[Tuple[RunLog, RunLog]]:
 
 def throttle_reasons(pair: PairedRow) -> Dict[str, List[str]]:
     """Side ("A", "B") -> why it was measured slowed down (DEVICE_THROTTLED's ``why``:
-    vendor reasons, sm_clock_drop, host_slow, cpu_contention); sides without one left out."""
+    vendor reasons, sm_clock_drop, host_slow, cpu_contention, device_shared); sides without
+    one left out."""
     out: Dict[str, List[str]] = {}
     for side, row in (("A", pair.a), ("B", pair.b)):
         for m in row.markers:

@@ -1,0 +1,138 @@
+"""Another process busy on the device while a row is timed (``device_shared``): NVML's
+per-process utilization, read through a small stand-in for pynvml (no GPU on CPU hosts),
+and what the row record, its marker and the A/B make of it."""
+
+from __future__ import annotations
+
+import os
+import types
+
+import pytest
+
+from zlbench.backends import nvml
+from zlbench.markers import DEVICE_THROTTLED, parse_marker
+from zlbench.plugins.direct_timer import RowRecorder
+from zlbench.timing import Measured, TimedRow, throttle_reason
+
+ME = os.getpid()
+
+
+def util(pid, sm=0, mem=0, ts=1):
+    return types.SimpleNamespace(pid=pid, smUtil=sm, memUtil=mem, timeStamp=ts)
+
+
+def test_other_busy_processes_are_counted_beside_this_one():
+    assert nvml.other_busy_processes([], ME) is None  # no samples: no answer
+    assert nvml.other_busy_processes([util(ME, sm=90)], ME) == 0
+    # An idle process holding a context (a batch's prestarted one) is not contention.
+    assert nvml.other_busy_processes([util(ME, sm=90), util(ME + 1)], ME) == 0
+    assert nvml.other_busy_processes([util(ME, sm=90), util(ME + 1, sm=40)], ME) == 1
+    assert nvml.other_busy_processes([util(ME), util(ME + 1, mem=5)], ME) == 1  # copies alone
+    # Pids of another namespace (a container's are the host's): every busy one but one.
+    assert nvml.other_busy_processes([util(900, sm=90)], ME) == 0
+    assert nvml.other_busy_processes([util(900, sm=90), util(901, sm=30)], ME) == 1
+    assert nvml.other_busy_processes([util(900, sm=90), util(901, sm=30), util(902, mem=1)], ME) == 2
+
+
+class NotFound(Exception):
+    """pynvml's NVMLError_NotFound: no utilization sample since the timestamp."""
+
+
+class FakeNvml(types.ModuleType):
+    """pynvml in small: one device, fixed clocks, and the per-process utilization
+    samples a test appends to (``since`` filters them as NVML does)."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 1, 0
+
+    def __init__(self):
+        super().__init__("pynvml")
+        self.samples = []
+        self.asked = []
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return ("device", index)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return ("device", uuid)
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return 600_000
+
+    def nvmlDeviceGetClockInfo(self, handle, which):
+        return 1980 if which == self.NVML_CLOCK_SM else 3201
+
+    def nvmlDeviceGetTemperature(self, handle, which):
+        return 55
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return 0
+
+    def nvmlDeviceGetProcessUtilization(self, handle, since):
+        self.asked.append(since)
+        got = [s for s in self.samples if s.timeStamp > since]
+        if not got:
+            raise NotFound("Not Found")
+        return got
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch):
+    fake = FakeNvml()
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake)
+    monkeypatch.setattr(nvml, "_torch_uuid", lambda: None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return fake
+
+
+def test_each_sample_counts_what_ran_since_the_one_before(fake_nvml):
+    state = nvml.NvmlState()
+    fake_nvml.samples += [util(ME, sm=80, ts=100), util(4242, sm=60, ts=120)]
+    before = state.sample()  # after the warm-up: the other process ran before it
+    assert before["other_procs"] == 1
+    fake_nvml.samples += [util(ME, sm=80, ts=200)]
+    after = state.sample()  # the timed calls: this process alone
+    assert after["other_procs"] == 0 and fake_nvml.asked[-1] == 120
+    assert throttle_reason(before, after, 1980.0) is None
+    fake_nvml.samples += [util(ME, sm=80, ts=300), util(4242, sm=50, ts=310)]
+    shared = state.sample()
+    assert shared["other_procs"] == 1
+    assert throttle_reason(after, shared, 1980.0) == "device_shared"
+    # No sample since the last one (NVML samples every few tens of ms): no answer.
+    assert state.sample()["other_procs"] is None
+
+
+def test_an_nvml_without_per_process_utilization_gives_no_answer(fake_nvml, monkeypatch):
+    monkeypatch.setattr(fake_nvml, "nvmlDeviceGetProcessUtilization", None)
+    assert nvml.NvmlState().sample()["other_procs"] is None
+
+
+def test_a_shared_row_carries_the_marker_and_the_record_says_how_many(fake_nvml, tmp_path, monkeypatch, capsys):
+    import json
+
+    from zlbench import benchenv, rowstats
+
+    monkeypatch.setenv(benchenv.RUN_DIR, str(tmp_path))
+    recorder = RowRecorder("cuda")
+    recorder._state = nvml.NvmlState()
+    row = TimedRow("log1p", "torch.bfloat16", "[1073741824]", "gems")
+    measured = Measured(1.0, 3.9, 100, 0.24, "budget")
+    for others in (False, True):
+        recorder.start()
+        fake_nvml.samples.append(util(ME, sm=90, ts=len(fake_nvml.samples) + 1))
+        recorder.warm()
+        fake_nvml.samples.append(util(ME, sm=90, ts=len(fake_nvml.samples) + 1))
+        if others:
+            fake_nvml.samples.append(util(31337, sm=70, ts=len(fake_nvml.samples) + 1))
+        recorder.finish(row, measured, "graph")
+    records, _ = rowstats.read(tmp_path)
+    assert [r["throttled"] for r in records] == [None, "device_shared"]
+    assert records[1]["device"]["after"]["other_procs"] == 1
+    markers = [parse_marker(line) for line in capsys.readouterr().out.splitlines() if line.startswith(DEVICE_THROTTLED)]
+    assert len(markers) == 1 and markers[0].get("why") == "device_shared" and markers[0].get("other_procs") == "1"
+    assert json.dumps(records)  # the record stays plain JSON
