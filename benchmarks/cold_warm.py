@@ -127,6 +127,8 @@ def run_pass(args, name: str) -> Dict[str, object]:
             # `timeout`, raised here as KeyboardInterrupt): the batch runs in a session
             # of its own and would go on measuring beside whatever runs next.
             timed_out = isinstance(stop, subprocess.TimeoutExpired)
+            # A second Ctrl-C or SIGTERM does not cut the clean-up short.
+            held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
             os.killpg(child.pid, signal.SIGINT)  # the batch stops its attempts and reports
             try:
                 rc = child.wait(timeout=SIGINT_GRACE_S)
@@ -140,6 +142,8 @@ def run_pass(args, name: str) -> Dict[str, object]:
             left = proc.kill_tagged("ZL_BATCH_DIR", str(out), 5.0)
             if left:
                 print(f"   stopped {len(left)} leftover process(es) of the {name} batch", flush=True)
+            for sig, handler in held.items():
+                signal.signal(sig, handler)
             if not timed_out:
                 print(f"   {name}: stopped with its batch", flush=True)
                 raise

@@ -127,12 +127,16 @@ def run_batch(args, ops: List[str], out: Path, timeout: float) -> bool:
         # its own and would go on measuring beside whatever runs next.
         finished = False
         stopped = None if isinstance(stop, subprocess.TimeoutExpired) else stop
+        # A second Ctrl-C or SIGTERM does not cut the clean-up short.
+        held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
         proc.send_signal(signal.SIGINT)  # the batch stops its attempts and records what it has
         try:
             text, _ = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             text, _ = proc.communicate()
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
         why = "stopped" if stopped else f"--pass-limit {args.pass_limit:.0f} s reached"
         text += f"\n(screen_throughput: {why}, batch interrupted)\n"
     out.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,12 @@ def test_other_busy_processes_are_counted_beside_this_one():
     # Pids of another namespace (a container's are the host's): every busy one but one.
     assert nvml.other_busy_processes([util(900, sm=90)], ME) == 0
     assert nvml.other_busy_processes([util(900, sm=90), util(901, sm=30)], ME) == 1
-    assert nvml.other_busy_processes([util(900, sm=90), util(901, sm=30), util(902, mem=1)], ME) == 2
+    assert nvml.other_busy_processes([util(900, sm=90), util(901, sm=30), util(902, mem=6)], ME) == 2
+    # Below BUSY_MIN_PCT (a display server, an agent): not contention; NVML's padding
+    # (pid 0) and junk above 100% are not processes.
+    assert nvml.other_busy_processes([util(ME, sm=90), util(ME + 1, sm=nvml.BUSY_MIN_PCT - 1)], ME) == 0
+    assert nvml.other_busy_processes([util(ME, sm=90), util(0, sm=80), util(ME + 2, sm=4000)], ME) == 0
+    assert nvml.other_busy_processes([util(0, sm=80)], ME) is None
 
 
 class NotFound(Exception):
@@ -40,7 +45,7 @@ class NotFound(Exception):
 
 class FakeNvml(types.ModuleType):
     """pynvml in small: one device, fixed clocks, and the per-process utilization
-    samples a test appends to (``since`` filters them as NVML does)."""
+    samples a test appends to, those from ``since`` on (the one at ``since`` again)."""
 
     NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 1, 0
 
@@ -75,7 +80,7 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetProcessUtilization(self, handle, since):
         self.asked.append(since)
-        got = [s for s in self.samples if s.timeStamp > since]
+        got = [s for s in self.samples if s.timeStamp >= since]  # the boundary's again, as NVML may
         if not got:
             raise NotFound("Not Found")
         return got
@@ -103,6 +108,8 @@ def test_each_sample_counts_what_ran_since_the_one_before(fake_nvml):
     shared = state.sample()
     assert shared["other_procs"] == 1
     assert throttle_reason(after, shared, 1980.0) == "device_shared"
+    # A sample NVML returns again at the timestamp already read is not new.
+    fake_nvml.samples += [util(4242, sm=50, ts=310)]
     # No sample since the last one (NVML samples every few tens of ms): no answer.
     assert state.sample()["other_procs"] is None
 

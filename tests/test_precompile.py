@@ -562,6 +562,37 @@ def test_children_are_handed_the_next_compile_as_each_finishes(tmp_path):
     assert reports[0][1] >= 1.0 > max(sec for i, (_, sec) in reports.items() if i)
 
 
+def test_children_that_die_are_replaced_while_compiles_are_left(tmp_path):
+    parent = os.getpid()
+
+    def job(i):
+        def run():
+            if i < 2 and os.getpid() != parent:
+                os._exit(7)  # both first children die on their first job
+        return run
+
+    reports = precompile.compile_in_children([job(i) for i in range(7)], 2)
+    assert sorted(reports) == [2, 3, 4, 5, 6] and all(ok for ok, _ in reports.values())
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_a_child_holds_no_pipe_of_its_elder_siblings(tmp_path):
+    """Each child closes the pipes of the children forked before it: else a child's job
+    pipe never reached its end while a younger sibling lived."""
+    marks = tmp_path / "fds"
+    marks.mkdir()
+
+    def job(i):
+        def run():
+            time.sleep(0.2)  # all four alive at once
+            (marks / f"{i}-{len(os.listdir('/proc/self/fd'))}").touch()
+        return run
+
+    precompile.compile_in_children([job(i) for i in range(4)], 4)
+    counts = {int(name.split("-")[1]) for name in os.listdir(marks)}
+    assert len(os.listdir(marks)) == 4 and len(counts) == 1, sorted(os.listdir(marks))
+
+
 def test_a_child_that_dies_costs_only_the_compile_it_was_running(tmp_path):
     parent = os.getpid()
 

@@ -221,9 +221,12 @@ def test_shard_env_records_on_its_device_without_recursion():
            "PARALLEL_WARMUP_GPUS": "2", "CUDA_VISIBLE_DEVICES": "6", "KEEP": "1"}
     out = w.shard_env(env, Path("/r/warmup/shard-1"), "CUDA_VISIBLE_DEVICES", "7")
     assert out == {"ZL_RUN_DIR": "/r/warmup/shard-1", "ZL_AUTOTUNE_MODE": "record",
-                   "CUDA_VISIBLE_DEVICES": "7", "KEEP": "1"}
+                   "CUDA_VISIBLE_DEVICES": "7", "KEEP": "1", "ZL_HOST_RUNS": "1"}
     assert env["REPLAY_FROM"] == "/old"  # the caller's mapping is left alone
     assert w.sqlite_dir(out) is None
+    # The shards run at once: each compile pool takes its share of the run's CPUs.
+    shared_host = w.shard_env({**env, "ZL_HOST_RUNS": "2"}, Path("/r/warmup/shard-1"), None, None, shards=4)
+    assert shared_host["ZL_HOST_RUNS"] == "8"
 
 
 def test_isolated_tuner_cache_gives_each_shard_its_own_db():

@@ -332,7 +332,11 @@ def shard_args(args: Sequence[str], shape_file: Path, fast_timing: bool) -> List
 
 
 def shard_env(
-    environ: Mapping[str, str], shard_dir: Path, visible_key: Optional[str], device: Optional[str]
+    environ: Mapping[str, str],
+    shard_dir: Path,
+    visible_key: Optional[str],
+    device: Optional[str],
+    shards: int = 1,
 ) -> Dict[str, str]:
     """Record mode into the shard's own dir, on its own device, and no recursion.
 
@@ -340,7 +344,7 @@ def shard_env(
     the run's isolated one (dropped with it): in one shared fresh DB a shard would take
     another shard's winner as "cached" and the conflict count would miss that key.
     """
-    env = benchenv.sweep_shard_env(environ, shard_dir)
+    env = benchenv.sweep_shard_env(environ, shard_dir, shards)
     if visible_key and device is not None:
         env[visible_key] = device
     isolated = environ.get("FLAGGEMS_CACHE_DIR")

@@ -109,14 +109,16 @@ def child_env(
     return env
 
 
-def sweep_shard_env(environ: Mapping[str, str], shard_dir: Path) -> Dict[str, str]:
+def sweep_shard_env(environ: Mapping[str, str], shard_dir: Path, shards: int = 1) -> Dict[str, str]:
     """A parallel warmup shard's benchmark process: record mode into its own dir, and no
-    replay or recursion."""
+    replay or recursion. The ``shards`` run at once, so each takes that share of the run's
+    CPUs for its compile pool."""
     env = dict(environ)
     for name in ("replay_from", "parallel_warmup_gpus"):
         env.pop(env_of(name), None)
     env[RUN_DIR] = str(shard_dir)
     env[AUTOTUNE_MODE] = "record"
+    env[HOST_RUNS] = str(host_runs(environ) * max(1, shards))
     return env
 
 

@@ -29,20 +29,29 @@ def reason_names(mask: int) -> List[str]:
     return [name for bit, name in SLOWDOWN_REASONS if mask & bit]
 
 
+# A process counts as busy on the device from this much SM or memory utilization in a
+# sample: below it sit a display server, a monitoring agent, or a batch's prestarted
+# process touching the device while it imports.
+BUSY_MIN_PCT = 5
+
+
+def _busy(sample: Any) -> bool:
+    utils = [getattr(sample, name, 0) or 0 for name in ("smUtil", "memUtil")]
+    # NVML pads its array with zeroed entries (pid 0) and can report junk above 100%.
+    return int(sample.pid) != 0 and all(u <= 100 for u in utils) and max(utils) >= BUSY_MIN_PCT
+
+
 def other_busy_processes(samples: Sequence[Any], own_pid: int) -> Optional[int]:
-    """How many processes other than this one kept the device's SMs or memory busy in
-    NVML's per-process utilization ``samples`` (``pid``, ``smUtil``, ``memUtil``);
-    None without samples. Where NVML shows this process's pid, every other busy pid is
-    another; where it does not (a container's pids are the host's), every busy process
-    but one is: a process this one cannot name then goes unseen while this one is idle,
-    never the other way round."""
+    """How many processes other than this one kept the device's SMs or memory busy
+    (``BUSY_MIN_PCT``) in NVML's per-process utilization ``samples`` (``pid``,
+    ``smUtil``, ``memUtil``); None without samples. Where NVML shows this process's pid,
+    every other busy pid is another; where it does not (a container's pids are the
+    host's), every busy process but one is: a process this one cannot name then goes
+    unseen while this one is idle, never the other way round."""
+    samples = [s for s in samples if int(s.pid) != 0]
     if not samples:
         return None
-    busy = {
-        int(s.pid)
-        for s in samples
-        if (getattr(s, "smUtil", 0) or 0) > 0 or (getattr(s, "memUtil", 0) or 0) > 0
-    }
+    busy = {int(s.pid) for s in samples if _busy(s)}
     if any(int(s.pid) == own_pid for s in samples):
         return len(busy - {own_pid})
     return max(0, len(busy) - 1)
@@ -117,7 +126,8 @@ class NvmlState(DeviceState):
         fn = getattr(self.nvml, "nvmlDeviceGetProcessUtilization", None)
         if fn is None:
             return None
-        samples = self._read(fn, self.last_utilization_us) or []
+        since = self.last_utilization_us
+        samples = [s for s in self._read(fn, since) or [] if int(s.timeStamp) > since]
         if samples:
             self.last_utilization_us = max(int(s.timeStamp) for s in samples)
         return other_busy_processes(samples, self.pid)

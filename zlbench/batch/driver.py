@@ -750,8 +750,12 @@ def _run_locked(
         f"(no per-attempt cgroup: {reaping})"
     )
     stopper = Stopper()
+    todo_names = {p.op for p in todo}
+    queues = {d: [p for p in items if p.op in todo_names] for d, items in plan.queues().items()}
     env = child_environ(environ, batch_dir, config.extra_env)
-    env[benchenv.HOST_RUNS] = str(max(1, len(plan.devices)))  # the compile pools' share of the CPUs
+    # Benchmark processes at once on this host, one per device with work: the compile
+    # pools' share of the CPUs.
+    env[benchenv.HOST_RUNS] = str(max(1, sum(1 for q in queues.values() if q)))
     if config.shard.count > 1:
         # A screen's hosts may share a home dir: FlagGems' tuning DB stays per host.
         per_host = tuner_cache.per_host_flaggems_cache(env, socket.gethostname())
@@ -779,8 +783,6 @@ def _run_locked(
         log=log,
         cgroup_base=cgroups,
     )
-    todo_names = {p.op for p in todo}
-    queues = {d: [p for p in items if p.op in todo_names] for d, items in plan.queues().items()}
     log(
         f"session {session}: {len(todo)} operator(s) on {prep.backend_name} devices "
         f"{','.join(plan.devices)}; {len(plan.dismissed)} dismissed"

@@ -149,7 +149,7 @@ def sweep(config, root: Path, n: int, report: Dict[str, Any]) -> None:
     shutil.rmtree(warm_dir, ignore_errors=True)  # a retry must not merge stale records
     fast = hasattr(config.option, "warmup") and hasattr(config.option, "iter")
     jobs = [
-        _prepare(i, warm_dir, shapes, subsets, raw, fast, visible_key, devices[i])
+        _prepare(i, warm_dir, shapes, subsets, raw, fast, visible_key, devices[i], len(shards))
         for i, subsets in enumerate(shards)
     ]
     report["shard_logs"] = [str(j["log"]) for j in jobs]
@@ -208,6 +208,7 @@ def _prepare(
     fast: bool,
     visible_key: Optional[str],
     device: Optional[str],
+    shard_count: int = 1,
 ) -> Dict[str, Any]:
     import yaml
 
@@ -217,7 +218,7 @@ def _prepare(
     shard_dir.mkdir(parents=True)
     shape_path = rundir.shapes_path(shard_dir)
     shape_path.write_text(yaml.safe_dump(autotune_sweep.shard_shape_data(shapes, subsets), sort_keys=False))
-    env = autotune_sweep.shard_env(os.environ, shard_dir, visible_key, device)
+    env = autotune_sweep.shard_env(os.environ, shard_dir, visible_key, device, shard_count)
     db_dir = autotune_sweep.sqlite_dir(env)
     if db_dir is not None:
         db_dir.mkdir(parents=True, exist_ok=True)

@@ -12,13 +12,14 @@ how long the wait is does. A candidate that fails to compile on the pool is left
 its ``_bench`` compiles it again on the calling thread and fails as it always did.
 
 The pool is processes where the OS can fork (``ForkPool``; on an H200 host baddbmm's 144
-candidates took 81.9 s of compiling in 22.9 s of wall with 8 of them): triton 3.6's compiler holds
-the GIL through its Python front end and its MLIR/LLVM passes (a Python loop on another
-thread ran at 11-16% of its speed while one compile ran, on this project's 2-core CPU
-host), so threads overlap little
-beyond ptxas. Each forked child compiles its share of the candidates into the Triton
-cache (it inherits the JIT's state and touches no device) and says which compiled;
-the parent then loads each from the cache. Elsewhere the pool is threads.
+candidates, 12 tuning passes of 12, took 79.4 s of compiling in 19.2 s of wall with 15 of
+them, against 80.2 s serially): triton 3.6's compiler holds the GIL through its Python
+front end and its MLIR/LLVM passes (a Python loop on another thread ran at 11-16% of its
+speed while one compile ran, on this project's 2-core CPU host), so threads overlap
+little beyond ptxas. Each forked child is handed the next candidate when it reports the
+last, compiles it into the Triton cache (it inherits the JIT's state and touches no
+device) and says whether it compiled; the parent then loads each from the cache.
+Elsewhere the pool is threads.
 
 ``TuningClock`` keeps the two figures the batch reports (per row and per run):
 ``compile_s``, wall seconds the benchmark's thread spent in triton's compiler or
@@ -32,9 +33,11 @@ module reads (``<jit module>._async_compile``), found from the tuner's JITFuncti
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import hashlib
 import os
-import select
+import selectors
 import signal
 import struct
 import sys
@@ -397,8 +400,8 @@ def in_triton_cache(key: Any) -> bool:
 
 class ForkPool:
     """What ``AsyncCompileMode`` submits to, for one tuning pass: ``submit`` only
-    collects the compiles; ``run`` forks up to ``workers`` children that compile their
-    shares into the Triton cache, waits for them, then runs each compile here (now a
+    collects the compiles; ``run`` forks up to ``workers`` children that compile them
+    into the Triton cache (``compile_in_children``), waits for them, then runs each compile here (now a
     cache hit) to hand the mode its kernel. A compile that failed in a child is not
     repeated here (its _bench repeats it); one a child did not report is run here."""
 
@@ -447,39 +450,71 @@ def compile_in_children(fns: Sequence[Callable[[], Any]], workers: int) -> Dict[
     """Run ``fns`` in up to ``workers`` forked children, each handed the next function as
     soon as it reports the last (compile times of one pass differ several-fold between
     configs: fixed shares left most children idle behind the one with the slow ones).
-    {index: (ok, seconds)} for every function a child reported on; a child that dies
-    takes only the function it was running with it."""
+    {index: (ok, seconds)} for every function a child reported on. A child that dies
+    takes the function it was running with it (unreported: the caller compiles it) and is
+    replaced while functions are left, at most once per function."""
     count = max(1, min(workers, len(fns)))
     children: Dict[int, _Child] = {}  # the child's report pipe -> the child
     reports: Dict[int, Tuple[bool, float]] = {}
-    queue = iter(range(len(fns)))
+    queue = collections.deque(range(len(fns)))
+    replacements = len(fns)
+    selector = selectors.DefaultSelector()  # no fd limit, unlike select.select
+
+    def start() -> None:
+        open_fds = [fd for c in children.values() for fd in (c.job_fd, c.report_fd)]
+        with _signals_held():  # a Ctrl-C lands after the child is known, never between
+            child = _Child.start(fns, open_fds)
+            children[child.report_fd] = child
+            selector.register(child.report_fd, selectors.EVENT_READ)
+        hand(child)
+
+    def hand(child: "_Child") -> None:
+        index = queue.popleft() if queue else None
+        if not child.hand(index) and index is not None:
+            queue.appendleft(index)  # it died already: its pipe's end says so next
+
     try:
         for _ in range(count):
-            child = _Child.start(fns)
-            children[child.report_fd] = child
-            child.hand(next(queue, None))
+            start()
         while children:
-            ready, _, _ = select.select(list(children), [], [])
-            for fd in ready:
-                child = children[fd]
+            for key, _ in selector.select():
+                child = children[key.fd]
                 got = child.read_reports()
                 if got is None:  # it exited: its pipe closed
+                    selector.unregister(key.fd)
                     child.close()
-                    del children[fd]
+                    del children[key.fd]
+                    if queue and replacements > 0:
+                        replacements -= 1
+                        start()
                     continue
                 reports.update(got)
                 if child.running is None:
-                    child.hand(next(queue, None))
+                    hand(child)
     finally:
         for child in children.values():  # interrupted: leave no child behind
             child.kill()
+        selector.close()
     return reports
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM held back (delivered on leaving) while a child is forked and
+    recorded: neither can then run the parent's handlers in the child, or stop the parent
+    with a child it does not know of."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class _Child:
     """One forked compile child: it reads a function's index (4 bytes) from its job pipe,
-    runs it, and writes ``<index> <ok> <seconds>`` to its report pipe; end of the job pipe
-    (or index -1) ends it."""
+    runs it, and writes ``<index> <ok> <seconds>`` to its report pipe; index -1 (or the
+    end of the job pipe) ends it."""
 
     def __init__(self, pid: int, job_fd: int, report_fd: int):
         self.pid, self.job_fd, self.report_fd = pid, job_fd, report_fd
@@ -487,25 +522,33 @@ class _Child:
         self.buffer = b""
 
     @classmethod
-    def start(cls, fns: Sequence[Callable[[], Any]]) -> "_Child":
+    def start(cls, fns: Sequence[Callable[[], Any]], siblings_fds: Sequence[int] = ()) -> "_Child":
+        """Fork one; ``siblings_fds``, the earlier children's pipe ends, are closed in it
+        (else each child would keep its elders' pipes open)."""
         job_read, job_write = os.pipe()
         report_read, report_write = os.pipe()
         pid = _fork()
         if pid == 0:
-            os.close(job_write)
-            os.close(report_read)
-            _compile_child(job_read, report_write, fns)  # never returns
+            try:  # nothing in the child may return into the parent's code
+                for fd in (job_write, report_read, *siblings_fds):
+                    os.close(fd)
+                _compile_child(job_read, report_write, fns)
+            finally:
+                os._exit(1)
         os.close(job_read)
         os.close(report_write)
         return cls(pid, job_write, report_read)
 
-    def hand(self, index: Optional[int]) -> None:
-        """Give it function ``index`` to run, or (None) tell it to exit."""
+    def hand(self, index: Optional[int]) -> bool:
+        """Give it function ``index`` to run, or (None) tell it to exit; False when it
+        has died already."""
         self.running = index
         try:
             os.write(self.job_fd, struct.pack("<i", -1 if index is None else index))
-        except OSError:  # it died already: its report pipe says so next
+        except OSError:  # its report pipe's end says so next
             self.running = None
+            return False
+        return True
 
     def read_reports(self) -> Optional[Dict[int, Tuple[bool, float]]]:
         """What it reported since the last look; None once it has exited."""
@@ -558,6 +601,7 @@ def _compile_child(job_fd: int, report_fd: int, fns: Sequence[Callable[[], Any]]
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
         while True:
             job = _read_exactly(job_fd, 4)
             index = struct.unpack("<i", job)[0] if len(job) == 4 else -1
