@@ -48,6 +48,7 @@ class FakeNvml(types.ModuleType):
     samples a test appends to, those from ``since`` on (the one at ``since`` again)."""
 
     NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 1, 0
+    NVML_CLOCK_ID_APP_CLOCK_TARGET, NVML_CLOCK_ID_APP_CLOCK_DEFAULT = 1, 2
 
     def __init__(self):
         super().__init__("pynvml")
@@ -77,6 +78,11 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
         return 0
+
+    def nvmlDeviceGetClock(self, handle, *args):  # what describe() reads: not asked here
+        raise NotFound("Not Supported")
+
+    nvmlDeviceGetName = nvmlDeviceGetUUID = nvmlDeviceGetMaxClockInfo = nvmlDeviceGetClock
 
     def nvmlDeviceGetProcessUtilization(self, handle, since):
         self.asked.append(since)
@@ -112,11 +118,15 @@ def test_each_sample_counts_what_ran_since_the_one_before(fake_nvml):
     fake_nvml.samples += [util(4242, sm=50, ts=310)]
     # No sample since the last one (NVML samples every few tens of ms): no answer.
     assert state.sample()["other_procs"] is None
+    # The run's report says how often the check could answer (never silently none).
+    assert state.describe()["device_shared_check"] == {"answered": 3, "unanswered": 1}
 
 
 def test_an_nvml_without_per_process_utilization_gives_no_answer(fake_nvml, monkeypatch):
-    monkeypatch.setattr(fake_nvml, "nvmlDeviceGetProcessUtilization", None)
-    assert nvml.NvmlState().sample()["other_procs"] is None
+    monkeypatch.delattr(FakeNvml, "nvmlDeviceGetProcessUtilization")
+    state = nvml.NvmlState()
+    assert state.sample()["other_procs"] is None
+    assert state.describe()["device_shared_check"].startswith("unavailable")
 
 
 def test_a_shared_row_carries_the_marker_and_the_record_says_how_many(fake_nvml, tmp_path, monkeypatch, capsys):

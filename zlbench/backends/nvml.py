@@ -37,8 +37,7 @@ BUSY_MIN_PCT = 5
 
 def _busy(sample: Any) -> bool:
     utils = [getattr(sample, name, 0) or 0 for name in ("smUtil", "memUtil")]
-    # NVML pads its array with zeroed entries (pid 0) and can report junk above 100%.
-    return int(sample.pid) != 0 and all(u <= 100 for u in utils) and max(utils) >= BUSY_MIN_PCT
+    return all(u <= 100 for u in utils) and max(utils) >= BUSY_MIN_PCT  # NVML can report junk above 100%
 
 
 def other_busy_processes(samples: Sequence[Any], own_pid: int) -> Optional[int]:
@@ -48,7 +47,7 @@ def other_busy_processes(samples: Sequence[Any], own_pid: int) -> Optional[int]:
     every other busy pid is another; where it does not (a container's pids are the
     host's), every busy process but one is: a process this one cannot name then goes
     unseen while this one is idle, never the other way round."""
-    samples = [s for s in samples if int(s.pid) != 0]
+    samples = [s for s in samples if int(s.pid) != 0]  # NVML pads its array with zeroed entries
     if not samples:
         return None
     busy = {int(s.pid) for s in samples if _busy(s)}
@@ -90,6 +89,8 @@ class NvmlState(DeviceState):
         self.reason = ""
         self.pid = os.getpid()
         self.last_utilization_us = 0  # NVML's timestamp of the newest utilization sample read
+        # Device samples that could say whether another process used the device, and did.
+        self.shared_checks = {"answered": 0, "unanswered": 0}
 
     def _find_handle(self):
         nv = self.nvml
@@ -124,13 +125,13 @@ class NvmlState(DeviceState):
         """Other processes busy on the device since the last sample (None: NVML has no
         per-process samples for that time, or cannot give them)."""
         fn = getattr(self.nvml, "nvmlDeviceGetProcessUtilization", None)
-        if fn is None:
-            return None
         since = self.last_utilization_us
-        samples = [s for s in self._read(fn, since) or [] if int(s.timeStamp) > since]
+        samples = [s for s in self._read(fn, since) or [] if int(s.timeStamp) > since] if fn else []
         if samples:
             self.last_utilization_us = max(int(s.timeStamp) for s in samples)
-        return other_busy_processes(samples, self.pid)
+        others = other_busy_processes(samples, self.pid)
+        self.shared_checks["unanswered" if others is None else "answered"] += 1
+        return others
 
     def sample(self) -> Dict[str, Any]:
         nv = self.nvml
@@ -166,6 +167,13 @@ class NvmlState(DeviceState):
             "default_app_sm_mhz": app_default,
             "p0_sm_mhz_range": list(p0) if p0 else None,
             "clocks_locked": clocks_locked(app, app_default, p0),
+            # How often a row could be checked for another process on the device
+            # (device_shared): never, where this NVML gives no per-process samples.
+            "device_shared_check": (
+                dict(self.shared_checks)
+                if hasattr(self.nvml, "nvmlDeviceGetProcessUtilization")
+                else "unavailable: this NVML has no nvmlDeviceGetProcessUtilization"
+            ),
         }
 
     def close(self) -> None:

@@ -401,8 +401,8 @@ def in_triton_cache(key: Any) -> bool:
 class ForkPool:
     """What ``AsyncCompileMode`` submits to, for one tuning pass: ``submit`` only
     collects the compiles; ``run`` forks up to ``workers`` children that compile them
-    into the Triton cache (``compile_in_children``), waits for them, then runs each compile here (now a
-    cache hit) to hand the mode its kernel. A compile that failed in a child is not
+    into the Triton cache (``compile_in_children``), waits for them, then runs each
+    compile here (now a cache hit) to hand the mode its kernel. A compile that failed in a child is not
     repeated here (its _bench repeats it); one a child did not report is run here."""
 
     def __init__(self, workers: int):
