@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -367,6 +368,32 @@ def test_prewarm_calls_the_first_function_of_a_name_that_works_and_skips_missing
     assert failed == {"zl_fake_broken.fingerprint()": "RuntimeError: no libtriton here"}
     # What the worker computes ahead names triton's key, and sympy is imported ahead.
     assert {f for _, f in PREWARM} == {"triton_key"} and "sympy" in PREIMPORT
+
+
+def test_a_forked_benchmark_process_imports_nothing_of_torchs_at_its_first_profiler_session():
+    """The direct timer's first traced timing starts torch.profiler, which imports
+    torch._inductor and torch._dynamo (1.5-2.9 s on an H200 host) unless the worker did
+    before forking; and the worker's imports leave the device alone."""
+    pytest.importorskip("torch")
+    script = textwrap.dedent(
+        """
+        import sys
+        from zlbench.run.fork import preimport
+        from zlbench.run.worker import PREIMPORT
+        from zlbench import backends
+        preimport(PREIMPORT)
+        assert backends.initialised_runtimes() == [], backends.initialised_runtimes()
+        import torch
+        before = set(sys.modules)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            torch.ones(4).sum()
+        print(sorted(m for m in set(sys.modules) - before if m.split(".")[0] == "torch"))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    new = eval(out.stdout.strip().splitlines()[-1])
+    assert not [m for m in new if m.startswith(("torch._inductor", "torch._dynamo"))], new
 
 
 def test_the_tracer_starts_ahead_only_where_the_direct_timer_would_trace(monkeypatch):

@@ -122,6 +122,21 @@ def test_each_sample_counts_what_ran_since_the_one_before(fake_nvml):
     assert state.describe()["device_shared_check"] == {"answered": 3, "unanswered": 1}
 
 
+def test_only_a_rows_last_sample_asks_which_processes_used_the_device(fake_nvml):
+    state = nvml.NvmlState()
+    fake_nvml.samples += [util(4242, sm=60, ts=50)]  # the last operator's process, before this one
+    state.sample(ending=False)  # the process's first sample opens the first window
+    assert fake_nvml.asked == [0]
+    fake_nvml.samples += [util(ME, sm=80, ts=100)]
+    assert state.sample()["other_procs"] == 0  # what ran before the window stays out of it
+    fake_nvml.samples += [util(4242, sm=60, ts=150)]  # another process in the next row's warm-up
+    opening = state.sample(ending=False)
+    assert opening["other_procs"] is None and fake_nvml.asked == [0, 50]  # not asked again
+    fake_nvml.samples += [util(ME, sm=80, ts=200)]
+    # The row's window runs from the last row's end: its warm-up is in it.
+    assert state.sample()["other_procs"] == 1 and fake_nvml.asked[-1] == 100
+
+
 def test_an_nvml_without_per_process_utilization_gives_no_answer(fake_nvml, monkeypatch):
     monkeypatch.delattr(FakeNvml, "nvmlDeviceGetProcessUtilization")
     state = nvml.NvmlState()

@@ -372,7 +372,7 @@ def test_the_row_recorder_asks_the_same_rule():
         def available(self):
             return True
 
-        def sample(self):
+        def sample(self, ending=True):
             return self.samples.pop(0)
 
     recorder = RowRecorder(None)

@@ -586,6 +586,32 @@ def test_traced_timing_warms_up_on_the_fastest_calls_and_sizes_its_sessions_to_t
     assert host_time.cost["warmup_stop"] == "settled" and host_time.cost["warmup"] < 100
 
 
+def test_a_slow_calls_warm_up_is_single_calls_where_fast_ones_double(monkeypatch):
+    from zlbench.plugins import percall
+    from zlbench.plugins.percall import percall_bench
+
+    host = _HostTime()
+    monkeypatch.setattr(percall, "time", host)
+    monkeypatch.setattr(timing, "time", host)
+    warmed = []
+
+    class Counting(_Events):
+        def run(self, fn, calls, grad_to_none):
+            warmed.append(calls)
+            return super().run(fn, calls, grad_to_none)
+
+    slow = lambda: (lambda: 99.0)  # noqa: E731 - a 99 ms call, as special_legendre_polynomial_p's
+    clock = _StandInClock(host, slow, lambda: 99.0)
+    clock.warmup_clock = Counting(host, slow)
+    result = percall_bench(lambda: None, clock, timing.WarmupRule("settle", 1000), timing.StopRule.for_call(0.005, 100))
+    # Three single calls agree: 3 x 99 ms and the tracer's one-call session (was 1 + 2 + 4).
+    assert warmed == [1, 1, 1] and result.cost["warmup_stop"] == "settled"
+    assert result.cost["warmup"] <= 4 * 99.0 + 1, result.cost
+    # Fast calls still double, up to about DIRECT_WARMUP_BATCH_MS of them.
+    assert [timing.next_warmup_calls(c, 0.5) for c in (1, 8, 16, 20)] == [2, 16, 20, 20]
+    assert timing.next_warmup_calls(4, 3.0) == 3 and timing.next_warmup_calls(1, 1e-9) == 2
+
+
 def test_an_empty_graph_of_a_side_the_tracer_found_idle_is_timed_by_events_without_a_trace():
     pytest.importorskip("torch")
     from zlbench.markers import NO_DEVICE_WORK

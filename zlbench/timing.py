@@ -463,6 +463,20 @@ def warmup_settled(batch_ms_per_call: Sequence[float], elapsed_ms: float, warmup
     )
 
 
+# The direct timer's warm-up batches double, up to about this many milliseconds of calls
+# (one call at least): on an H200 special_legendre_polynomial_p's 70-99 ms calls warmed up
+# over 1 + 2 + 4 of them, where three single calls that agree say as much.
+DIRECT_WARMUP_BATCH_MS = 10.0
+DIRECT_WARMUP_MAX_CALLS = 10_000
+
+
+def next_warmup_calls(calls: int, per_call_ms: float) -> int:
+    """Calls in the direct timer's next warm-up batch after one of ``calls`` calls that
+    took ``per_call_ms`` each (host time: what the batch costs)."""
+    cap = max(1, int(DIRECT_WARMUP_BATCH_MS / max(float(per_call_ms), 1e-6)))
+    return max(1, min(calls * 2, DIRECT_WARMUP_MAX_CALLS, cap))
+
+
 def warmup_batch_size(per_call_ms: float, batch_target_ms: float = 1.0) -> int:
     """Calls per timed warmup batch, so one batch lasts about ``batch_target_ms``."""
     per_call_ms = max(float(per_call_ms), 1e-6)

@@ -59,7 +59,9 @@ class DeviceState:
 
     ``sample()`` returns ``{"sm_mhz", "mem_mhz", "temp_c", "power_w", "throttle"}``
     (a value the vendor does not expose is None; ``throttle`` is a list of reason
-    names that slow the device down). ``describe()`` says where the numbers come from
+    names that slow the device down); ``ending`` says whether the sample closes a row
+    (after its timed calls) or opens one, for readings that cover the time since the
+    last row's end (NVML's ``other_procs``). ``describe()`` says where the numbers come from
     and whether clocks are locked (True, False or "unknown"). This base class is the
     answer where a vendor exposes nothing.
     """
@@ -72,7 +74,7 @@ class DeviceState:
     def available(self) -> bool:
         return False
 
-    def sample(self) -> Dict[str, Any]:
+    def sample(self, ending: bool = True) -> Dict[str, Any]:
         return {}
 
     def describe(self) -> Dict[str, Any]:

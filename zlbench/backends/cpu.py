@@ -83,7 +83,7 @@ class HostState(DeviceState):
     def available(self) -> bool:
         return True
 
-    def sample(self) -> Dict[str, Any]:
+    def sample(self, ending: bool = True) -> Dict[str, Any]:
         speed = host_speed()  # before the clocks: the probe's own run is outside the window
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return {

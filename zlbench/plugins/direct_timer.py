@@ -383,21 +383,21 @@ class RowRecorder:
 
     def warm(self) -> None:
         if self.before is None:
-            self.before = self._sample()
+            self.before = self._sample(ending=False)
 
     def device_ready(self) -> bool:
         """For a timer's warm-up: is the device at its working clock
         (``timing.at_working_clock`` against the highest SM clock read in the run)? A
         True answer's sample is the row's first."""
-        sample = self._sample()
+        sample = self._sample(ending=False)
         if not at_working_clock(sample, self.reference_mhz):
             return False
         self.before = sample
         return True
 
-    def _sample(self) -> dict:
+    def _sample(self, ending: bool = True) -> dict:
         try:
-            return self.state.sample() if self.state.available() else {}
+            return self.state.sample(ending=ending) if self.state.available() else {}
         except Exception as e:  # the driver went away mid-run: say so in the record
             return {"error": f"{type(e).__name__}: {e}"}
 

@@ -39,9 +39,8 @@ from zlbench.timing import (
     budget_calls,
     clear_grads,
     first_session_calls,
+    next_warmup_calls,
 )
-
-WARMUP_MAX_CALLS = 10_000
 
 
 class HostClock:
@@ -172,8 +171,9 @@ def session_activities(activity: str) -> list:
 def start_tracer(environ=None, run_waiting: Optional[Callable[[], bool]] = None) -> Optional[str]:
     """Start the profiler's tracer once, in an empty session, where this benchmark
     process's direct timer would trace (ZL_DIRECT_TIMER=kernels, a backend with a
-    profiler activity) and ZL_TRACER_PRESTART is on: its one-time start-up (on an H200
-    about 2 s in each process, CUPTI's) is then paid before the run, by a prestarted
+    profiler activity) and ZL_TRACER_PRESTART is on: its one-time start-up (CUPTI's;
+    torch's import of torch._inductor, once most of it, the worker makes before forking)
+    is then paid before the run, by a prestarted
     process while another operator runs, not inside the first traced timing. Not when
     ``run_waiting()`` says the run already waits for this process (then its first traced
     timing starts the tracer, as without a prestart). Returns the line to log, or None
@@ -417,7 +417,7 @@ def percall_bench(
         stopped = warmup.verdict(batches, (time.perf_counter() - begin) * 1e3, device_ready)
         if stopped is not None:
             break
-        calls = min(calls * 2, WARMUP_MAX_CALLS)
+        calls = next_warmup_calls(calls, warm[len(warm) // 2])
     per_call = warm[len(warm) // 2]
     host_per_call = sum(warm) / len(warm)
     cost.notes.update(warmup_stop=stopped, warmup_batches=len(batches), rep_ms=rule.min_ms)

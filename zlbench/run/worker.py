@@ -63,7 +63,14 @@ PREIMPORT = (
     # torch imports sympy at a library's first type promotion (elementwise_dtypes): 2.0 s
     # in every operator's first row on an H200 host whose site-packages had no .pyc.
     "sympy",
+    # torch.profiler's first session asks hasattr(torch, "_inductor"), which imports
+    # torch._inductor and torch._dynamo: 1.5-2.9 s inside the first traced timing of each
+    # process on an H200 host (9.5 s of a 24-operator pass's 142 s of pytest), and what
+    # it leaves on the heap made every later gc.collect of the process walk it.
+    "torch._inductor.config",
     "triton",
+    # triton imports gluon at a process's first kernel launch (90 ms an operator).
+    "triton.experimental.gluon",
     "pytest",
     "_pytest.python",
     "_pytest.terminal",
