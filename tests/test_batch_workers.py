@@ -373,7 +373,9 @@ def test_prewarm_calls_the_first_function_of_a_name_that_works_and_skips_missing
 def test_a_forked_benchmark_process_imports_nothing_of_torchs_at_its_first_profiler_session():
     """The direct timer's first traced timing starts torch.profiler, which imports
     torch._inductor and torch._dynamo (1.5-2.9 s on an H200 host) unless the worker did
-    before forking; and the worker's imports leave the device alone."""
+    before forking. (That the imports leave a CUDA device alone is the GPU test
+    test_the_workers_imports_leave_the_cuda_driver_uninitialised: on a CPU host torch
+    has no runtime to initialise.)"""
     pytest.importorskip("torch")
     script = textwrap.dedent(
         """
@@ -381,7 +383,8 @@ def test_a_forked_benchmark_process_imports_nothing_of_torchs_at_its_first_profi
         from zlbench.run.fork import preimport
         from zlbench.run.worker import PREIMPORT
         from zlbench import backends
-        preimport(PREIMPORT)
+        imported, failed = preimport(PREIMPORT)
+        assert "torch._inductor.config" in imported, failed
         assert backends.initialised_runtimes() == [], backends.initialised_runtimes()
         import torch
         before = set(sys.modules)
@@ -394,6 +397,7 @@ def test_a_forked_benchmark_process_imports_nothing_of_torchs_at_its_first_profi
     assert out.returncode == 0, out.stderr
     new = eval(out.stdout.strip().splitlines()[-1])
     assert not [m for m in new if m.startswith(("torch._inductor", "torch._dynamo"))], new
+    assert new == [], new  # nothing else of torch's either
 
 
 def test_the_tracer_starts_ahead_only_where_the_direct_timer_would_trace(monkeypatch):

@@ -3,6 +3,8 @@
     FLAGGEMS_DIR=~/FlagGems GEMS_VENDOR=nvidia python -m pytest -m gpu tests/test_batch_workers_gpu.py -s
 
 - the device probe sees CUDA initialised only once something initialised it;
+- the worker's imports leave the CUDA driver uninitialised, and a fork of it runs and traces
+  a kernel without importing anything of torch's;
 - a worker-mode batch over FlagGems measures (graph timer) without any worker refusing:
   nothing the worker imports (torch, triton, the conftest's imports) touches the GPU;
 - a forked operator that crashes the CUDA context leaves the next operator's rows alone.
@@ -36,6 +38,35 @@ def test_the_probe_sees_cuda_only_once_initialised():
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
     before, after = json.loads(out.stdout.strip().splitlines()[-1])
     assert before == [] and "cuda" in after
+
+
+FORK_AFTER_PREIMPORT = """
+import ctypes, os, sys
+from zlbench.run.fork import preimport
+from zlbench.run.worker import PREIMPORT
+imported, failed = preimport(PREIMPORT)
+count = ctypes.c_int()
+# CUDA_ERROR_NOT_INITIALIZED (3): nothing the worker imported called cuInit.
+print("driver", ctypes.CDLL("libcuda.so.1").cuDeviceGetCount(ctypes.byref(count)), flush=True)
+pid = os.fork()
+if pid == 0:
+    import torch
+    before = set(sys.modules)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
+        torch.ones(1024, device="cuda").sum().item()
+    new = sorted(m for m in set(sys.modules) - before if m.split(".")[0] == "torch")
+    print("child", new, flush=True)
+    os._exit(0)
+print("child exit", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+def test_the_workers_imports_leave_the_cuda_driver_uninitialised():
+    out = subprocess.run([sys.executable, "-c", FORK_AFTER_PREIMPORT], capture_output=True, text=True, timeout=300)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and "driver 3" in lines, out.stdout + out.stderr
+    # A forked benchmark process uses the device and traces it, importing nothing of torch's.
+    assert "child []" in lines and "child exit 0" in lines, out.stdout + out.stderr
 
 
 @needs_flaggems

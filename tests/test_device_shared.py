@@ -125,8 +125,9 @@ def test_each_sample_counts_what_ran_since_the_one_before(fake_nvml):
 def test_only_a_rows_last_sample_asks_which_processes_used_the_device(fake_nvml):
     state = nvml.NvmlState()
     fake_nvml.samples += [util(4242, sm=60, ts=50)]  # the last operator's process, before this one
-    state.sample(ending=False)  # the process's first sample opens the first window
+    first = state.sample(ending=False)  # the process's first sample opens the first window
     assert fake_nvml.asked == [0]
+    assert first["other_procs"] is None  # what it read came before the window: no row's count
     fake_nvml.samples += [util(ME, sm=80, ts=100)]
     assert state.sample()["other_procs"] == 0  # what ran before the window stays out of it
     fake_nvml.samples += [util(4242, sm=60, ts=150)]  # another process in the next row's warm-up

@@ -612,6 +612,24 @@ def test_a_slow_calls_warm_up_is_single_calls_where_fast_ones_double(monkeypatch
     assert timing.next_warmup_calls(4, 3.0) == 3 and timing.next_warmup_calls(1, 1e-9) == 2
 
 
+def test_a_direct_warm_up_of_short_batches_still_reaches_the_budget_rules_minimum(monkeypatch):
+    """Under "budget" the caller's warmup is the minimum: 6 ms calls in batches of one
+    would hit WARMUP_MAX_BATCHES (200) after 1.2 s, short of a 3 s warmup."""
+    from zlbench.plugins import percall
+    from zlbench.plugins.percall import percall_bench
+
+    host = _HostTime()
+    monkeypatch.setattr(percall, "time", host)
+    monkeypatch.setattr(timing, "time", host)
+    clock = _Events(host, lambda: (lambda: 6.0))
+    rule = timing.WarmupRule("budget", 3000)
+    result = percall_bench(lambda: None, clock, rule, timing.StopRule.for_call(0.005, 100))
+    assert result.cost["warmup_stop"] == "settled" and result.cost["warmup"] >= 3000, result.cost
+    assert result.cost["warmup_batches"] > timing.WARMUP_MAX_BATCHES
+    # The settle rule at FlagGems' 1,000 ms cap keeps the old limit.
+    assert timing.direct_warmup_max_batches(timing.WarmupRule("settle", 1000)) == timing.WARMUP_MAX_BATCHES
+
+
 def test_an_empty_graph_of_a_side_the_tracer_found_idle_is_timed_by_events_without_a_trace():
     pytest.importorskip("torch")
     from zlbench.markers import NO_DEVICE_WORK

@@ -256,8 +256,8 @@ def throttle_reason(
     an SM clock more than CLOCK_DROP below its reference, a host speed more than
     HOST_SLOW below its reference, (host samples) a timing process that ran on a CPU
     for less than CPU_SHARE_MIN of the time, or another process busy on the device
-    between the two samples (``other_procs`` of ``after``: NVML's per-process
-    utilization) names the row. A power cap (CLOCK_MANAGED)
+    since the last row's last sample (``other_procs`` of ``after``: NVML's per-process
+    utilization, the gap between the rows and this row's warm-up included) names the row. A power cap (CLOCK_MANAGED)
     names it only with the clock down, or where clocks cannot be read.
     """
     reasons = sorted(set(before.get("throttle") or []) | set(after.get("throttle") or []))
@@ -273,7 +273,7 @@ def throttle_reason(
     share = cpu_share(before, after)
     if share is not None and share < CPU_SHARE_MIN:
         reasons.append("cpu_contention")
-    if after.get("other_procs"):  # since ``before``: while the row was timed
+    if after.get("other_procs"):  # since the last row ended
         reasons.append("device_shared")
     return ",".join(reasons) or None
 
@@ -397,13 +397,14 @@ class WarmupRule(NamedTuple):
         batch_ms_per_call: Sequence[float],
         elapsed_ms: float,
         device_ready: Optional[Callable[[], bool]] = None,
+        max_batches: int = WARMUP_MAX_BATCHES,
     ) -> Optional[str]:
         """None to go on, else why warm-up ended: "settled", "cap" or "max_batches".
 
         ``device_ready`` is asked only once the batches agree (it may read the device's
         clock, which costs a driver call); False goes on warming until the cap.
         """
-        if len(batch_ms_per_call) >= WARMUP_MAX_BATCHES:
+        if len(batch_ms_per_call) >= max_batches:
             return "max_batches"
         if elapsed_ms >= self.cap_ms:
             return "cap"
@@ -475,6 +476,13 @@ def next_warmup_calls(calls: int, per_call_ms: float) -> int:
     took ``per_call_ms`` each (host time: what the batch costs)."""
     cap = max(1, int(DIRECT_WARMUP_BATCH_MS / max(float(per_call_ms), 1e-6)))
     return max(1, min(calls * 2, DIRECT_WARMUP_MAX_CALLS, cap))
+
+
+def direct_warmup_max_batches(rule: "WarmupRule") -> int:
+    """The direct timer's batch limit under ``rule``: batches of about
+    DIRECT_WARMUP_BATCH_MS must be able to reach its cap (under "budget" the caller's
+    ``warmup`` is the minimum: 200 such batches are 1-2 s), WARMUP_MAX_BATCHES at least."""
+    return max(WARMUP_MAX_BATCHES, math.ceil(rule.cap_ms / DIRECT_WARMUP_BATCH_MS) + WARMUP_WINDOW)
 
 
 def warmup_batch_size(per_call_ms: float, batch_target_ms: float = 1.0) -> int:

@@ -141,17 +141,19 @@ class NvmlState(DeviceState):
         mask = self._reasons()
         # The per-process query is the costly read (1.7 ms on an H200 host, 3.9 s of a
         # 24-operator pass when every sample asked): only a row's last sample asks, for
-        # the time since the last row's, and the process's first sample, which opens
-        # the first window (what NVML holds from before, such as the last operator's
-        # process, stays out of it).
-        ask = ending or not self.asked_utilization
+        # the time since the last row's (the benchmark's work between the rows, the
+        # row's warm-up and its timed calls), and the process's first sample, which
+        # opens the first window (what NVML holds from before, such as the last
+        # operator's process, stays out of it).
+        others = self._others() if ending or not self.asked_utilization else None
         return {
             "sm_mhz": self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM),
             "mem_mhz": self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM),
             "temp_c": self._read(nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU),
             "power_w": None if power_mw is None else round(power_mw / 1000.0, 1),
             "throttle": None if mask is None else reason_names(int(mask)),
-            "other_procs": self._others() if ask else None,
+            # An opening sample's count covers what came before the window: no row's.
+            "other_procs": others if ending else None,
         }
 
     def describe(self) -> Dict[str, Any]:

@@ -38,6 +38,7 @@ from zlbench.timing import (
     batch_calls,
     budget_calls,
     clear_grads,
+    direct_warmup_max_batches,
     first_session_calls,
     next_warmup_calls,
 )
@@ -411,10 +412,11 @@ def percall_bench(
     batches: List[float] = []  # per-call time of each warm-up batch
     warmup_clock = getattr(clock, "warmup_clock", clock)
     traced = warmup_clock is not clock
+    max_batches = direct_warmup_max_batches(warmup)
     while True:
         warm = sorted(warmup_clock.run(fn, calls, grad_to_none))
         batches.append(warm[0] if traced or fastest else warm[len(warm) // 2])
-        stopped = warmup.verdict(batches, (time.perf_counter() - begin) * 1e3, device_ready)
+        stopped = warmup.verdict(batches, (time.perf_counter() - begin) * 1e3, device_ready, max_batches)
         if stopped is not None:
             break
         calls = next_warmup_calls(calls, warm[len(warm) // 2])

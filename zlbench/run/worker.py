@@ -66,7 +66,8 @@ PREIMPORT = (
     # torch.profiler's first session asks hasattr(torch, "_inductor"), which imports
     # torch._inductor and torch._dynamo: 1.5-2.9 s inside the first traced timing of each
     # process on an H200 host (9.5 s of a 24-operator pass's 142 s of pytest), and what
-    # it leaves on the heap made every later gc.collect of the process walk it.
+    # it leaves on the heap made every later gc.collect of the process walk it. It reads
+    # TORCHINDUCTOR_*, TMPDIR and friends once, here: no run may set them apart.
     "torch._inductor.config",
     "triton",
     # triton imports gluon at a process's first kernel launch (90 ms an operator).
