@@ -14,6 +14,7 @@ after the first power-cap report, and the spread of windows after settling, sit 
 the settled median.
 
 Usage (a CUDA GPU): python benchmarks/power_cap.py --json power_cap.json
+The figures again from a saved run (no GPU): --from-json power_cap.json
 """
 
 from __future__ import annotations
@@ -96,6 +97,15 @@ def windows(series: List[dict], rep_s: float, after_s: float = 0.0) -> List[floa
     return out
 
 
+def window_spread(series: List[dict], after_s: float, lengths) -> Dict[str, Optional[float]]:
+    out: Dict[str, Optional[float]] = {}
+    for length in lengths:
+        meds = windows(series, length, after_s)
+        mid = statistics.median(meds) if meds else None
+        out[f"{length:g}s"] = round(max(abs(w / mid - 1) for w in meds), 4) if mid else None
+    return out
+
+
 def describe(series: List[dict], args) -> Dict[str, Optional[float]]:
     end_t = series[-1]["t_s"]
     last = [p for p in series if p["t_s"] >= end_t - 1.0]
@@ -105,10 +115,14 @@ def describe(series: List[dict], args) -> Dict[str, Optional[float]]:
     capped = next((p["t_s"] for p in series if "sw_power_cap" in (p["throttle"] or [])), None)
     settled = None
     if final_mhz:
-        for i in range(len(series)):
-            if all(p["sm_mhz"] and abs(p["sm_mhz"] / final_mhz - 1) <= args.within for p in series[i:]):
-                settled = series[i]["t_s"]
+        # The first reading after the last one outside the band (none: never settled).
+        for i in range(len(series) - 1, -1, -1):
+            mhz = series[i]["sm_mhz"]
+            if not mhz or abs(mhz / final_mhz - 1) > args.within:
+                settled = series[i + 1]["t_s"] if i + 1 < len(series) else None
                 break
+        else:
+            settled = series[0]["t_s"]
     rep_s = args.rep_ms / 1e3
     after_cap = windows(series, rep_s, capped)[:1] if capped is not None else []
     steady = windows(series, rep_s, settled if settled is not None else end_t - 1.0)
@@ -123,6 +137,9 @@ def describe(series: List[dict], args) -> Dict[str, Optional[float]]:
         "window_after_cap_vs_final": round(after_cap[0] / final_ms - 1, 4) if after_cap else None,
         "settled_windows": len(steady),
         "settled_windows_max_dev": round(max(dev), 4) if dev else None,
+        # From the first power-cap report on (the whole run if none): how far the median
+        # of one window of each length sits from the median of those windows, at most.
+        "window_max_dev": window_spread(series, capped or 0.0, (rep_s, 0.5, 1.0)),
         "final_power_w": statistics.median(p["power_w"] for p in last if p["power_w"]) if last else None,
     }
 
@@ -133,7 +150,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--shapes",
         default="16x4096x4096x4096,16x2048x2048x2048,2x4096x4096x4096",
-        help="comma-separated BxMxNxK (FlagGems' BlasBenchmark core shapes by default)",
+        help="comma-separated BxMxNxK (default: the three largest of FlagGems' BlasBenchmark core shapes)",
     )
     ap.add_argument("--dtypes", default="float16,bfloat16,float32")
     ap.add_argument("--seconds", type=float, default=3.0, help="back-to-back calls per case")
@@ -144,8 +161,20 @@ def main(argv=None) -> int:
         "--within", type=float, default=0.01, help="settled: the clock this close to its final median"
     )
     ap.add_argument("--json", help="write every case's series and figures here")
+    ap.add_argument("--from-json", help="no GPU: the figures again from the series of an earlier --json")
     args = ap.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            for case in json.load(f)["cases"]:
+                print(case["shape"], case["dtype"], json.dumps(describe(case["series"], args)))
+        return 0
+    shapes = [(text, parse_shape(text)) for text in args.shapes.split(",")]
     import torch
+
+    dtypes = [(name, getattr(torch, name, None)) for name in args.dtypes.split(",")]
+    for name, dtype in dtypes:
+        if not isinstance(dtype, torch.dtype):
+            raise SystemExit(f"--dtypes: {name!r} is not a torch dtype (float16, bfloat16, float32)")
 
     from zlbench.backends.cuda import open_device_state
 
@@ -157,12 +186,8 @@ def main(argv=None) -> int:
         print(f"power_cap.py needs the device's state (NVML): {state.reason}", file=sys.stderr)
         return 2
     results = []
-    for shape in args.shapes.split(","):
-        dims = parse_shape(shape)
-        for name in args.dtypes.split(","):
-            dtype = getattr(torch, name, None)
-            if not isinstance(dtype, torch.dtype):
-                raise SystemExit(f"--dtypes: {name!r} is not a torch dtype")
+    for shape, dims in shapes:
+        for name, dtype in dtypes:
             series = run_case(torch, state, args.op, dims, dtype, args)
             figures = describe(series, args)
             results.append({"op": args.op, "shape": shape, "dtype": name, **figures, "series": series})

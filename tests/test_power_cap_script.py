@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -39,3 +40,18 @@ def test_a_shape_that_is_not_four_dimensions_is_refused_by_name():
     assert power_cap.parse_shape("16x4096x4096x4096") == [16, 4096, 4096, 4096]
     with pytest.raises(SystemExit, match="--shapes"):
         power_cap.parse_shape("16x4096")
+
+
+def test_window_lengths_say_how_far_a_dip_moves_a_timing_of_each_length(tmp_path, capsys):
+    series = _series()
+    spread = power_cap.window_spread(series, 0.15, (0.1, 0.5, 1.0))
+    # A 100 ms window inside the dip reads the dip's whole slowdown; a 1 s window holding
+    # the dip and the level reads the level (its median).
+    assert spread["0.1s"] == pytest.approx(1500 / 1300 - 1, abs=1e-4)
+    assert spread["1s"] == pytest.approx(0.0)
+    saved = tmp_path / "power_cap.json"
+    saved.write_text(json.dumps({"cases": [{"shape": "16x4096x4096x4096", "dtype": "float16",
+                                            "series": series}]}))
+    assert power_cap.main(["--from-json", str(saved)]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("16x4096x4096x4096 float16 ") and '"settled_s": 1.2' in line
