@@ -56,7 +56,8 @@ PER_KIND = 4
 REP_MS = 100.0  # FlagGems' DEFAULT_ITER_TIME, the caller's rep for each timing
 # A timing's own steps in row_stats.jsonl's cost_ms, per timer (milliseconds).
 # They partition the timing (the direct timer's parse is inside its timed step).
-TIMER_STEPS = {"graph": ("warmup", "capture", "replay", "move"), "direct": ("first_call", "warmup", "timed")}
+TIMER_STEPS = {"graph": ("warmup", "capture", "replay", "move", "cap window"),
+               "direct": ("first_call", "warmup", "timed")}
 # An operator's wall, split as ops_status.csv splits it (<phase>_s), and its teardown:
 # overhead_s (the wall outside the pytest session) less startup_s.
 PHASES = ("startup", "collect", "first_call", "measure")
@@ -243,6 +244,8 @@ def op_figures(batch: Path) -> Dict[str, dict]:
                    "collect_s": num("collect_s"), "first_call_s": num("first_call_s"), "measure_s": measure,
                    "overhead_s": num("overhead_s"), "timings": len(records), "budget_s": round(budget_s, 2),
                    "timer_s": round(timer_s, 2), "gap_s": round(gap_s, 2),
+                   # Timings taken again over a power-cap window (timing.CAP_WINDOW_MS).
+                   "cap_windows": sum(1 for r in records if r.get("stop") == "power_cap"),
                    "steps_s": {k: round(v, 3) for k, v in sorted(steps.items())},
                    "efficiency": round(measure / budget_s, 2) if measure and budget_s else None}
     return out

@@ -404,3 +404,40 @@ def test_nvml_names_another_process_busy_on_the_device():
         child.wait()
     state.close()
     assert shared["other_procs"] and shared["other_procs"] >= 1, shared
+
+
+@pytest.mark.parametrize("from_warmup", [True, False], ids=["cap-in-warmup", "cap-after-warmup"])
+def test_a_timing_that_reaches_the_power_cap_is_timed_again_over_the_window(from_warmup):
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    homes = []
+
+    def fn():
+        homes.append(x.data_ptr())
+        return torch.abs(x)  # memory-bound: far from this device's own power cap
+
+    # A device read as held down by its cap from the second reading on (the first sets
+    # the reference clock), or only once the warm-up is over: the warm-up's batches and
+    # every replay path read it while work runs.
+    readings, warm = [], []
+
+    def read():
+        readings.append(len(readings))
+        capped = len(readings) > 1 and (from_warmup or bool(warm))
+        return {"sm_mhz": 1400, "throttle": ["sw_power_cap"]} if capped else {"sm_mhz": 1980, "throttle": []}
+
+    placed = []
+    m = graph_bench(fn, 25, 100, None, None, "median", on_warm=lambda: warm.append(1), places=4,
+                    on_placed=lambda n, why: placed.append((n, why)), cap_watch=lambda: timing.CapWatch(read))
+    window = m.cost["power_cap"]
+    assert m.stop == "power_cap" and m.cost["replay_stop"] == "power_cap"
+    assert window["window_ms"] >= timing.CAP_WINDOW_MS and window["replays"] == m.samples
+    assert window["readings"] >= 2 and window["capped_readings"] == window["readings"]
+    assert window["median_mhz"] == 1400 and window["ref_mhz"] == 1980
+    # One placement, the inputs' own, and the reason is given for the count.
+    assert m.placements == 1 and placed[-1][0] == 1 and "power cap" in placed[-1][1]
+    assert homes[-1] == x.data_ptr()
+    # The window's figure is the same work's: within a few percent of a plain timing
+    # (this device's own clock is not held down here, whatever the watch was told).
+    plain = graph_bench(fn, 25, 100, None, None, "median", cap_watch=lambda: timing.CapWatch(lambda: {}))
+    assert "power_cap" not in plain.cost and plain.stop in ("noise", "budget")
+    assert abs(m.median_ms / plain.median_ms - 1) < 0.1

@@ -234,6 +234,94 @@ def at_working_clock(sample: dict, reference_mhz: Optional[float]) -> bool:
     return bool(sample.get("throttle"))
 
 
+# --- the power cap: a timing that reaches it is taken over the cap's own period ---------
+
+# Under its power cap a device's clock is not one number: on an H200 at its 700 W cap a
+# half-precision GEMM held 1440-1620 MHz and dipped to 1125-1410 MHz for about 0.2 s once
+# a second (benchmarks/power_cap.py), so 100 ms windows of one steady run differed by up
+# to 25% and 1 s windows by 1.2%; in an A/A, 20 of 583 rows (every one a GEMM) were
+# measured throttled and others moved up to 12% unmarked, their 100 ms of replays landing
+# before the cap, after it, or across it. A timing whose replays reach the cap is timed
+# again over this long, at the cap, and its row is a sustained figure at the power cap.
+CAP_WINDOW_MS = 1000.0
+# The window's replays go in chunks of about this much device time; the device is read
+# once a chunk, while it runs.
+CAP_CHUNK_MS = 50.0
+# Outside the window a watch reads the device at most this often: the cap comes over
+# about 100 ms of load, and a warm-up's batches of a millisecond would each ask.
+CAP_LOOK_EVERY_MS = 5.0
+
+
+def power_capped(sample: dict, reference_mhz: Optional[float]) -> bool:
+    """Is the device held below its clock by its power cap (a CLOCK_MANAGED reason and
+    the SM clock more than CLOCK_DROP below ``reference_mhz``)? Read while work runs:
+    an idle device's reading says nothing of the work (its reasons clear at once, its
+    clock climbs back within milliseconds)."""
+    mhz, reasons = sample.get("sm_mhz"), set(sample.get("throttle") or [])
+    if not mhz or not reference_mhz or not reasons & CLOCK_MANAGED:
+        return False
+    return mhz < (1.0 - CLOCK_DROP) * reference_mhz
+
+
+class CapWatch:
+    """Readings of the device taken while a timing's work runs on it (the host waits for
+    that work anyway), to tell whether the timing reached the power cap.
+
+    ``read()`` returns a device-state sample (``sm_mhz``, ``throttle``) or {} where the
+    vendor exposes none; ``reference_mhz`` is the run's highest SM clock so far (None
+    before any), raised by what this watch reads. ``seen`` once a reading was
+    ``power_capped``; ``window`` then holds the readings taken during the cap window.
+    """
+
+    def __init__(self, read: Callable[[], dict], reference_mhz: Optional[float] = None) -> None:
+        self.read = read
+        self.reference_mhz = reference_mhz
+        self.looks = 0
+        self.seen = False
+        self.in_window = False
+        self.window_mhz: List[float] = []
+        self.window_capped = 0
+        self.last_look = -math.inf
+
+    def look(self) -> None:
+        now = time.perf_counter()
+        if not self.in_window and (now - self.last_look) * 1e3 < CAP_LOOK_EVERY_MS:
+            return
+        self.last_look = now
+        try:
+            sample = self.read() or {}
+        except Exception:  # noqa: BLE001 - a reading is a hint; the row's own samples report errors
+            return
+        self.looks += 1
+        mhz = sample.get("sm_mhz")
+        capped = power_capped(sample, self.reference_mhz)
+        if mhz and not capped:
+            self.reference_mhz = max(self.reference_mhz or 0.0, float(mhz))
+        self.seen = self.seen or capped
+        if self.in_window:
+            if mhz:
+                self.window_mhz.append(float(mhz))
+            self.window_capped += capped
+
+    def notes(self, window_ms: float, replays: int) -> dict:
+        """What the window was, for the row's ``cost_ms["power_cap"]``."""
+        mhz = self.window_mhz
+        return {
+            "window_ms": round(window_ms, 3),
+            "replays": replays,
+            "readings": len(mhz),
+            "capped_readings": self.window_capped,
+            "median_mhz": statistics.median(mhz) if mhz else None,
+            "min_mhz": min(mhz) if mhz else None,
+            "ref_mhz": self.reference_mhz,
+        }
+
+
+def cap_window_done(window_ms: Sequence[float], limit_ms: float = CAP_WINDOW_MS) -> bool:
+    """Has the cap window's device time (its replays' times, ms) reached ``limit_ms``?"""
+    return sum(window_ms) >= limit_ms
+
+
 def cpu_share(before: dict, after: dict) -> Optional[float]:
     """The share of the wall time the process ran on a CPU between two host samples."""
     try:
@@ -245,7 +333,11 @@ def cpu_share(before: dict, after: dict) -> Optional[float]:
 
 
 def throttle_reason(
-    before: dict, after: dict, reference_mhz: Optional[float], reference_speed: Optional[float] = None
+    before: dict,
+    after: dict,
+    reference_mhz: Optional[float],
+    reference_speed: Optional[float] = None,
+    at_cap: bool = False,
 ) -> Optional[str]:
     """Why the device was slow while a row was timed, or None.
 
@@ -258,11 +350,16 @@ def throttle_reason(
     for less than CPU_SHARE_MIN of the time, or another process busy on the device
     since the last row's last sample (``other_procs`` of ``after``: NVML's per-process
     utilization, the gap between the rows and this row's warm-up included) names the row. A power cap (CLOCK_MANAGED)
-    names it only with the clock down, or where clocks cannot be read.
+    names it only with the clock down, or where clocks cannot be read; not at all for a
+    row timed over a cap window (``at_cap``, ``CAP_WINDOW_MS``): the cap and the clock it
+    holds are then what the row measures, and only other reasons name it.
     """
     reasons = sorted(set(before.get("throttle") or []) | set(after.get("throttle") or []))
     clocks = [c for c in (before.get("sm_mhz"), after.get("sm_mhz")) if c]
     dropped = bool(reference_mhz and clocks and min(clocks) < (1.0 - CLOCK_DROP) * reference_mhz)
+    if at_cap:
+        reasons = [r for r in reasons if r not in CLOCK_MANAGED]
+        dropped = False
     if reference_mhz and clocks and not dropped:
         reasons = [r for r in reasons if r not in CLOCK_MANAGED]
     if dropped:

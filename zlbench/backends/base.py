@@ -77,6 +77,11 @@ class DeviceState:
     def sample(self, ending: bool = True) -> Dict[str, Any]:
         return {}
 
+    def busy_sample(self) -> Dict[str, Any]:
+        """``sm_mhz`` and ``throttle`` alone, cheap enough to read while a timing's work
+        runs (``timing.CapWatch``); {} where the vendor exposes none."""
+        return {}
+
     def describe(self) -> Dict[str, Any]:
         return {"source": self.source, "reason": self.reason, "clocks_locked": "unknown"}
 

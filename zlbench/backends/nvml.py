@@ -135,6 +135,13 @@ class NvmlState(DeviceState):
         self.shared_checks["unanswered" if others is None else "answered"] += 1
         return others
 
+    def busy_sample(self) -> Dict[str, Any]:
+        mask = self._reasons()
+        return {
+            "sm_mhz": self._read(self.nvml.nvmlDeviceGetClockInfo, self.nvml.NVML_CLOCK_SM),
+            "throttle": None if mask is None else reason_names(int(mask)),
+        }
+
     def sample(self, ending: bool = True) -> Dict[str, Any]:
         nv = self.nvml
         power_mw = self._read(nv.nvmlDeviceGetPowerUsage)

@@ -31,6 +31,7 @@ from zlbench.markers import (
     DIRECT_TIMER_HOST_CLOCK,
     DIRECT_TIMER_UNTRACED,
     NO_DEVICE_WORK,
+    POWER_CAP_WINDOW,
     format_marker,
 )
 from zlbench.plugins import print_line, run_dir, write_plugin_json
@@ -38,6 +39,7 @@ from zlbench.plugins.keys import ROW_CONTEXT, ROW_LISTENERS, ROW_RECORD_FIELDS
 from zlbench.plugins.percall import NothingTraced, PercallResult, choose_clock, percall_bench
 from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
+    CapWatch,
     Measured,
     StopRule,
     TimedRow,
@@ -395,6 +397,15 @@ class RowRecorder:
         self.before = sample
         return True
 
+    def cap_watch(self) -> Optional[CapWatch]:
+        """A watch on the power cap for one timing (``timing.CapWatch``), or None where
+        the device's state cannot be read."""
+        if not self.state.available():
+            return None
+        before = (self.before or {}).get("sm_mhz")
+        reference = max(self.reference_mhz or 0.0, float(before or 0.0)) or None
+        return CapWatch(self.state.busy_sample, reference)
+
     def _sample(self, ending: bool = True) -> dict:
         try:
             return self.state.sample(ending=ending) if self.state.available() else {}
@@ -411,7 +422,22 @@ class RowRecorder:
         if speeds:
             self.speeds += speeds
             self.reference_speed = statistics.median(self.speeds)
-        why = throttle_reason(before, after, self.reference_mhz, self.reference_speed)
+        at_cap = (measured.cost or {}).get("power_cap")
+        why = throttle_reason(before, after, self.reference_mhz, self.reference_speed, at_cap=bool(at_cap))
+        if at_cap:
+            # Timed again over the power cap's period (timing.CAP_WINDOW_MS): the row is a
+            # sustained figure at the cap, which an A/B must find on both sides to compare.
+            print_line(
+                format_marker(
+                    POWER_CAP_WINDOW,
+                    **row.marker_fields(),
+                    window_ms=at_cap.get("window_ms"),
+                    replays=at_cap.get("replays"),
+                    median_mhz=at_cap.get("median_mhz"),
+                    min_mhz=at_cap.get("min_mhz"),
+                    ref_mhz=at_cap.get("ref_mhz"),
+                )
+            )
         if why:
             self.rows_throttled += 1
             share = cpu_share(before, after)

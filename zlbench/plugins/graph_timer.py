@@ -15,7 +15,11 @@ times in kernel mode. For one timing call:
 4. placements: capture and replay again with the inputs moved to fresh copies, up to
    ZL_GRAPH_PLACEMENTS times (``zlbench.plugins.placement``), the replays pooled; a
    first round of a few replays each, a second filling the caller's ``rep`` only when
-   the pooled median is not yet pinned to ZL_GRAPH_NOISE (``timing.ReplayRule``).
+   the pooled median is not yet pinned to ZL_GRAPH_NOISE (``timing.ReplayRule``);
+5. power cap: where the device, read while the warm-up's and replays' work ran, was held
+   down by its power cap, the samples are replaced by a cap window: one placement's
+   graph replayed for ``timing.CAP_WINDOW_MS`` (the cap's own period), stop
+   "power_cap", and a ``POWER_CAP_WINDOW`` marker instead of ``DEVICE_THROTTLED``.
 
 If any phase fails with an error that leaves the context alive (host synchronisation,
 RNG seeding, capture-illegal stream work), the capture is ended, the context checked,
@@ -41,14 +45,18 @@ from zlbench.plugins.direct_timer import DirectSettings, DirectTimer, RowRecorde
 from zlbench.plugins.placement import Placements
 from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
+    CAP_CHUNK_MS,
     DEFAULT_NOISE_TARGET,
+    MAX_REPLAYS,
     MIN_REPLAYS,
     PROBE_REPLAYS,
     TARGET_REPLAY_MS,
+    CapWatch,
     Cost,
     Measured,
     ReplayRule,
     WarmupRule,
+    cap_window_done,
     clear_grads,
     fallback_decision,
     fallback_marker,
@@ -218,18 +226,65 @@ def capture(torch, fn: Callable, calls: int, stream, grad_to_none, before_call=N
     return graph
 
 
+# The power-cap watch of the timing under way (``timing.CapWatch``): every replay path
+# goes through time_replays, and the warm-up's batches through warmup, which read the
+# device once their work is queued, while it runs. Set and cleared by graph_bench alone.
+_watch: Optional[CapWatch] = None
+
+
+def _look() -> None:
+    if _watch is not None:
+        _watch.look()
+
+
+def queue_replays(torch, graph, replays: int) -> Callable[[], List[float]]:
+    """Queue ``replays`` replays of ``graph``, each between two events, on the current
+    stream; returns what waits for them and gives their times (ms)."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    for start, end in zip(starts, ends):
+        start.record()
+        graph.replay()
+        end.record()
+
+    def times() -> List[float]:
+        ends[-1].synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    return times
+
+
 def time_replays(torch, graph, replays: int, stream) -> List[float]:
     with torch.cuda.stream(stream):
         graph.replay()  # the first replay uploads the graph
         stream.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
-        for start, end in zip(starts, ends):
-            start.record()
-            graph.replay()
-            end.record()
-        stream.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        times = queue_replays(torch, graph, replays)
+        _look()
+        return times()
+
+
+def cap_window(torch, fn, placements: Placements, calls: int, stream, grad_to_none, watch: CapWatch, cost):
+    """The timing again at the power cap: a graph of ``calls`` calls at placement 0
+    replayed in chunks of about CAP_CHUNK_MS until CAP_WINDOW_MS of device time (the
+    cap's own period: ``timing.CAP_WINDOW_MS``); returns its per-call times, which
+    replace the timing's samples."""
+    placements.restore()
+    graph = capture(torch, fn, calls, stream, grad_to_none)
+    cost.lap("capture")
+    watch.in_window = True
+    window: List[float] = []
+    chunk = 1
+    with torch.cuda.stream(stream):
+        graph.replay()  # the upload, once: the chunks follow one another at the cap
+        while not cap_window_done(window):
+            times = queue_replays(torch, graph, chunk)
+            watch.look()
+            got = times()
+            window += got
+            chunk = max(1, min(MAX_REPLAYS, round(CAP_CHUNK_MS / max(statistics.median(got), 1e-3))))
+    cost.lap("cap window")
+    cost.notes["power_cap"] = watch.notes(sum(window), len(window))
+    return [t / calls for t in window]
 
 
 def warmup(
@@ -251,6 +306,7 @@ def warmup(
                 clear_grads(grad_to_none)
                 fn()
             end.record()
+            _look()
             end.synchronize()
             batches.append(start.elapsed_time(end) / calls)
             calls = warmup_batch_size(batches[-1])
@@ -273,11 +329,15 @@ def graph_bench(
     noise: float = DEFAULT_NOISE_TARGET,
     device_ready: Optional[Callable[[], bool]] = None,
     replay_ms: float = TARGET_REPLAY_MS,
+    cap_watch: Optional[Callable[[], Optional[CapWatch]]] = None,
 ) -> Measured:
     """Time fn by graph replay over up to ``places`` placements of its inputs
     (``zlbench.plugins.placement``): warm-up by ``warmup_rule`` (capped at ``warmup_ms``
     under "settle"), then replays by ``timing.ReplayRule(noise)`` within ``rep_ms``;
+    where ``cap_watch()`` gives a watch and it saw the power cap while the work ran, the
+    samples are those of a cap window instead (``cap_window``, stop "power_cap");
     raises CaptureFailed(phase, error) on any failure."""
+    global _watch
     import torch
 
     if not torch.cuda.is_available():
@@ -291,6 +351,7 @@ def graph_bench(
     kept = KeptGraphs(torch)
     timed_placements = 0
     rule = ReplayRule(noise)
+    watch = _watch = cap_watch() if cap_watch is not None else None
     try:
         eager_ms, warm_stop, batches = warmup(
             torch, fn, WarmupRule(warmup_rule, warmup_ms), stream, grad_to_none, device_ready
@@ -307,8 +368,15 @@ def graph_bench(
         per_call = probe_per_call(time_replays(torch, graph, PROBE_REPLAYS, stream), probe_calls)
         cost.lap("replay")
         plan = plan_graph(per_call, rep_ms, replay_ms)
-        interleaved = interleave(placements, plan.calls_per_graph, l2_bytes(torch))
-        if interleaved:
+        # A cap already seen (the warm-up ran at it) sends the timing straight to the
+        # window: the replays would be set aside.
+        at_cap = watch is not None and watch.seen
+        interleaved = not at_cap and interleave(placements, plan.calls_per_graph, l2_bytes(torch))
+        times: List[float] = []
+        rounds, spent = 0, False
+        if at_cap:
+            graph = None
+        elif interleaved:
             graph = None  # the probe's buffers go before the real capture
             phase = "capture"
             try:
@@ -324,7 +392,7 @@ def graph_bench(
                 if isinstance(failed.error, torch.cuda.OutOfMemoryError):
                     free_cached_memory(torch, collect=True)
                 interleaved = False
-        if not interleaved:
+        if not interleaved and not at_cap:
             if graph is None or plan.calls_per_graph != probe_calls:
                 graph = None  # free the probe's buffers before the real capture
                 phase = "capture"
@@ -369,11 +437,15 @@ def graph_bench(
 
             rounds, spent = rule.later_rounds(plan.replays, count, per_placement, times, again)
             cost.notes.update(interleaved=False, graphs_kept=kept.holds(count))
+        stop = "noise" if times and rule.target > 0 and rule.pinned(sorted(times)) and not spent else "budget"
+        if watch is not None and watch.seen:
+            kept.drop()
+            phase = "capture"
+            times = cap_window(torch, fn, placements, plan.calls_per_graph, stream, grad_to_none, watch, cost)
+            timed_placements, stop = 1, "power_cap"
+            placements.fewer("timed again at the power cap, at one placement (timing.CAP_WINDOW_MS)")
         cost.notes.update(
-            calls_per_graph=plan.calls_per_graph,
-            replays=len(times),
-            rounds=rounds,
-            replay_stop="noise" if rule.target > 0 and rule.pinned(sorted(times)) and not spent else "budget",
+            calls_per_graph=plan.calls_per_graph, replays=len(times), rounds=rounds, replay_stop=stop
         )
     except ContextNotClean:
         raise
@@ -389,6 +461,7 @@ def graph_bench(
             free_cached_memory(torch, collect=True)
         raise CaptureFailed(phase, exc) from exc
     finally:
+        _watch = None
         graph = None
         kept.drop()
         placements.restore()
@@ -652,6 +725,7 @@ class GraphTimer:
                 self.warmup_rule,
                 self.noise,
                 self.recorder.device_ready,
+                cap_watch=self.recorder.cap_watch,
             )
         except CaptureFailed as failed:
             decision = fallback_decision(failed.phase, failed.error)

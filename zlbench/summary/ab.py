@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from zlbench.corpus.results import canonical_shape
-from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_UNTRACED, NO_DEVICE_WORK
+from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_UNTRACED, NO_DEVICE_WORK, POWER_CAP_WINDOW
 from zlbench.runlog import Row
 from zlbench.stats import geomean, quantile
 from zlbench.summary.caliber import CaliberReport, compare_run_pairs
@@ -196,13 +196,21 @@ def throttle_reasons(pair: PairedRow) -> Dict[str, List[str]]:
     return out
 
 
+def at_power_cap(row: Row) -> bool:
+    """Was the row's gems figure taken over a cap window (POWER_CAP_WINDOW): a sustained
+    figure at the device's power cap rather than FlagGems' ``rep`` of replays?"""
+    return any(m.name == POWER_CAP_WINDOW and m.get("side", "gems") == "gems" for m in row.markers)
+
+
 def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
     """The verdict of one pair from its gems latencies and spreads.
 
     SAME (no threshold, and why) when neither side's gems calls ran device work: the
     device time compared is none in both. UNKNOWN (counted apart, ``throttled``) when
     either side was measured while the machine was slowed down: such a row's change is
-    the machine's state, not the build. UNKNOWN when the two sides were timed by
+    the machine's state, not the build, and (counted with them) when one side's gems
+    figure is sustained at the power cap (POWER_CAP_WINDOW) and the other's is not: one
+    is the device at its cap, the other before it. UNKNOWN when the two sides were timed by
     different clocks (traced device time against events around each call differ by the
     host's share, not by the code), and when one side's gems latency is host time because
     the tracer saw no device work in its calls."""
@@ -218,6 +226,10 @@ def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
     if slowed and not same_run:
         why = "; ".join(f"{side} {','.join(reasons)}" for side, reasons in slowed.items())
         return Verdict(UNKNOWN, found.change, None, f"measured throttled ({why})", throttled=True)
+    capped = [side for side, row in (("A", pair.a), ("B", pair.b)) if at_power_cap(row)]
+    if len(capped) == 1 and found.status != UNKNOWN and not same_run:
+        why = f"only {capped[0]} timed at the power cap ({POWER_CAP_WINDOW})"
+        return Verdict(UNKNOWN, found.change, None, why, throttled=True)
     a_clock, b_clock = pair.a.gems_clock, pair.b.gems_clock
     if a_clock and b_clock and a_clock != b_clock and found.status != UNKNOWN:
         return Verdict(UNKNOWN, found.change, None, f"timed by different clocks: A {a_clock}, B {b_clock}")

@@ -12,6 +12,8 @@ it exceeds the smaller of the two rows' noise):
               run), a latency is missing, or A and B are the same run; and (judged in
               zlbench.summary.ab) when either side was measured while the machine was
               slowed down (DEVICE_THROTTLED: throttled, clocks down, the host slow), or
+              one side's figure is sustained at the power cap and the other's is not
+              (POWER_CAP_WINDOW), or
               the two sides were timed by different clocks, or one side's number is
               host time (its calls ran no device work); SAME without a threshold when
               neither side's calls ran device work (there is no device time to compare)
