@@ -18,8 +18,8 @@ direct-timed rows, kernel mode) it prints rows, median, p90 and max beside the f
 that opened issue 16 for the backend, checks the goals, and gives `summary --ab` verdicts
 for a1/a2 (all SAME is right) and a2/slow (SLOWER on OP's rows, SAME elsewhere is right).
 "unmarked" classes leave out the rows a marker explains: a DEVICE_THROTTLED line on
-either side, or kernels that ran other autotuned configs in the two batches
-(`summary --ab`'s autotune_changes).
+either side, a power-cap window (POWER_CAP_WINDOW) on one side only, or kernels that ran
+other autotuned configs in the two batches (`summary --ab`'s autotune_changes).
 
 A batch dir whose ops_status.csv says every operator is ok is reused: calling again
 with the same --out costs only what a time limit cut short.
@@ -54,7 +54,7 @@ from zlbench import rundir  # noqa: E402
 from zlbench.markers import DEVICE_THROTTLED  # noqa: E402
 from zlbench.stats import quantile  # noqa: E402
 from zlbench.summary import summarize  # noqa: E402
-from zlbench.summary.ab import autotune_changes, pair_summaries  # noqa: E402
+from zlbench.summary.ab import at_power_cap, autotune_changes, pair_summaries  # noqa: E402
 from zlbench.summary.verdict import DEFAULT_NOISE_FLOOR, SAME, SLOWER  # noqa: E402
 
 KERNEL_ARGS = ["--enable-cudagraph", "0", "--direct-timer", "do_bench"]
@@ -126,8 +126,10 @@ def throttled(row) -> bool:
 
 
 def explained(p) -> bool:
-    """A marker speaks for the pair: a slowed device, or other autotuned configs."""
-    return throttled(p.a) or throttled(p.b) or bool(autotune_changes(p))
+    """A marker speaks for the pair: a slowed device, the power cap on one side only
+    (POWER_CAP_WINDOW), or other autotuned configs."""
+    one_capped = at_power_cap(p.a) != at_power_cap(p.b)
+    return throttled(p.a) or throttled(p.b) or one_capped or bool(autotune_changes(p))
 
 
 def aa(dir1: Path, dir2: Path, kernel: bool, floor: float) -> dict:

@@ -406,33 +406,47 @@ def test_nvml_names_another_process_busy_on_the_device():
     assert shared["other_procs"] and shared["other_procs"] >= 1, shared
 
 
-@pytest.mark.parametrize("from_warmup", [True, False], ids=["cap-in-warmup", "cap-after-warmup"])
-def test_a_timing_that_reaches_the_power_cap_is_timed_again_over_the_window(from_warmup):
-    x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+@pytest.mark.parametrize("when, size, interleaved", [
+    ("warmup", 4096, None),  # seen in the warm-up: straight to the window after the probe
+    ("replays", 4096, False),  # seen in the first round of separate graphs' replays
+    ("replays", 64, True),  # seen in the replays of the interleaved graph
+], ids=["in-warmup", "in-replays", "in-interleaved-replays"])
+def test_a_timing_that_reaches_the_power_cap_is_timed_again_over_the_window(monkeypatch, when, size, interleaved):
+    x = torch.randn(size, size, device="cuda", dtype=torch.float16)
     homes = []
 
     def fn():
         homes.append(x.data_ptr())
         return torch.abs(x)  # memory-bound: far from this device's own power cap
 
-    # A device read as held down by its cap from the second reading on (the first sets
-    # the reference clock), or only once the warm-up is over: the warm-up's batches and
-    # every replay path read it while work runs.
-    readings, warm = [], []
+    # Every look reads (no rate limit), so the order of readings is the code's: a device
+    # read as held down by its cap from the warm-up's second batch on, or from the second
+    # reading after the warm-up (the probe's replays read the first).
+    monkeypatch.setattr(timing, "CAP_LOOK_EVERY_MS", 0.0)
+    readings, after_warm = [], []
 
     def read():
-        readings.append(len(readings))
-        capped = len(readings) > 1 and (from_warmup or bool(warm))
+        readings.append(1)
+        capped = len(readings) > 1 if when == "warmup" else len(after_warm) > 0 and len(readings) - after_warm[0] > 1
         return {"sm_mhz": 1400, "throttle": ["sw_power_cap"]} if capped else {"sm_mhz": 1980, "throttle": []}
 
     placed = []
-    m = graph_bench(fn, 25, 100, None, None, "median", on_warm=lambda: warm.append(1), places=4,
+    m = graph_bench(fn, 25, 100, None, None, "median", on_warm=lambda: after_warm.append(len(readings)), places=4,
                     on_placed=lambda n, why: placed.append((n, why)), cap_watch=lambda: timing.CapWatch(read))
     window = m.cost["power_cap"]
-    assert m.stop == "power_cap" and m.cost["replay_stop"] == "power_cap"
+    assert m.stop == "power_cap" and m.cost["replay_stop"] == "power_cap" and m.cost["rounds"] == 0
     assert window["window_ms"] >= timing.CAP_WINDOW_MS and window["replays"] == m.samples
     assert window["readings"] >= 2 and window["capped_readings"] == window["readings"]
     assert window["median_mhz"] == 1400 and window["ref_mhz"] == 1980
+    # What the window replaced: nothing when the warm-up saw the cap, else the replays.
+    aside = window["set_aside"]
+    if when == "warmup":
+        assert aside["replays"] == 0 and "interleaved" not in aside
+    else:
+        assert aside["replays"] > 0 and aside["rounds"] >= 1 and aside["interleaved"] is interleaved
+    assert "interleaved" not in m.cost and "graphs_kept" not in m.cost
+    # A window's spread is never under what two windows differ by.
+    assert m.spread >= timing.CAP_WINDOW_SPREAD and window["replay_spread"] is not None
     # One placement, the inputs' own, and the reason is given for the count.
     assert m.placements == 1 and placed[-1][0] == 1 and "power cap" in placed[-1][1]
     assert homes[-1] == x.data_ptr()

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from zlbench import benchenv, rowstats
+from zlbench import benchenv, rowstats, timing
 from zlbench.backends.base import DeviceState
 from zlbench.markers import DEVICE_THROTTLED, POWER_CAP_WINDOW, Marker, parse_marker
 from zlbench.plugins.direct_timer import RowRecorder
@@ -127,14 +127,15 @@ def test_the_recorder_marks_a_windowed_row_power_cap_window_not_throttled(tmp_pa
     recorder.start()
     recorder.warm()
     recorder.finish(row, Measured(1.0, 3.9, 40, 0.01, "budget", cost={}), "graph")
-    # A row timed over a cap window: the watch it got starts from the run's clock.
+    # A row timed over a cap window: the watch, asked for before the warm-up (as the
+    # graph timer does), starts from the run's clock.
     recorder.start()
-    recorder.warm()
     watch = recorder.cap_watch()
     assert watch is not None and watch.reference_mhz == 1980
     look(watch)
     look(watch)
     assert watch.seen
+    recorder.warm()
     window = {"power_cap": watch.notes(1001.5, 256)}
     recorder.finish(row, Measured(1.0, 4.6, 256, 0.012, "power_cap", cost=window), "graph")
     records, _ = rowstats.read(tmp_path)
@@ -174,3 +175,31 @@ def test_an_ab_compares_a_figure_at_the_cap_only_with_another(a, b, status):
     assert found.status == status
     if status == UNKNOWN:
         assert found.throttled and "timed at the power cap" in found.why and POWER_CAP_WINDOW in found.why
+
+
+def test_a_windows_spread_is_never_under_what_two_windows_differ_by():
+    assert timing.cap_window_spread(0.0004) == timing.CAP_WINDOW_SPREAD
+    assert timing.cap_window_spread(None) == timing.CAP_WINDOW_SPREAD
+    assert timing.cap_window_spread(0.03) == 0.03
+    # Two windows 1.7% apart (the H200 A/A's widest) stay SAME; a 5% change does not.
+    floor, spread = 0.02, timing.cap_window_spread(0.0004)
+    a, same, slower = _row(4.0, "gems"), _row(4.068, "gems"), _row(4.2, "gems")
+    for r in (a, same, slower):
+        r.gems_spread = spread
+    assert judge(PairedRow(a, same, 0.0, True), floor, False).status == SAME
+    assert judge(PairedRow(a, slower, 0.0, True), floor, False).status == SLOWER
+
+
+def test_the_ab_views_name_the_side_at_the_cap():
+    from zlbench.summary.render_ab import slowed_why, throttled_sides
+
+    pair = PairedRow(_row(4.0, "gems"), _row(3.6), 0.0, True)
+    assert throttled_sides(pair) == "A(cap)"
+    both = PairedRow(_row(4.0, "gems"), _row(4.04, "gems"), 0.0, True)
+    assert throttled_sides(both) == ""
+    hot = _row(3.6)
+    hot.markers.append(Marker(DEVICE_THROTTLED, {"side": "gems", "why": "hw_thermal"}))
+    assert throttled_sides(PairedRow(_row(4.0), hot, 0.0, True)) == "B"
+    assert slowed_why("measured throttled (A sw_power_cap,sm_clock_drop)") == "A sw_power_cap,sm_clock_drop"
+    why = "only A timed at the power cap (POWER_CAP_WINDOW)"
+    assert slowed_why(why) == why  # its own brackets stay

@@ -398,13 +398,13 @@ class RowRecorder:
         return True
 
     def cap_watch(self) -> Optional[CapWatch]:
-        """A watch on the power cap for one timing (``timing.CapWatch``), or None where
-        the device's state cannot be read."""
+        """A watch on the power cap for one timing (``timing.CapWatch``) from the run's
+        highest clock so far, or None where the device's state cannot be read. The run's
+        reference stays the row samples' own (what the watch reads while work runs is
+        not what those samples read, and they are compared with it)."""
         if not self.state.available():
             return None
-        before = (self.before or {}).get("sm_mhz")
-        reference = max(self.reference_mhz or 0.0, float(before or 0.0)) or None
-        return CapWatch(self.state.busy_sample, reference)
+        return CapWatch(self.state.busy_sample, self.reference_mhz)
 
     def _sample(self, ending: bool = True) -> dict:
         try:

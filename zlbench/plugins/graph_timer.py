@@ -57,6 +57,7 @@ from zlbench.timing import (
     ReplayRule,
     WarmupRule,
     cap_window_done,
+    cap_window_spread,
     clear_grads,
     fallback_decision,
     fallback_marker,
@@ -263,14 +264,11 @@ def time_replays(torch, graph, replays: int, stream) -> List[float]:
         return times()
 
 
-def cap_window(torch, fn, placements: Placements, calls: int, stream, grad_to_none, watch: CapWatch, cost):
-    """The timing again at the power cap: a graph of ``calls`` calls at placement 0
-    replayed in chunks of about CAP_CHUNK_MS until CAP_WINDOW_MS of device time (the
-    cap's own period: ``timing.CAP_WINDOW_MS``); returns its per-call times, which
-    replace the timing's samples."""
-    placements.restore()
-    graph = capture(torch, fn, calls, stream, grad_to_none)
-    cost.lap("capture")
+def cap_window(torch, graph, calls: int, stream, watch: CapWatch, cost: Cost) -> List[float]:
+    """The timing again at the power cap: ``graph`` (``calls`` calls at the inputs' own
+    placement) replayed in chunks of about CAP_CHUNK_MS until CAP_WINDOW_MS of device
+    time (the cap's own period: ``timing.CAP_WINDOW_MS``); returns its per-call times,
+    which replace the timing's samples."""
     watch.in_window = True
     window: List[float] = []
     chunk = 1
@@ -439,10 +437,21 @@ def graph_bench(
             cost.notes.update(interleaved=False, graphs_kept=kept.holds(count))
         stop = "noise" if times and rule.target > 0 and rule.pinned(sorted(times)) and not spent else "budget"
         if watch is not None and watch.seen:
+            # The record then describes the window; what it replaced is kept apart.
+            set_aside = {"replays": len(times), "rounds": rounds}
+            for key in ("interleaved", "graphs_kept", "rounds_ended"):
+                if key in cost.notes:
+                    set_aside[key] = cost.notes.pop(key)
             kept.drop()
+            placements.restore()  # the inputs' own placement; the copies go
             phase = "capture"
-            times = cap_window(torch, fn, placements, plan.calls_per_graph, stream, grad_to_none, watch, cost)
-            timed_placements, stop = 1, "power_cap"
+            graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none)
+            cost.lap("capture")
+            phase = "replay"
+            times = cap_window(torch, graph, plan.calls_per_graph, stream, watch, cost)
+            graph = None
+            cost.notes["power_cap"]["set_aside"] = set_aside
+            timed_placements, stop, rounds = 1, "power_cap", 0
             placements.fewer("timed again at the power cap, at one placement (timing.CAP_WINDOW_MS)")
         cost.notes.update(
             calls_per_graph=plan.calls_per_graph, replays=len(times), rounds=rounds, replay_stop=stop
@@ -475,6 +484,9 @@ def graph_bench(
     # row's spread includes how much the inputs' addresses move it (an interleaved row's
     # replays each average every placement already: its spread is replay to replay).
     measured = measured_from(times, quantiles, return_mode, cost.notes["replay_stop"])
+    if "power_cap" in cost.notes:
+        cost.notes["power_cap"]["replay_spread"] = measured.spread
+        measured = measured._replace(spread=cap_window_spread(measured.spread))
     return measured._replace(placements=timed_placements, cost=cost.report())
 
 

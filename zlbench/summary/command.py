@@ -282,7 +282,8 @@ def summary_command(
 
     \b
     With --ab A B, each row gets a verdict (SLOWER, FASTER, SAME, UNKNOWN: also for rows
-    measured throttled on either side; SAME for a row whose calls ran no device work on
+    measured throttled on either side, or timed at the power cap on one side only
+    (POWER_CAP_WINDOW); SAME for a row whose calls ran no device work on
     either side, a view: host time, not compared). The noise floor is --noise-floor, else the one
     `zlbench noise` recorded for A's machine and caliber, else 2%.
     Exit codes: 0 done; 1 a --fail-on / --max-slowdown gate tripped (the rows are listed

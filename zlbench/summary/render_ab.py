@@ -9,6 +9,7 @@ from zlbench.summary.ab import (
     ABResult,
     GainRange,
     PairedRow,
+    at_power_cap,
     autotune_changes,
     throttle_reasons,
 )
@@ -29,7 +30,7 @@ VERDICT_NOTE = (
     "verdict: SLOWER/FASTER when |B/A - 1| > floor + sqrt(spread_A^2 + "
     "spread_B^2), else SAME; SAME without a threshold where neither side ran device "
     "work (host time, not compared); UNKNOWN without spreads, or when either side was "
-    "measured throttled (zlbench.summary.verdict)"
+    "measured throttled or one side only was timed at the power cap (zlbench.summary.verdict)"
 )
 
 
@@ -89,9 +90,8 @@ def verdict_lines(result: ABResult) -> List[str]:
     throttled = [p for p in result.pairs if p.verdict.throttled]
     if throttled:
         lines.append(
-            f"{len(throttled)} of {len(result.pairs)} rows UNKNOWN, measured throttled on either side "
-            f"(first: {throttled[0].verdict.why.replace('measured throttled (', '').rstrip(')')}): "
-            "their change is the "
+            f"{len(throttled)} of {len(result.pairs)} rows UNKNOWN, measured throttled or at the power "
+            f"cap on one side only (first: {slowed_why(throttled[0].verdict.why)}): their change is the "
             "machine's state, not the build's."
         )
     unknown = [p for p in result.pairs if p.verdict.status == UNKNOWN and not p.verdict.throttled]
@@ -149,10 +149,21 @@ def _spread(value) -> str:
     return "" if value is None else f"{value * 100:.2f}%"
 
 
+def slowed_why(why: str) -> str:
+    """A throttled verdict's reason without its ``measured throttled (...)`` wrapping."""
+    prefix = "measured throttled ("
+    return why[len(prefix) : -1] if why.startswith(prefix) and why.endswith(")") else why
+
+
 def throttled_sides(p: PairedRow) -> str:
     """ "A", "B", "A+B" or "": the sides measured while the device (or the host's CPU)
-    was slowed down (DEVICE_THROTTLED): such a row's verdict is UNKNOWN."""
-    return "+".join(throttle_reasons(p))
+    was slowed down (DEVICE_THROTTLED), and "A(cap)"/"B(cap)" for the one side whose gems
+    figure is a power-cap window where the other's is not: such a row's verdict is UNKNOWN."""
+    sides = list(throttle_reasons(p))
+    capped = [side for side, row in (("A", p.a), ("B", p.b)) if at_power_cap(row)]
+    if len(capped) == 1 and capped[0] not in sides:
+        sides.append(f"{capped[0]}(cap)")
+    return "+".join(sorted(sides))
 
 
 def _pair_row(p: PairedRow) -> tuple:
