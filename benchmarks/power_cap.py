@@ -5,8 +5,9 @@ timing of ``rep`` milliseconds reads what the next one will (zlbench.timing's se
 rule), and how far apart two such timings land when the warm-up stops earlier.
 
 Each case (shape x dtype) idles for --idle seconds, then runs batches of about
---batch-ms of calls for --seconds, each batch timed by device events and followed by a
-device-state sample (zlbench.backends: NVML on NVIDIA). Per case it reports the clock at
+--batch-ms of calls for --seconds, each batch timed by device events, the device's state
+read while the batch still runs (zlbench.backends: NVML on NVIDIA; an idle device's
+reasons clear at once, as zlbench.timing.power_capped says). Per case it reports the clock at
 the start and its median over the last second, when the power cap was first reported,
 when the clock came within --within of that median and stayed there (settled_s), and the
 medians of consecutive --rep-ms windows of per-call times: how far the window right
@@ -66,8 +67,8 @@ def run_case(torch, state, op: str, dims: List[int], dtype, args) -> List[dict]:
         for _ in range(calls):
             fn()
         end.record()
-        end.synchronize()
         s = state.sample(ending=False)
+        end.synchronize()
         series.append(
             {
                 "t_s": round(time.perf_counter() - begin, 4),

@@ -54,7 +54,7 @@ from zlbench import rundir  # noqa: E402
 from zlbench.markers import DEVICE_THROTTLED  # noqa: E402
 from zlbench.stats import quantile  # noqa: E402
 from zlbench.summary import summarize  # noqa: E402
-from zlbench.summary.ab import at_power_cap, autotune_changes, pair_summaries  # noqa: E402
+from zlbench.summary.ab import autotune_changes, capped_alone, pair_summaries  # noqa: E402
 from zlbench.summary.verdict import DEFAULT_NOISE_FLOOR, SAME, SLOWER  # noqa: E402
 
 KERNEL_ARGS = ["--enable-cudagraph", "0", "--direct-timer", "do_bench"]
@@ -128,8 +128,7 @@ def throttled(row) -> bool:
 def explained(p) -> bool:
     """A marker speaks for the pair: a slowed device, the power cap on one side only
     (POWER_CAP_WINDOW), or other autotuned configs."""
-    one_capped = at_power_cap(p.a) != at_power_cap(p.b)
-    return throttled(p.a) or throttled(p.b) or one_capped or bool(autotune_changes(p))
+    return throttled(p.a) or throttled(p.b) or bool(capped_alone(p)) or bool(autotune_changes(p))
 
 
 def aa(dir1: Path, dir2: Path, kernel: bool, floor: float) -> dict:

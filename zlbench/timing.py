@@ -276,7 +276,8 @@ class CapWatch:
     ``read()`` returns a device-state sample (``sm_mhz``, ``throttle``) or {} where the
     vendor exposes none; ``reference_mhz`` is the run's highest SM clock so far (None
     before any), raised by what this watch reads. ``seen`` once a reading was
-    ``power_capped``; ``window`` then holds the readings taken during the cap window.
+    ``power_capped``; once ``in_window``, ``window_mhz`` and ``window_capped`` gather the
+    readings taken during the cap window.
     """
 
     def __init__(self, read: Callable[[], dict], reference_mhz: Optional[float] = None) -> None:
@@ -369,10 +370,8 @@ def throttle_reason(
     reasons = sorted(set(before.get("throttle") or []) | set(after.get("throttle") or []))
     clocks = [c for c in (before.get("sm_mhz"), after.get("sm_mhz")) if c]
     dropped = bool(reference_mhz and clocks and min(clocks) < (1.0 - CLOCK_DROP) * reference_mhz)
-    if at_cap:
-        reasons = [r for r in reasons if r not in CLOCK_MANAGED]
-        dropped = False
-    if reference_mhz and clocks and not dropped:
+    dropped = dropped and not at_cap
+    if at_cap or (reference_mhz and clocks and not dropped):
         reasons = [r for r in reasons if r not in CLOCK_MANAGED]
     if dropped:
         reasons.append("sm_clock_drop")

@@ -202,6 +202,13 @@ def at_power_cap(row: Row) -> bool:
     return any(m.name == POWER_CAP_WINDOW and m.get("side", "gems") == "gems" for m in row.markers)
 
 
+def capped_alone(pair: PairedRow) -> Optional[str]:
+    """ "A" or "B" when that side alone has its gems figure at the power cap
+    (``at_power_cap``); None when both or neither do."""
+    capped = [side for side, row in (("A", pair.a), ("B", pair.b)) if at_power_cap(row)]
+    return capped[0] if len(capped) == 1 else None
+
+
 def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
     """The verdict of one pair from its gems latencies and spreads.
 
@@ -226,9 +233,9 @@ def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
     if slowed and not same_run:
         why = "; ".join(f"{side} {','.join(reasons)}" for side, reasons in slowed.items())
         return Verdict(UNKNOWN, found.change, None, f"measured throttled ({why})", throttled=True)
-    capped = [side for side, row in (("A", pair.a), ("B", pair.b)) if at_power_cap(row)]
-    if len(capped) == 1 and found.status != UNKNOWN and not same_run:
-        why = f"only {capped[0]} timed at the power cap ({POWER_CAP_WINDOW})"
+    capped = capped_alone(pair)
+    if capped and found.status != UNKNOWN and not same_run:
+        why = f"only {capped} timed at the power cap ({POWER_CAP_WINDOW})"
         return Verdict(UNKNOWN, found.change, None, why, throttled=True)
     a_clock, b_clock = pair.a.gems_clock, pair.b.gems_clock
     if a_clock and b_clock and a_clock != b_clock and found.status != UNKNOWN:

@@ -9,8 +9,8 @@ from zlbench.summary.ab import (
     ABResult,
     GainRange,
     PairedRow,
-    at_power_cap,
     autotune_changes,
+    capped_alone,
     throttle_reasons,
 )
 from zlbench.summary.caliber import CaliberReport
@@ -160,9 +160,9 @@ def throttled_sides(p: PairedRow) -> str:
     was slowed down (DEVICE_THROTTLED), and "A(cap)"/"B(cap)" for the one side whose gems
     figure is a power-cap window where the other's is not: such a row's verdict is UNKNOWN."""
     sides = list(throttle_reasons(p))
-    capped = [side for side, row in (("A", p.a), ("B", p.b)) if at_power_cap(row)]
-    if len(capped) == 1 and capped[0] not in sides:
-        sides.append(f"{capped[0]}(cap)")
+    capped = capped_alone(p)
+    if capped and capped not in sides:
+        sides.append(f"{capped}(cap)")
     return "+".join(sorted(sides))
 
 
