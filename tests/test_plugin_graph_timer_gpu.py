@@ -350,6 +350,28 @@ def test_a_placement_that_fails_ends_the_extra_ones_and_keeps_what_was_timed():
     torch.cuda.synchronize()  # the context is fine
 
 
+@pytest.mark.parametrize("size,places,interleaved", [(64 * 64, 8, True), (1 << 22, 4, False)])
+def test_a_cache_keyed_by_address_gets_one_eager_call_at_each_moved_placement(size, places, interleaved):
+    # As FlagGems' segment_reduce does with its lengths: host work once per data_ptr,
+    # which a capture at a new address would forbid.
+    x = torch.randn(size, device="cuda")
+    checked = {}
+
+    def fn():
+        if x.data_ptr() not in checked:
+            checked[x.data_ptr()] = bool((x.cpu() > -1e9).all())
+        return torch.abs(x)
+
+    placed = []
+    m = graph_bench(fn, 25, 100, None, None, "median", places=places, on_placed=lambda n, why: placed.append((n, why)))
+    assert placed == [(places, None)] and len(checked) == places
+    assert m.cost["interleaved"] is interleaved and m.cost["called_first"] == places - 1
+    if not interleaved:  # each placement's own median is in the record
+        assert len(m.cost["placement_ms"]) == places and all(v > 0 for v in m.cost["placement_ms"])
+        assert min(m.cost["placement_ms"]) <= m.median_ms <= max(m.cost["placement_ms"])
+    torch.cuda.synchronize()
+
+
 def test_small_rows_interleave_their_placements_in_one_graph_and_measure_the_same():
     x = torch.randn(64, 64, device="cuda", dtype=torch.float16)
     ptr = x.data_ptr()

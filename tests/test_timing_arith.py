@@ -134,22 +134,24 @@ def test_clear_grads_drops_every_grad_and_accepts_none():
     timing.clear_grads(None)
 
 
-def test_plan_graph_unrolls_tiny_ops_to_about_a_millisecond_a_replay():
+def test_plan_graph_unrolls_tiny_ops_to_half_a_millisecond_a_replay():
+    assert timing.TARGET_REPLAY_MS == 0.5
     plan = timing.plan_graph(0.0011, 100)
-    assert plan.calls_per_graph == 909
-    assert plan.replays == 100  # the rep budget, in 1 ms samples
+    assert plan.calls_per_graph == 455
+    assert plan.replays == 200  # the rep budget, in 0.5 ms samples
+    assert timing.plan_graph(0.0011, 100, replay_ms=1.0) == timing.GraphPlan(909, 100)
     assert timing.plan_graph(0.00001, 100).calls_per_graph == timing.MAX_CALLS_PER_GRAPH
 
 
-def test_a_probe_whose_first_replays_are_slow_still_plans_a_millisecond_replay():
+def test_a_probe_whose_first_replays_are_slow_still_plans_a_full_replay():
     # A 20-call probe of a 1.1 us kernel whose first timed replays ran slow: by the median
-    # of three (as before) the plan would hold 36 calls, where the graph's fixed ~3 us launch
-    # cost reads each call 8% slower; by the fastest replay it holds about a millisecond.
+    # of three (as before) the plan would hold 18 calls, where the graph's fixed ~3 us launch
+    # cost reads each call 15% slower; by the fastest replay it holds half a millisecond.
     replays_ms = [0.56, 0.58, 0.0251, 0.0250, 0.0252]
-    assert timing.plan_graph(sorted(replays_ms[:3])[1] / 20, 100).calls_per_graph == 36
+    assert timing.plan_graph(sorted(replays_ms[:3])[1] / 20, 100).calls_per_graph == 18
     per_call = timing.probe_per_call(replays_ms, 20)
     assert per_call == pytest.approx(0.00125)
-    assert timing.plan_graph(per_call, 100).calls_per_graph == 800
+    assert timing.plan_graph(per_call, 100).calls_per_graph == 400
     assert len(replays_ms) == timing.PROBE_REPLAYS
 
 
@@ -166,7 +168,7 @@ def test_plan_graph_uses_one_call_for_long_ops_and_keeps_a_minimum_of_replays():
 
 
 def test_plan_graph_caps_the_replay_count():
-    assert timing.plan_graph(0.5, 1000) == timing.GraphPlan(2, timing.MAX_REPLAYS)
+    assert timing.plan_graph(0.25, 1000) == timing.GraphPlan(2, timing.MAX_REPLAYS)
 
 
 def test_plan_graph_survives_zero_estimates():
@@ -202,6 +204,9 @@ def test_settle_ends_warmup_once_batches_agree_long_before_the_callers_budget():
     stable = [0.0102, 0.0100, 0.0101]
     assert rule.verdict(stable, elapsed_ms=2) is None  # not yet WARMUP_MIN_MS
     assert rule.verdict(stable, elapsed_ms=timing.WARMUP_MIN_MS) == "settled"
+    assert rule.verdict(stable, 2, lambda: None) is None  # the clock cannot be told: the floor holds
+    assert rule.verdict(stable, 2, lambda: True) == "settled"  # read at its working clock: no floor
+    assert rule.verdict(stable, 2, lambda: False) is None
     assert rule.verdict([0.02, 0.015, 0.0101], elapsed_ms=50) is None  # still drifting
     assert rule.verdict([0.02, 0.015, 0.0101], elapsed_ms=1000) == "cap"  # the budget caps it
 
@@ -223,6 +228,7 @@ def test_settle_waits_for_the_device_clock_and_asks_only_when_batches_agree():
 def test_budget_rule_spends_the_callers_warmup_as_zlbench_did_before():
     rule = timing.WarmupRule("budget", 1000)
     assert rule.verdict([0.01] * 3, 900) is None
+    assert rule.verdict([0.01] * 3, 900, lambda: True) is None  # its minimum holds at any clock
     assert rule.verdict([0.01] * 3, 1000) == "settled"
     assert rule.verdict([0.01] * timing.WARMUP_MAX_BATCHES, 300) == "max_batches"
     assert rule.verdict([0.01, 0.02, 0.03], 4000) == "cap"
@@ -352,14 +358,14 @@ def test_graphs_are_kept_for_later_rounds_only_while_the_device_has_room():
 
 def test_the_warm_up_waits_for_a_ramping_clock_not_for_one_the_work_holds_down():
     ref = 1980.0
-    assert timing.at_working_clock({}, ref)  # no clocks to read
-    assert timing.at_working_clock({"sm_mhz": 1500}, None)  # no reference yet
-    assert timing.at_working_clock({"sm_mhz": 1900, "throttle": []}, ref)  # within 5%
-    assert not timing.at_working_clock({"sm_mhz": 1500, "throttle": []}, ref)  # still ramping
+    assert timing.working_clock({}, ref) is None  # no clocks to read: cannot tell
+    assert timing.working_clock({"sm_mhz": 1500}, None) is None  # no reference yet
+    assert timing.working_clock({"sm_mhz": 1900, "throttle": []}, ref) is True  # within 5%
+    assert timing.working_clock({"sm_mhz": 1500, "throttle": []}, ref) is False  # still ramping
     # At the power cap this work reaches (BLAS on an H200), or held down by heat: more
     # warm-up does not bring the clock back; the row carries DEVICE_THROTTLED instead.
-    assert timing.at_working_clock({"sm_mhz": 1500, "throttle": ["sw_power_cap"]}, ref)
-    assert timing.at_working_clock({"sm_mhz": 1500, "throttle": ["hw_thermal"]}, ref)
+    assert timing.working_clock({"sm_mhz": 1500, "throttle": ["sw_power_cap"]}, ref) is True
+    assert timing.working_clock({"sm_mhz": 1500, "throttle": ["hw_thermal"]}, ref) is True
 
 
 def test_the_row_recorder_asks_the_same_rule():
@@ -380,6 +386,9 @@ def test_the_row_recorder_asks_the_same_rule():
     recorder._state = State([{"sm_mhz": 1500, "throttle": []}, {"sm_mhz": 1500, "throttle": ["sw_power_cap"]}])
     assert recorder.device_ready() is False and recorder.before is None
     assert recorder.device_ready() is True and recorder.before["throttle"] == ["sw_power_cap"]
+    recorder.reference_mhz, recorder.before = None, None  # the run's first timing
+    recorder._state = State([{"sm_mhz": 1500, "throttle": []}])
+    assert recorder.device_ready() is None and recorder.before == {"sm_mhz": 1500, "throttle": []}
 
 
 def test_a_graph_is_kept_only_if_as_much_again_for_each_placement_to_come_still_fits():

@@ -156,3 +156,16 @@ def test_fallback_marker_says_when_the_dtype_was_guessed():
 def test_footer_is_one_line_of_scalars():
     line = timing.footer_line("graph_timer", {"timer": "graph", "rows_graph": 4, "fallbacks": [1]})
     assert line == "zlbench[graph_timer] timer=graph rows_graph=4"
+
+
+def test_a_capture_at_moved_inputs_is_tried_again_after_one_eager_call_only_where_that_can_help():
+    from zlbench.plugins.graph_timer import ContextNotClean, EmptyGraph, call_first
+
+    # FlagGems' segment_reduce at a new address: its host check inside the capture.
+    host = RuntimeError("Cannot copy between CPU and CUDA tensors during CUDA graph capture unless the CPU tensor is pinned.")
+    assert call_first(torch, host)
+    assert not call_first(torch, RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert not call_first(torch, torch.cuda.OutOfMemoryError("CUDA out of memory"))
+    assert not call_first(torch, EmptyGraph("The CUDA Graph is empty"))
+    assert not call_first(torch, ContextNotClean("a CUDA stream is still capturing"))
+    assert not call_first(torch, KeyboardInterrupt())

@@ -220,16 +220,19 @@ CPU_SHARE_MIN = 0.9  # a timing process on the CPU less than this share of the w
 CLOCK_MANAGED = frozenset({"sw_power_cap"})
 
 
-def at_working_clock(sample: dict, reference_mhz: Optional[float]) -> bool:
-    """For a warm-up: is the device at the clock this work runs at? Yes where clocks
-    cannot be read, before any reference, and within CLOCK_DROP of the reference. Below
-    it, a clock that is still ramping up (no slowdown reason) is worth waiting for; one
-    held down by a reason the vendor reports (a power cap that this very work reaches,
-    heat) is the working clock: waiting longer does not lift it, and the row is marked
-    DEVICE_THROTTLED. On an H200, BLAS rows at the power cap warmed up to FlagGems' cap
-    of 1,000 ms per timing waiting for a clock that did not come back."""
+def working_clock(sample: dict, reference_mhz: Optional[float]) -> Optional[bool]:
+    """For a warm-up: is the device at the clock this work runs at? None where that
+    cannot be told (no clock read, or no reference yet: the run's first timing); True
+    within CLOCK_DROP of the reference; below it, False for a clock that is still ramping
+    up (no slowdown reason), worth waiting for, and True for one held down by a reason
+    the vendor reports (a power cap that this very work reaches, heat): waiting longer
+    does not lift it, and the row is marked. On an H200, BLAS rows at the power cap
+    warmed up to FlagGems' cap of 1,000 ms per timing waiting for a clock that did not
+    come back."""
     mhz = sample.get("sm_mhz")
-    if not mhz or not reference_mhz or mhz >= (1.0 - CLOCK_DROP) * reference_mhz:
+    if not mhz or not reference_mhz:
+        return None
+    if mhz >= (1.0 - CLOCK_DROP) * reference_mhz:
         return True
     return bool(sample.get("throttle"))
 
@@ -432,7 +435,14 @@ class GraphPlan(NamedTuple):
 MAX_CALLS_PER_GRAPH = 1000
 MIN_REPLAYS = 5
 MAX_REPLAYS = 200
-TARGET_REPLAY_MS = 1.0  # one replay: long against event resolution, short in memory
+# One replay lasts about this long: long against event resolution (about 0.5 us: 0.1%),
+# short in memory, and its capture cheap. A capture goes call by call through the
+# library's Python wrapper (FlagGems: about 80 us a call on an H200), so a kernel of a
+# microsecond spent 45-70 ms capturing 600-790 calls for 1 ms replays, three times what
+# its replays took. The graph's fixed launch cost (about 2-3 us) is the same share of
+# every replay whatever the kernel (cost / replay length: about 0.5% here), so it cancels
+# in a comparison of two rows.
+TARGET_REPLAY_MS = 0.5
 
 
 # The probe graph's replays that size the real one; the fastest of them says its per-call
@@ -452,8 +462,8 @@ def probe_per_call(replay_ms: Sequence[float], calls: int) -> float:
 def plan_graph(per_call_ms: float, rep_ms: float, replay_ms: float = TARGET_REPLAY_MS) -> GraphPlan:
     """How many calls to unroll into the graph and how many replays to time.
 
-    A replay should last about a millisecond, so event resolution (~1 us) is noise while
-    the outputs of the unrolled calls stay small; the replays together fill about
+    A replay should last about ``replay_ms`` (TARGET_REPLAY_MS), so event resolution is
+    noise while the outputs of the unrolled calls stay small; the replays together fill about
     ``rep_ms``, like triton's rep budget, and their median is the answer.
     """
     per_call_ms = max(float(per_call_ms), 1e-6)
@@ -470,7 +480,10 @@ WARMUP_TOLERANCE = 0.05  # relative spread allowed among them
 WARMUP_MAX_BATCHES = 200
 WARMUP_RULES = ("settle", "budget")
 # settle: eager calls for at least this long after the first call, even when the first
-# batches already agree (a clock ramping up moves the next batch, not the first three).
+# batches already agree (a clock ramping up moves the next batch, not the first three),
+# unless the device's clock was read at its working clock (``working_clock``): on an
+# H200 this floor was most of a small row's warm-up (10-13 ms of ~12 batches that
+# agreed after four), about 0.1 h of the projected corpus.
 WARMUP_MIN_MS = 10.0
 WARMUP_CAP_MS = 500.0  # budget: stop waiting for stable eager times after max(this, 4x)
 
@@ -479,9 +492,10 @@ class WarmupRule(NamedTuple):
     """When a timer's warm-up (eager calls after the first, which compiles and tunes) ends.
 
     ``settle`` (the default): once the last WARMUP_WINDOW batches agree within
-    WARMUP_TOLERANCE, at least WARMUP_MIN_MS went by and the device is at its working
-    clock (where the backend reads clocks); the caller's ``warmup`` (FlagGems: 1,000 ms
-    per timing) is the cap, not the minimum. ``budget``: the caller's ``warmup`` at least,
+    WARMUP_TOLERANCE and the device reads its working clock; where the clock cannot be
+    told (no reading, or the run's first timing) at least WARMUP_MIN_MS must have gone
+    by too. The caller's ``warmup`` (FlagGems: 1,000 ms per timing) is the cap, not the
+    minimum. ``budget``: the caller's ``warmup`` at least,
     then until the batches agree, capped at max(WARMUP_CAP_MS, 4x warmup): FlagGems' own
     amount, as the graph timer warmed before the settle rule (the direct timer stopped at
     the caller's ``warmup`` then; it waits for the batches to agree too now).
@@ -504,21 +518,26 @@ class WarmupRule(NamedTuple):
         self,
         batch_ms_per_call: Sequence[float],
         elapsed_ms: float,
-        device_ready: Optional[Callable[[], bool]] = None,
+        device_ready: Optional[Callable[[], Optional[bool]]] = None,
         max_batches: int = WARMUP_MAX_BATCHES,
     ) -> Optional[str]:
         """None to go on, else why warm-up ended: "settled", "cap" or "max_batches".
 
-        ``device_ready`` is asked only once the batches agree (it may read the device's
-        clock, which costs a driver call); False goes on warming until the cap.
+        ``device_ready`` (``working_clock`` of a reading) is asked only once the batches
+        agree and, under "budget", the minimum went by (it reads the device, a driver
+        call); False goes on warming until the cap, None cannot tell: the minimum holds.
         """
         if len(batch_ms_per_call) >= max_batches:
             return "max_batches"
         if elapsed_ms >= self.cap_ms:
             return "cap"
-        if elapsed_ms < self.min_ms or not batches_agree(batch_ms_per_call):
+        if not batches_agree(batch_ms_per_call):
             return None
-        if device_ready is not None and not device_ready():
+        waivable = self.rule == "settle"
+        if elapsed_ms < self.min_ms and not waivable:
+            return None
+        ready = device_ready() if device_ready is not None else None
+        if ready is False or (ready is None and elapsed_ms < self.min_ms):
             return None
         return "settled"
 

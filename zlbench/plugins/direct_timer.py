@@ -44,7 +44,6 @@ from zlbench.timing import (
     StopRule,
     TimedRow,
     WarmupRule,
-    at_working_clock,
     cpu_share,
     footer_line,
     host_time_stop,
@@ -53,6 +52,7 @@ from zlbench.timing import (
     relative_spread,
     repeat_median,
     throttle_reason,
+    working_clock,
 )
 
 PLUGIN = "direct_timer"
@@ -387,15 +387,16 @@ class RowRecorder:
         if self.before is None:
             self.before = self._sample(ending=False)
 
-    def device_ready(self) -> bool:
+    def device_ready(self) -> Optional[bool]:
         """For a timer's warm-up: is the device at its working clock
-        (``timing.at_working_clock`` against the highest SM clock read in the run)? A
-        True answer's sample is the row's first."""
+        (``timing.working_clock`` against the highest SM clock read in the run)? None
+        where that cannot be told. An answer other than False makes its sample the row's
+        first."""
         sample = self._sample(ending=False)
-        if not at_working_clock(sample, self.reference_mhz):
-            return False
-        self.before = sample
-        return True
+        ready = working_clock(sample, self.reference_mhz)
+        if ready is not False:
+            self.before = sample
+        return ready
 
     def cap_watch(self) -> Optional[CapWatch]:
         """A watch on the power cap for one timing (``timing.CapWatch``) from the run's

@@ -61,6 +61,7 @@ from zlbench.timing import (
     clear_grads,
     fallback_decision,
     fallback_marker,
+    is_fatal_error,
     measured_from,
     placement_failure,
     plan_graph,
@@ -227,6 +228,43 @@ def capture(torch, fn: Callable, calls: int, stream, grad_to_none, before_call=N
     return graph
 
 
+def call_once(torch, fn: Callable, stream, grad_to_none) -> None:
+    """One eager call of fn on ``stream``, finished."""
+    with torch.cuda.stream(stream):
+        clear_grads(grad_to_none)
+        fn()
+    stream.synchronize()
+
+
+def call_first(torch, exc: BaseException) -> bool:
+    """Is ``exc``, raised by a capture at moved inputs, worth one eager call there and a
+    second capture? A library may cache what it learnt of an input by its address
+    (FlagGems' segment_reduce checks its lengths on the host once per ``data_ptr``), so
+    the first call at a new address does host work that a capture forbids; on an H200
+    that cost segment_reduce and segment_reduce_backward_out their moved placements in
+    125 of 300 timings. Not for a dead context, memory, or a graph without device work."""
+    return (
+        isinstance(exc, Exception)
+        and not is_fatal_error(exc)
+        and not isinstance(exc, (torch.cuda.OutOfMemoryError, EmptyGraph, ContextNotClean))
+    )
+
+
+def capture_moved(torch, fn: Callable, calls: int, stream, grad_to_none, cost: Optional[Cost] = None):
+    """``capture`` at inputs moved to another placement; where it fails as ``call_first``
+    says, fn is called once there, eagerly, and captured again (``cost_ms.called_first``
+    counts such placements); a second failure is raised."""
+    try:
+        return capture(torch, fn, calls, stream, grad_to_none)
+    except Exception as exc:  # noqa: BLE001 - re-raised unless worth the eager call
+        if not call_first(torch, exc):
+            raise
+    call_once(torch, fn, stream, grad_to_none)
+    if cost is not None:
+        cost.notes["called_first"] = cost.notes.get("called_first", 0) + 1
+    return capture(torch, fn, calls, stream, grad_to_none)
+
+
 # The power-cap watch of the timing under way (``timing.CapWatch``): every replay path
 # goes through time_replays, and the warm-up's batches through warmup, which read the
 # device once their work is queued, while it runs. Set and cleared by graph_bench alone.
@@ -325,7 +363,7 @@ def graph_bench(
     on_placed: Optional[Callable[[int, Optional[str]], None]] = None,
     warmup_rule: str = "settle",
     noise: float = DEFAULT_NOISE_TARGET,
-    device_ready: Optional[Callable[[], bool]] = None,
+    device_ready: Optional[Callable[[], Optional[bool]]] = None,
     replay_ms: float = TARGET_REPLAY_MS,
     cap_watch: Optional[Callable[[], Optional[CapWatch]]] = None,
 ) -> Measured:
@@ -404,6 +442,7 @@ def graph_bench(
                 kept.stop()  # the first round is the whole budget: no later round to keep them for
             kept.expect(placements.count)
             times = [t / plan.calls_per_graph for t in time_replays(torch, graph, per_placement, stream)]
+            groups: Dict[int, List[float]] = {0: list(times)}  # each placement's samples
             cost.lap("replay")
             kept.keep(0, graph)  # placement 0 (where the inputs are) is timed
             graph = None
@@ -419,27 +458,37 @@ def graph_bench(
                 times,
                 cost,
                 kept,
+                groups,
             )
             count = timed_placements
 
             def again(more: int) -> Optional[List[float]]:
                 if kept.holds(count):
-                    got = [
-                        t / plan.calls_per_graph for i in range(count) for t in kept.replay(i, more, stream)
-                    ]
+                    got = {
+                        i: [t / plan.calls_per_graph for t in kept.replay(i, more, stream)]
+                        for i in range(count)
+                    }
                     cost.lap("replay")
-                    return got
-                return recapture_round(
-                    torch, fn, placements, count, plan.calls_per_graph, more, stream, grad_to_none, cost
-                )
+                else:
+                    got = recapture_round(
+                        torch, fn, placements, count, plan.calls_per_graph, more, stream, grad_to_none, cost
+                    )
+                if got is None:
+                    return None
+                for i, samples in got.items():
+                    groups.setdefault(i, []).extend(samples)
+                return [t for i in range(count) for t in got[i]]
 
             rounds, spent = rule.later_rounds(plan.replays, count, per_placement, times, again)
             cost.notes.update(interleaved=False, graphs_kept=kept.holds(count))
+            if count > 1:
+                # Each placement's own median (ms): how far the inputs' addresses move the row.
+                cost.notes["placement_ms"] = [round(statistics.median(groups[i]), 7) for i in range(count)]
         stop = "noise" if times and rule.target > 0 and rule.pinned(sorted(times)) and not spent else "budget"
         if watch is not None and watch.seen:
             # The record then describes the window; what it replaced is kept apart.
             set_aside = {"replays": len(times), "rounds": rounds}
-            for key in ("interleaved", "graphs_kept", "rounds_ended"):
+            for key in ("interleaved", "graphs_kept", "rounds_ended", "placement_ms"):
                 if key in cost.notes:
                     set_aside[key] = cost.notes.pop(key)
             kept.drop()
@@ -507,16 +556,33 @@ def replay_interleaved(torch, fn, placements: Placements, plan, rule: ReplayRule
             placements.move(index)
             current[0] = index
 
+    def capture_all():
+        try:
+            return capture(torch, fn, calls, stream, grad_to_none, before_call)
+        finally:
+            placements.move(0)
+
     try:
-        graph = capture(torch, fn, calls, stream, grad_to_none, before_call)
+        try:
+            graph = capture_all()
+        except Exception as exc:  # noqa: BLE001 - at placement 0 it is the row's own failure
+            if current[0] == 0 or not call_first(torch, exc):
+                raise
+            # As with separate graphs (capture_moved): one eager call at each moved
+            # placement, then the capture again.
+            for index in range(1, count):
+                placements.move(index)
+                call_once(torch, fn, stream, grad_to_none)
+            placements.move(0)
+            current[0] = 0
+            cost.notes["called_first"] = count - 1
+            graph = capture_all()
     except ContextNotClean:
         raise
-    except Exception as exc:  # noqa: BLE001 - at placement 0 it is the row's own failure
+    except Exception as exc:  # noqa: BLE001
         if current[0] == 0:
             raise
         raise PlacementFailed(current[0], exc) from exc
-    finally:
-        placements.move(0)
     cost.lap("capture")
     first = rule.first_round(plan.replays, 1)
     times = [t / calls for t in time_replays(torch, graph, first, stream)]
@@ -544,17 +610,22 @@ def replay_round(
     times: List[float],
     cost: Cost,
     kept: Optional["KeptGraphs"] = None,
+    groups: Optional[Dict[int, List[float]]] = None,
 ) -> int:
-    """Replays at each placement of ``indices`` in turn, appended to ``times``; returns
-    the placements timed so far (1 + the last index that worked). A placement that fails
-    ends the round and keeps what was timed (an extra placement costs only itself).
-    ``kept`` keeps each placement's graph for a later round."""
+    """Replays at each placement of ``indices`` in turn, appended to ``times`` (and under
+    the placement's index in ``groups``); returns the placements timed so far (1 + the
+    last index that worked). A placement that fails ends the round and keeps what was
+    timed (an extra placement costs only itself). ``kept`` keeps each placement's graph
+    for a later round."""
     timed = indices.start
     for index in indices:
         try:
-            times += replay_elsewhere(
+            got = replay_elsewhere(
                 torch, fn, placements, index, calls, replays, stream, grad_to_none, cost, kept
             )
+            times += got
+            if groups is not None:
+                groups[index] = got
         except ContextNotClean:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -580,16 +651,18 @@ def recapture_round(
     stream,
     grad_to_none,
     cost: Cost,
-) -> Optional[List[float]]:
+) -> Optional[Dict[int, List[float]]]:
     """A later round where the graphs were not kept: every placement captured again and
-    replayed. Its samples count only if every placement completes, so the pool stays
+    replayed, its samples by placement. They count only if every placement completes, so the pool stays
     balanced; placement 0 failing is the row's own failure and raises, as in the first
     round; another one failing ends the rounds (``cost_ms.rounds_ended`` says why) and the
     earlier rounds' samples stand."""
-    got: List[float] = []
+    got: Dict[int, List[float]] = {}
     for index in range(count):
         try:
-            got += replay_elsewhere(torch, fn, placements, index, calls, replays, stream, grad_to_none, cost)
+            got[index] = replay_elsewhere(
+                torch, fn, placements, index, calls, replays, stream, grad_to_none, cost
+            )
         except ContextNotClean:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -621,7 +694,7 @@ def replay_elsewhere(
     stream.wait_stream(torch.cuda.current_stream())  # the copies are made there
     if cost is not None:
         cost.lap("move")
-    graph = capture(torch, fn, calls, stream, grad_to_none)
+    graph = capture_moved(torch, fn, calls, stream, grad_to_none, cost)
     if cost is not None:
         cost.lap("capture")
     # time_replays synchronises the stream: the copies outlive every replay that reads them.

@@ -387,7 +387,7 @@ def percall_bench(
     rule: StopRule,
     grad_to_none=None,
     on_warm: Optional[Callable[[], None]] = None,
-    device_ready: Optional[Callable[[], bool]] = None,
+    device_ready: Optional[Callable[[], Optional[bool]]] = None,
     fastest: bool = False,
 ) -> PercallResult:
     """Warm-up by ``timing.WarmupRule``, then batches timed by ``clock`` until ``rule``
