@@ -134,24 +134,23 @@ def test_clear_grads_drops_every_grad_and_accepts_none():
     timing.clear_grads(None)
 
 
-def test_plan_graph_unrolls_tiny_ops_to_half_a_millisecond_a_replay():
-    assert timing.TARGET_REPLAY_MS == 0.5
+def test_plan_graph_unrolls_tiny_ops_to_about_a_millisecond_a_replay():
     plan = timing.plan_graph(0.0011, 100)
-    assert plan.calls_per_graph == 455
-    assert plan.replays == 200  # the rep budget, in 0.5 ms samples
-    assert timing.plan_graph(0.0011, 100, replay_ms=1.0) == timing.GraphPlan(909, 100)
+    assert plan.calls_per_graph == 909
+    assert plan.replays == 100  # the rep budget, in 1 ms samples
+    assert timing.plan_graph(0.0011, 100, replay_ms=0.5) == timing.GraphPlan(455, 200)  # ZL_GRAPH_REPLAY_MS
     assert timing.plan_graph(0.00001, 100).calls_per_graph == timing.MAX_CALLS_PER_GRAPH
 
 
 def test_a_probe_whose_first_replays_are_slow_still_plans_a_full_replay():
     # A 20-call probe of a 1.1 us kernel whose first timed replays ran slow: by the median
-    # of three (as before) the plan would hold 18 calls, where the graph's fixed ~3 us launch
-    # cost reads each call 15% slower; by the fastest replay it holds half a millisecond.
+    # of three (as before) the plan would hold 36 calls, where the graph's fixed ~3 us launch
+    # cost reads each call 8% slower; by the fastest replay it holds about a millisecond.
     replays_ms = [0.56, 0.58, 0.0251, 0.0250, 0.0252]
-    assert timing.plan_graph(sorted(replays_ms[:3])[1] / 20, 100).calls_per_graph == 18
+    assert timing.plan_graph(sorted(replays_ms[:3])[1] / 20, 100).calls_per_graph == 36
     per_call = timing.probe_per_call(replays_ms, 20)
     assert per_call == pytest.approx(0.00125)
-    assert timing.plan_graph(per_call, 100).calls_per_graph == 400
+    assert timing.plan_graph(per_call, 100).calls_per_graph == 800
     assert len(replays_ms) == timing.PROBE_REPLAYS
 
 
@@ -168,7 +167,7 @@ def test_plan_graph_uses_one_call_for_long_ops_and_keeps_a_minimum_of_replays():
 
 
 def test_plan_graph_caps_the_replay_count():
-    assert timing.plan_graph(0.25, 1000) == timing.GraphPlan(2, timing.MAX_REPLAYS)
+    assert timing.plan_graph(0.5, 1000) == timing.GraphPlan(2, timing.MAX_REPLAYS)
 
 
 def test_plan_graph_survives_zero_estimates():

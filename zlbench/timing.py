@@ -435,14 +435,15 @@ class GraphPlan(NamedTuple):
 MAX_CALLS_PER_GRAPH = 1000
 MIN_REPLAYS = 5
 MAX_REPLAYS = 200
-# One replay lasts about this long: long against event resolution (about 0.5 us: 0.1%),
-# short in memory, and its capture cheap. A capture goes call by call through the
-# library's Python wrapper (FlagGems: about 80 us a call on an H200), so a kernel of a
-# microsecond spent 45-70 ms capturing 600-790 calls for 1 ms replays, three times what
-# its replays took. The graph's fixed launch cost (about 2-3 us) is the same share of
-# every replay whatever the kernel (cost / replay length: about 0.5% here), so it cancels
-# in a comparison of two rows.
-TARGET_REPLAY_MS = 0.5
+# One replay lasts about this long (ZL_GRAPH_REPLAY_MS): long against event resolution
+# (about 0.5 us), short in memory. A capture goes call by call through the library's
+# Python wrapper (FlagGems: about 80 us a call on an H200), so a kernel of a microsecond
+# spends 45-70 ms capturing 600-790 calls for 1 ms replays. The graph's fixed launch cost
+# (about 2.8 us on an H200) is the same share of every replay whatever the kernel: at
+# 0.5 ms rows of more than one call per graph read 0.27-0.29% slower than at 1 ms (rows of
+# one call alike within 0.05%), and an H200 sample projected 1.52 h against 1.80, but its
+# A/A (one pass cold) fell to 97.9% SAME: 1 ms stays the default until that is separated.
+TARGET_REPLAY_MS = 1.0
 
 
 # The probe graph's replays that size the real one; the fastest of them says its per-call

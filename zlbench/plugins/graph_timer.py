@@ -779,6 +779,7 @@ class GraphTimer:
         try:
             self.places = knobs.env_value("graph_placements")
             self.noise = knobs.env_value("graph_noise") / 100.0
+            self.replay_ms = knobs.env_value("graph_replay_ms")
             self.warmup_rule = knobs.env_value("warmup_rule")
         except knobs.KnobError as e:
             raise pytest.UsageError(f"{PLUGIN}: {e}") from None
@@ -810,6 +811,7 @@ class GraphTimer:
                 self.warmup_rule,
                 self.noise,
                 self.recorder.device_ready,
+                replay_ms=self.replay_ms,
                 cap_watch=self.recorder.cap_watch,
             )
         except CaptureFailed as failed:
@@ -870,6 +872,7 @@ class GraphTimer:
             "warmup_rule": self.warmup_rule,
             "warmup_stops": dict(self.warmup_stops),
             "noise_target_pct": round(self.noise * 100, 4),
+            "replay_ms": self.replay_ms,
             "replay_stops": dict(self.replay_stops),
             "placements_wanted": self.places,
             "timings_per_placements": {str(k): v for k, v in sorted(self.placement_counts.items())},
