@@ -251,6 +251,47 @@ def op_figures(batch: Path) -> Dict[str, dict]:
     return out
 
 
+def placement_spreads(run_dir: str, cache: Dict[str, dict]) -> dict:
+    """{(op, dtype, shape): the gems timing's placements' spread} of a run dir (its first
+    record of a key), for the rows timed in separate graphs at two placements or more."""
+    from zlbench import rowstats
+
+    if run_dir not in cache:
+        records, _ = rowstats.read(Path(run_dir))
+        found: dict = {}
+        for rec in records:
+            spread = (rec.get("cost_ms") or {}).get("placement_spread")
+            if rec.get("side") == "gems" and isinstance(spread, (int, float)):
+                found.setdefault((rec.get("op"), rec.get("dtype"), rec.get("shape")), float(spread))
+        cache[run_dir] = found
+    return cache[run_dir]
+
+
+def layout(pairs) -> dict:
+    """How much of the A/A the inputs' placements account for. Each pooled median over k
+    placements is one draw of the placements a process gets; its 95% half-width over
+    placements (timing.placement_spread) gives a standard deviation of about s / 1.96,
+    and A - B one of hypot(s_A, s_B) / 1.96, whose median |value| is 0.6745 of that.
+    Over the rows both sides timed so, the observed median |gain| beside that prediction,
+    and the rows whose printed latencies are equal (the table's 6 decimals in ms: a row
+    of 2 us reads to 0.05%)."""
+    cache: Dict[str, dict] = {}
+    observed, predicted = [], []
+    for p in pairs:
+        key = (p.a.op, p.a.dtype, p.a.shape)
+        sa = placement_spreads(p.a.run_dir, cache).get(key)
+        sb = placement_spreads(p.b.run_dir, cache).get(key)
+        if p.gain is None or sa is None or sb is None:
+            continue
+        observed.append(abs(p.gain))
+        predicted.append(0.6745 * (sa * sa + sb * sb) ** 0.5 / 1.96)
+    gains = [abs(p.gain) for p in pairs if p.gain is not None]
+    return {"rows": len(observed),
+            "median_abs_gain_pct": round(100 * statistics.median(observed), 4) if observed else None,
+            "predicted_median_abs_gain_pct": round(100 * statistics.median(predicted), 4) if predicted else None,
+            "rows_equal_as_printed": sum(1 for g in gains if g == 0.0)}
+
+
 def aa(a: Path, b: Path) -> dict:
     from zlbench.summary.ab import NO_DEVICE_WORK_EITHER, autotune_changes, pair_runs, untraced_sides
 
@@ -302,6 +343,7 @@ def aa(a: Path, b: Path) -> dict:
             "unexplained": len(unexplained),
             "same_or_explained_share": round(1 - len(unexplained) / n, 4) if n else None,
             "by_timer": by_timer,
+            "layout": layout(result.pairs),
             "not_same": others}
 
 

@@ -45,17 +45,41 @@ def test_the_settle_rule_warms_up_far_less_than_the_budget_and_measures_the_same
     assert abs(settle.median_ms / budget.median_ms - 1) < 0.02
 
 
-def test_replays_fill_the_budget_when_the_pooled_median_is_not_pinned():
+def test_replays_fill_the_budget_when_the_pooled_median_is_not_pinned(monkeypatch):
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-    # A target no timing can reach: the second round fills the rep budget.
+    # A target no timing can reach: the second round fills the rep budget (however far
+    # apart the two placements' medians are: that stop has its own test).
+    monkeypatch.setattr(timing, "PLACEMENTS_DOMINATE", float("inf"))
     m = graph_bench(lambda: torch.abs(x), 25, 100, None, None, "median", places=2, noise=1e-9)
     assert m.stop == "budget" and m.cost["rounds"] == 2
     pinned = graph_bench(lambda: torch.abs(x), 25, 100, None, None, "median", places=2, noise=0.5)
     assert pinned.stop == "noise" and pinned.cost["rounds"] == 1 and pinned.samples == timing.FIRST_ROUND_SAMPLES
 
 
-def test_a_later_round_replays_the_graphs_of_the_first_instead_of_capturing_again():
+def test_placements_that_move_the_row_widen_its_spread_and_end_its_rounds():
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    seen = {}
+
+    def fn():
+        # Every other placement does the work twice: two clusters of four placements, each
+        # tight replay to replay, that no number of replays at them brings together.
+        index = seen.setdefault(x.data_ptr(), len(seen))
+        y = torch.abs(x)
+        return torch.abs(y) if index % 2 else y
+
+    m = graph_bench(fn, 25, 100, None, None, "median", places=8)
+    medians = m.cost["placement_ms"]
+    assert m.placements == 8 and len(medians) == 8 and max(medians) / min(medians) > 1.5, m.cost
+    # The pooled median is not pinned, and the placements are why: no later round.
+    assert m.stop == "placements" and m.cost["replay_stop"] == "placements" and m.cost["rounds"] == 1
+    # The row's spread is its placements' (the two clusters' distance, halved), not its replays'.
+    assert m.spread == pytest.approx(timing.placement_spread(medians), rel=1e-3) and m.spread > 0.1
+    assert m.cost["placement_spread"] == pytest.approx(m.spread)
+
+
+def test_a_later_round_replays_the_graphs_of_the_first_instead_of_capturing_again(monkeypatch):
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    monkeypatch.setattr(timing, "PLACEMENTS_DOMINATE", float("inf"))  # later rounds come
     home = x.data_ptr()
     calls = {}
 
@@ -103,8 +127,10 @@ def test_the_kernels_clock_times_a_host_syncing_op_by_its_device_work_alone():
         assert abs(traced[0] - traced[1]) / min(traced) < 0.01, traced
         assert 0 < traced[0] < events, (traced, events)
         # The warm-up judged by the fastest calls settles well inside FlagGems' second,
-        # and the first session of samples is followed by one sized to the budget (a third at most).
+        # and the first session of samples, which spends the rule's minimum, pins the
+        # median (a third at most), inside the caller's budget.
         assert all(r.cost["warmup_stop"] == "settled" and r.cost["batches"] <= 3 for r in runs), runs
+        assert all(r.cost["timed"] < 2 * rule.budget for r in runs), [r.cost for r in runs]
 
 
 def test_the_raw_trace_reader_agrees_with_torchs_event_tree(tmp_path):

@@ -127,6 +127,28 @@ def test_the_aa_counts_a_throttled_row_explained_and_a_bare_change_not(tmp_path)
                                          "median_abs_gain_pct": pytest.approx(100 * (1 - 1 / 1.06), abs=0.01)}
 
 
+def test_the_layout_figure_predicts_the_aa_from_the_placements_spreads(tmp_path):
+    from test_summary_actionable import SHAPES, _batch
+
+    from zlbench import rowstats
+
+    st = load_script("screen_throughput")
+    a = _batch(tmp_path / "a", lambda op, d, s: 0.1)
+    # B: abs's rows 0.3% and 0.1% slower; sum's rows as printed in A.
+    b = _batch(tmp_path / "b", lambda op, d, s: {SHAPES[0]: 0.1003, SHAPES[1]: 0.1001}[s] if op == "abs" else 0.1)
+    for root, spreads in ((a, (0.004, 0.002)), (b, (0.003, 0.0))):
+        for shape, spread in zip(SHAPES, spreads):  # abs's gems timings, at 8 placements
+            rowstats.append(root / "abs", {"op": "abs", "dtype": "torch.float16", "shape": shape, "side": "gems",
+                                           "cost_ms": {"placement_spread": spread}})
+    got = st.aa(a, b)["layout"]
+    # Only abs's rows have a placements' spread on both sides; sum's print alike in A and B.
+    assert got["rows"] == 2 and got["rows_equal_as_printed"] == 2
+    gains = sorted(abs(0.1 / m - 1) for m in (0.1003, 0.1001))
+    assert got["median_abs_gain_pct"] == pytest.approx(100 * sum(gains) / 2, abs=1e-4)
+    predicted = sorted(0.6745 * (x * x + y * y) ** 0.5 / 1.96 for x, y in ((0.004, 0.003), (0.002, 0.0)))
+    assert got["predicted_median_abs_gain_pct"] == pytest.approx(100 * sum(predicted) / 2, abs=1e-4)
+
+
 @pytest.mark.slow
 def test_a_script_stopped_by_sigterm_stops_its_batch_too(tmp_path):
     """As cold_warm.py: SIGTERM to the script (`timeout`) interrupts its batch, which runs

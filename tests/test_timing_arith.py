@@ -157,7 +157,8 @@ def test_a_probe_whose_first_replays_are_slow_still_plans_a_full_replay():
 def test_a_failed_placement_says_what_failed():
     error = RuntimeError("Expected all tensors to be on the same device\n(more lines)")
     assert timing.placement_failure(1, error) == (
-        "placement 2 failed: RuntimeError: Expected all tensors to be on the same device")
+        "placement 2 failed: RuntimeError: Expected all tensors to be on the same device"
+    )
     assert len(timing.placement_failure(1, RuntimeError("x" * 500))) <= len("placement 2 failed: ") + 120
 
 
@@ -382,7 +383,9 @@ def test_the_row_recorder_asks_the_same_rule():
 
     recorder = RowRecorder(None)
     recorder.reference_mhz = 1980.0
-    recorder._state = State([{"sm_mhz": 1500, "throttle": []}, {"sm_mhz": 1500, "throttle": ["sw_power_cap"]}])
+    recorder._state = State(
+        [{"sm_mhz": 1500, "throttle": []}, {"sm_mhz": 1500, "throttle": ["sw_power_cap"]}]
+    )
     assert recorder.device_ready() is False and recorder.before is None
     assert recorder.device_ready() is True and recorder.before["throttle"] == ["sw_power_cap"]
     recorder.reference_mhz, recorder.before = None, None  # the run's first timing
@@ -403,3 +406,80 @@ def test_a_graph_is_kept_only_if_as_much_again_for_each_placement_to_come_still_
     device.free = 45  # placement 2 took 25: one more would leave 20, under a quarter
     kept.keep(2, "g2")
     assert kept.graphs == {} and not kept.on
+
+
+def test_placement_spread_widens_for_clusters_and_stays_narrow_for_one_far_placement():
+    # Two clusters of four 6% apart (torch's median on an H200): the resampled median
+    # can land in either, so the spread spans them.
+    two_clusters = [1.0, 1.06] * 4
+    assert timing.placement_spread(two_clusters) == pytest.approx(0.06 / 2 / 1.03)
+    # One placement of eight 31% off (cumsum_ 4096x4096): the median ignores it, and so
+    # does its spread.
+    one_far = [1.0, 1.001, 0.999, 1.0, 1.31, 1.0, 1.0, 1.0]
+    assert timing.placement_spread(one_far) < 0.001
+    # Two placements: their distance, halved; one or none says nothing.
+    assert timing.placement_spread([1.0, 1.1]) == pytest.approx(0.1 / 2 / 1.05)
+    assert timing.placement_spread([1.0]) is None and timing.placement_spread([]) is None
+    assert timing.placement_spread([1.0] * 8) == 0.0
+
+
+def test_placement_spread_matches_a_bootstrap_over_placements():
+    """The exact interval against 4,000 resamples of the placements (whose median lies
+    between the two middle order statistics the exact one takes)."""
+    import random
+    import statistics
+
+    rng = random.Random(7)
+    medians = [1.0 + rng.gauss(0, 0.01) for _ in range(8)]
+    picks = sorted(statistics.median([rng.choice(medians) for _ in medians]) for _ in range(4000))
+    boot = (picks[3899] - picks[100]) / 2 / statistics.median(medians)
+    exact = timing.placement_spread(medians)
+    assert boot * 0.9 <= exact <= boot * 1.6
+
+
+def test_a_row_spread_is_its_placements_where_they_differ_more_than_its_replays():
+    replays = sorted([1.0, 1.0005, 0.9995] * 8)
+    assert timing.row_spread(replays) == timing.relative_spread(replays)
+    assert timing.row_spread(replays, [1.0, 1.06] * 4) == timing.placement_spread([1.0, 1.06] * 4)
+    assert timing.row_spread(replays, [1.0] * 8) == timing.relative_spread(replays)
+
+
+def test_rounds_stop_once_the_placements_keep_the_row_from_being_pinned():
+    """Two clusters of placements 6% apart, tight replays within each: the pooled CI
+    wants more rounds, but more replays at the same placements cannot narrow the row."""
+    rule = timing.ReplayRule(0.005)
+    groups = {i: [1.0 + 0.06 * (i % 2) + 1e-4 * j for j in range(3)] for i in range(8)}
+    times = [t for i in range(8) for t in groups[i]]
+    asked = []
+
+    def replay(more):
+        asked.append(more)
+        return [1.0 + 0.06 * (i % 2) for i in range(8) for _ in range(more)]
+
+    def by_placement():
+        return [groups[i] for i in range(8)]
+
+    assert not rule.pinned(sorted(times)) and rule.next_round(800, 8, 3, sorted(times)) > 0
+    assert timing.placements_dominate(by_placement(), rule.target)
+    rounds, spent = rule.later_rounds(800, 8, 3, list(times), replay, by_placement)
+    assert rounds == 1 and not spent and asked == []
+    # Without the placements' medians (an interleaved graph) the rounds go on.
+    rounds, _ = rule.later_rounds(800, 8, 3, list(times), replay)
+    assert rounds > 1 and asked
+
+
+def test_placements_do_not_dominate_plain_replay_noise():
+    """No layout effect, replays drawn from one distribution (a first round: 8 placements
+    x 3 replays, noisy enough that the pooled median is not pinned): the placements'
+    scatter is what their replays' gives, so the rounds go on in 95% of trials at least."""
+    import random
+
+    rng = random.Random(11)
+    hits = sum(
+        timing.placements_dominate([[1.0 + rng.gauss(0, 0.02) for _ in range(3)] for _ in range(8)], 0.005)
+        for _ in range(400)
+    )
+    assert hits <= 20
+    # One placement 30% off among eight, tight replays: the median holds, nothing dominates.
+    groups = [[1.0, 1.0001, 0.9999]] * 7 + [[1.3, 1.3001, 1.2999]]
+    assert not timing.placements_dominate(groups, 0.005)

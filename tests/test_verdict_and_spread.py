@@ -31,16 +31,19 @@ def test_relative_spread_shrinks_with_samples_and_ignores_one_outlier():
     assert timing.relative_spread([1.0]) is None
 
 
-def test_stop_rule_waits_for_samples_and_budget_then_stops_at_the_noise_target():
+def test_stop_rule_waits_for_samples_and_a_tenth_of_the_budget_then_stops_at_the_noise_target():
     rule = timing.StopRule.for_call(0.005, rep_ms=100)
-    assert (rule.min_ms, rule.max_ms) == (100, 1000)
+    # A tenth of the caller's budget at least, ten times it at most; the budget itself
+    # is what the record names.
+    assert (rule.min_ms, rule.max_ms, rule.budget) == (10, 1000, 100)
     tight = sorted([1.0, 1.001, 0.999] * 10)
     assert rule.verdict(tight[:9], 500) is None            # too few samples
-    assert rule.verdict(tight, 50) is None                 # budget not spent
-    assert rule.verdict(tight, 150) == "noise"
+    assert rule.verdict(tight, 5) is None                  # the minimum not spent
+    assert rule.verdict(tight, 15) == "noise"              # pinned: the budget is not waited for
     loose = sorted([1.0, 2.0, 0.5] * 10)
     assert rule.verdict(loose, 150) is None
     assert rule.verdict(loose, 1000) == "time_cap"
+    assert timing.StopRule(0.005, 7, 70).budget == 7       # no budget given: the minimum
     assert timing.StopRule(0.005, 0, 10, max_samples=5).verdict(loose, 1) == "max_samples"
 
 
@@ -568,13 +571,14 @@ def test_traced_timing_warms_up_on_the_fastest_calls_and_sizes_its_sessions_to_t
         clock = _StandInClock(host, warm, lambda: 0.02, profiled)
         result = percall_bench(lambda: None, clock, timing.WarmupRule("settle", 1000), rule)
         assert result.cost["warmup_stop"] == "settled" and result.cost["warmup"] < 100
-        # A probe call, a session of a tenth of the budget at the warm-up's host time per
-        # call, then one sized by what that cost per call to spend the rest: the rule stops
-        # there, near the budget, however much the profiler costs.
-        assert clock.sessions[0] == 1 and len(clock.sessions) == 3, clock.sessions
+        # A probe call, then one session that spends the rule's minimum at the warm-up's
+        # host time per call, however much the profiler costs: its median is pinned, and
+        # the rule stops there, far inside the caller's budget.
+        assert clock.sessions[0] == 1 and len(clock.sessions) == 2, clock.sessions
         assert timing.first_session_calls(0.0575, rule) <= clock.sessions[1] <= timing.first_session_calls(0.0499, rule)
-        assert result.stop == "noise" and result.cost["batches"] == 2
-        assert rule.min_ms <= result.cost["timed"] <= 1.5 * rule.min_ms, result.cost
+        assert result.stop == "noise" and result.cost["batches"] == 1
+        assert rule.min_ms <= result.cost["timed"] <= profiled * 1.5 * rule.min_ms, result.cost
+        assert result.cost["timed"] < rule.budget, result.cost
         assert result.cost["rep_ms"] == 100 and "parse" in result.cost
         assert result.cost["total"] >= result.cost["warmup"] + result.cost["timed"] - 0.01
     # The event clock itself, judged by medians, waits for its cap; timing calls that run
@@ -699,25 +703,26 @@ def test_a_host_time_timing_spends_a_tenth_of_the_callers_budget(monkeypatch):
     from zlbench.plugins import percall
 
     rule = timing.host_time_stop(timing.StopRule.for_call(0.005, 100))
-    assert (rule.min_ms, rule.max_ms, rule.target, rule.min_samples) == (
-        timing.HOST_TIME_REP_MS, 10 * timing.HOST_TIME_REP_MS, 0.005, timing.MIN_SAMPLES)
-    assert timing.host_time_stop(timing.StopRule.for_call(0.005, 4)).min_ms == 4  # a smaller budget stands
+    assert (rule.min_ms, rule.budget, rule.max_ms, rule.target, rule.min_samples) == (
+        timing.HOST_TIME_REP_MS, timing.HOST_TIME_REP_MS, 10 * timing.HOST_TIME_REP_MS, 0.005, timing.MIN_SAMPLES)
+    smaller = timing.host_time_stop(timing.StopRule.for_call(0.005, 4))
+    assert smaller.min_ms == smaller.budget == 4  # a smaller budget stands, and is spent
     timer, benches = _traced_timer_on_the_host(monkeypatch)
     measured, clock, untraced = timer._percall(lambda: sum(range(100)), {"warmup": 5, "rep": 100}, ("view", "gems"))
     # The trace that found no device work had FlagGems' 100 ms; the host-time timing a tenth.
-    assert [(name, r.min_ms) for name, _, r in benches] == [("torch.profiler.CPU", 100), ("host", timing.HOST_TIME_REP_MS)]
+    assert [(name, r.budget) for name, _, r in benches] == [("torch.profiler.CPU", 100), ("host", timing.HOST_TIME_REP_MS)]
     assert clock == "host" and measured.cost["rep_ms"] == timing.HOST_TIME_REP_MS
     assert measured.cost["caller_rep_ms"] == 100  # what screen_throughput's budget counts
     assert measured.cost["timed"] < 10 * timing.HOST_TIME_REP_MS + 50
     # The side's next empty graph goes to the host clock at once, with the same budget.
     benches.clear()
     timer._percall(lambda: sum(range(100)), {"warmup": 5, "rep": 100}, ("view", "gems"))
-    assert [(name, r.min_ms) for name, _, r in benches] == [("host", timing.HOST_TIME_REP_MS)]
+    assert [(name, r.budget) for name, _, r in benches] == [("host", timing.HOST_TIME_REP_MS)]
     # A timing that is not host time keeps the caller's budget, and records no other.
     benches.clear()
     timer.clock = percall.HostClock()
     measured, clock, untraced = timer._percall(lambda: sum(range(100)), {"warmup": 5, "rep": 20}, ("view", "gems"))
-    assert untraced is None and [(name, r.min_ms) for name, _, r in benches] == [("host", 20)]
+    assert untraced is None and [(name, r.budget) for name, _, r in benches] == [("host", 20)]
     assert measured.cost["rep_ms"] == 20 and "caller_rep_ms" not in measured.cost
 
 
@@ -771,7 +776,7 @@ def test_a_traced_timing_of_a_slow_call_stops_at_the_time_cap(monkeypatch):
     from zlbench.plugins import percall
 
     rule = timing.StopRule.for_call(0.005, 100)     # 100 ms budget, 1,000 ms cap
-    assert timing.first_session_calls(0.05, rule) == 200          # a tenth of the budget
+    assert timing.first_session_calls(0.05, rule) == 240          # the minimum, 10 ms, and the margin
     assert timing.first_session_calls(50.0, rule) == timing.MIN_SAMPLES
     assert timing.first_session_calls(400.0, rule) == 2            # 10 calls would pass the cap
     assert timing.first_session_calls(1e-6, rule) == 10_000
@@ -788,7 +793,7 @@ def test_a_traced_timing_of_a_slow_call_stops_at_the_time_cap(monkeypatch):
 
 def test_budget_calls_spend_the_budget_and_give_the_samples():
     rule = timing.StopRule.for_call(0.005, 100)
-    assert timing.budget_calls(0.05, rule) == 2400   # 100 ms and the margin
-    assert timing.budget_calls(0.05, rule, elapsed_ms=50) == 1200   # what is left of it
-    assert timing.budget_calls(36.0, rule, elapsed_ms=400) == 1      # spent: one more call
+    assert timing.budget_calls(0.05, rule) == 240    # the minimum (10 ms) and the margin
+    assert timing.budget_calls(0.05, rule, elapsed_ms=5) == 120     # what is left of it
+    assert timing.budget_calls(36.0, rule, elapsed_ms=40) == 1       # spent: one more call
     assert timing.budget_calls(1e-5, rule) == 10_000                 # capped

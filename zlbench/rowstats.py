@@ -18,8 +18,10 @@ from the same plugin ``compile_s`` / ``tune_s``: seconds compiling kernels and
 autotuning while the row was timed (absent when it did neither); ``cost_ms`` (the
 timer's steps in ms and how they ended; docs/design.md lists both timers'), ``gap_ms``
 (the benchmark's own work since the previous timing). A graph row's ``stop`` is
-``noise`` (pinned after the first round of replays), ``budget`` (the caller's rep
-filled) or ``power_cap`` (timed over a power-cap window: ``cost_ms["power_cap"]``).
+``noise`` (pinned within the caller's rep), ``budget`` (the caller's rep filled),
+``placements`` (the input placements, not their replays, kept the median from being
+pinned: ``timing.placements_dominate``) or ``power_cap`` (timed over a power-cap
+window: ``cost_ms["power_cap"]``).
 Each line carries ``format`` (rundir.ROW_STATS_FORMAT); a line without one is format 1.
 This module is the record's one writer (``append``) and one reader (``read``); the
 file's name is zlbench.rundir's. Nothing here imports torch.

@@ -53,6 +53,12 @@ def repeat_median(
 # nvbench's defaults: at least 10 samples, stop once the noise is below 0.5%.
 MIN_SAMPLES = 10
 DEFAULT_NOISE_TARGET = 0.005
+# The direct timer times for at least this share of the caller's ``rep`` budget, then
+# stops once pinned, as the graph timer's replays do: the budget sizes its first traced
+# session and the time cap, it is not a minimum. Spending the whole budget (nvbench's
+# minimum time, FlagGems' --iter) cost a second profiler session in most timings on an
+# H200, on medians the first had already pinned within the noise target.
+MIN_TIME_SHARE = 0.1
 MAX_TIME_FACTOR = 10  # the time cap is this many times the caller's ``rep`` budget
 MIN_CAP_MS = 200.0  # ... and never less than this
 MAX_SAMPLES = 200_000
@@ -95,6 +101,8 @@ class StopRule(NamedTuple):
     Stop once at least ``min_samples`` calls and ``min_ms`` of timing are done and the
     median's relative CI half-width is at most ``target``; stop anyway at ``max_ms``
     or ``max_samples`` (the row is then reported with the spread it reached).
+    ``budget_ms`` is the caller's ``rep``: what sizes the first traced session, and what
+    the timing's record names as its budget (``min_ms`` where it is not given).
     """
 
     target: float
@@ -102,12 +110,20 @@ class StopRule(NamedTuple):
     max_ms: float
     min_samples: int = MIN_SAMPLES
     max_samples: int = MAX_SAMPLES
+    budget_ms: Optional[float] = None
 
     @classmethod
     def for_call(cls, target: float, rep_ms: float) -> "StopRule":
-        """``rep_ms`` is the caller's do_bench budget: spent at least, capped at 10x."""
+        """``rep_ms`` is the caller's do_bench budget: MIN_TIME_SHARE of it spent at
+        least, capped at 10x."""
         rep_ms = max(float(rep_ms), 1.0)
-        return cls(target, rep_ms, max(MAX_TIME_FACTOR * rep_ms, MIN_CAP_MS))
+        return cls(
+            target, MIN_TIME_SHARE * rep_ms, max(MAX_TIME_FACTOR * rep_ms, MIN_CAP_MS), budget_ms=rep_ms
+        )
+
+    @property
+    def budget(self) -> float:
+        return self.min_ms if self.budget_ms is None else self.budget_ms
 
     def verdict(self, ordered: Sequence[float], elapsed_ms: float) -> Optional[str]:
         """None to go on, else why it stopped: "noise", "time_cap" or "max_samples"."""
@@ -166,17 +182,15 @@ def budget_calls(per_call_ms: float, rule: "StopRule", elapsed_ms: float = 0.0) 
     return int(min(10_000, max(1, math.ceil(BUDGET_MARGIN * left / per_call_ms))))
 
 
-# Of the budget, at the warm-up's host time per call: a session's calls cost up to 7 times
-# that on an H200, and the next session is sized by what this one cost.
-FIRST_SESSION_SHARE = 0.1
-
-
 def first_session_calls(host_per_call_ms: float, rule: "StopRule") -> int:
-    """Calls in a timing's first traced session: FIRST_SESSION_SHARE of ``rule.min_ms``
-    at ``host_per_call_ms``, the rule's samples at least, but at least two and no more
-    than fit in ``rule.max_ms`` for a slow call, at most 10,000."""
+    """Calls in a timing's first traced session: what spends the rule's minimum at
+    ``host_per_call_ms`` (``budget_calls``), the rule's samples at least, but at least two
+    and no more than fit in ``rule.max_ms`` for a slow call, at most 10,000. In a session
+    a call costs 1-7 times its host time on an H200, so the session spends the minimum
+    and pins most medians; one that does not is followed by one sized by what this one
+    cost."""
     per_call = max(float(host_per_call_ms), 1e-6)
-    calls = max(rule.min_samples, math.ceil(FIRST_SESSION_SHARE * rule.min_ms / per_call))
+    calls = max(rule.min_samples, budget_calls(per_call, rule))
     return int(min(10_000, calls, max(2, int(rule.max_ms / per_call))))
 
 
@@ -187,7 +201,7 @@ class Measured(NamedTuple):
     median_ms: Optional[float]
     samples: int
     spread: Optional[float]  # relative half-width of the median's 95% CI
-    stop: str  # noise | time_cap | max_samples (direct); noise | budget (graph); do_bench
+    stop: str  # noise | time_cap | max_samples (direct); noise | budget | placements | power_cap (graph); do_bench
     placements: int = 1  # graph timer: input placements its replays were pooled over
     cost: Optional[dict] = None  # where the timing's own time went (ms per step, how it ended)
 
@@ -566,10 +580,13 @@ HOST_TIME_REP_MS = 10.0
 
 
 def host_time_stop(rule: StopRule) -> StopRule:
-    """``rule`` for a host-time timing: its time budget at most HOST_TIME_REP_MS, its cap
-    MAX_TIME_FACTOR times that; the noise target and the samples' minimum are kept."""
-    min_ms = min(rule.min_ms, HOST_TIME_REP_MS)
-    return rule._replace(min_ms=min_ms, max_ms=min(rule.max_ms, MAX_TIME_FACTOR * HOST_TIME_REP_MS))
+    """``rule`` for a host-time timing: its time budget at most HOST_TIME_REP_MS, which it
+    spends (its rows are never compared: no session to save), its cap MAX_TIME_FACTOR
+    times that; the noise target and the samples' minimum are kept."""
+    budget = min(rule.budget, HOST_TIME_REP_MS)
+    return rule._replace(
+        min_ms=budget, budget_ms=budget, max_ms=min(rule.max_ms, MAX_TIME_FACTOR * HOST_TIME_REP_MS)
+    )
 
 
 def batches_agree(batch_ms_per_call: Sequence[float]) -> bool:
@@ -630,6 +647,60 @@ FIRST_ROUND_SAMPLES = 20
 # goes as 1/sqrt(n)): a round that falls just short costs another round.
 ROUND_MARGIN = 1.25
 MAX_ROUNDS = 4  # the first and at most three more; the last one spends what is left
+# Where the inputs lie moves a row: on an H200 the placements' own medians of one timing
+# differed by 0.18% (median standard deviation) and by more than 0.9% in a tenth of the
+# timings, some in two clusters 6% apart (torch's median), some with one placement 10-31%
+# off (div_tensor 1G, cumsum_ 4096x4096). Replays are pooled as if independent, so the
+# pooled median's CI does not show that: the row's spread is that of its placements too.
+# Once the placements' spread is over the target and this many times what their own
+# replays' scatter would give it (a placement's median CI over sqrt(placements)), it is
+# the placements that keep the row from being pinned: another round of replays at the
+# same placements would not narrow it. Replays of one normal law read at most 3.7 times
+# in 95% of trials of 8 placements x 3 replays, 1.5 times at 6 replays each.
+PLACEMENTS_DOMINATE = 4.0
+
+
+def _at_least(k: int, p: float, r: int) -> float:
+    """P(at least ``r`` of ``k`` draws fall at or below a value with share ``p``)."""
+    return sum(math.comb(k, i) * p**i * (1.0 - p) ** (k - i) for i in range(r, k + 1))
+
+
+def placement_spread(medians: Sequence[float]) -> Optional[float]:
+    """How far the inputs' placements move a row: the half-width of a 95% interval of the
+    median of the placements' own medians, were the placements drawn again from those
+    (the bootstrap over placements, taken exactly: the resampled median lies between
+    the resample's two middle order statistics, whose laws are binomial), over their
+    median. Robust as the pooled median is: one placement far off among eight widens it
+    little, two clusters of four widen it by their distance. None below two placements."""
+    values = sorted(float(m) for m in medians)
+    k = len(values)
+    if k < 2 or values[(k - 1) // 2] <= 0:
+        return None
+    mid = statistics.median(values)
+    low_rank, high_rank = (k + 1) // 2, k // 2 + 1  # 1-based ranks of the two middle ones
+
+    def first(rank: int, share: float) -> float:
+        return next(v for j, v in enumerate(values, 1) if _at_least(k, j / k, rank) >= share)
+
+    return (first(high_rank, 0.975) - first(low_rank, 0.025)) / 2.0 / mid
+
+
+def row_spread(ordered: Sequence[float], placement_medians: Sequence[float] = ()) -> Optional[float]:
+    """A graph row's spread: its pooled replays' (``relative_spread``), or its placements'
+    (``placement_spread``) where that is wider."""
+    spreads = [s for s in (relative_spread(ordered), placement_spread(placement_medians)) if s is not None]
+    return max(spreads) if spreads else None
+
+
+def placements_dominate(groups: Sequence[Sequence[float]], target: float) -> bool:
+    """Is it the placements, not their replays, that keep the pooled median from being
+    pinned to ``target``? ``groups``: each placement's per-call times (PLACEMENTS_DOMINATE)."""
+    medians = [statistics.median(g) for g in groups if g]
+    own = [s for s in (relative_spread(sorted(g)) for g in groups) if s is not None]
+    across = placement_spread(medians)
+    if across is None or not own or target <= 0 or len(own) < len(groups):
+        return False
+    return across > target and across > PLACEMENTS_DOMINATE * statistics.median(own) / math.sqrt(len(own))
 
 
 class ReplayRule(NamedTuple):
@@ -641,7 +712,8 @@ class ReplayRule(NamedTuple):
     as the CI says are needed (it narrows as 1/sqrt(n); ROUND_MARGIN over that), never
     past the caller's ``rep`` budget split over the placements; the MAX_ROUNDS-th round
     spends what is left of it. The row stops "noise" once pinned, "budget" when the
-    budget ran out first. ``target`` 0 skips the first round: every row fills the budget
+    budget ran out first, "placements" when the placements kept it from being pinned
+    (``placements_dominate``). ``target`` 0 skips the first round: every row fills the budget
     ("budget"), as zlbench timed before the rule. ``graphs`` is the number of graphs
     replayed: one per placement, or one for all when the placements are interleaved.
     """
@@ -689,15 +761,21 @@ class ReplayRule(NamedTuple):
         done_per_graph: int,
         times: List[float],
         replay: Callable[[int], Optional[List[float]]],
+        placement_groups: Optional[Callable[[], Sequence[Sequence[float]]]] = None,
     ) -> Tuple[int, bool]:
         """The rounds after the first: while ``next_round`` asks for more, ``replay(n)``
         makes n more replays of every graph and returns their per-call times, pooled into
         ``times`` as one round, or None when the round could not be completed (what was
-        pooled before stands). Returns (rounds in all, whether the budget was spent)."""
+        pooled before stands); none once ``placement_groups()`` (each graph's per-call
+        times, separate graphs) say the placements keep the row from being pinned
+        (``placements_dominate``). Returns (rounds in all, whether the budget was spent)."""
         rounds = 1
         while True:
-            more = self.next_round(budget_replays, graphs, done_per_graph, sorted(times), rounds)
+            ordered = sorted(times)
+            more = self.next_round(budget_replays, graphs, done_per_graph, ordered, rounds)
             if not more:
+                break
+            if placement_groups is not None and placements_dominate(placement_groups(), self.target):
                 break
             got = replay(more)
             if got is None:

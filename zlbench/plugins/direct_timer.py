@@ -256,7 +256,7 @@ class DirectTimer:
         self, fn: Callable, clock: Any, opts: dict, rule: StopRule, host_time: bool = False
     ) -> PercallResult:
         warmup = WarmupRule(self.settings.warmup_rule, float(opts.get("warmup", 25) or 25))
-        caller_rep_ms = rule.min_ms
+        caller_rep_ms = rule.budget
         if host_time:
             warmup, rule = host_time_warmup(warmup), host_time_stop(rule)
         result = percall_bench(

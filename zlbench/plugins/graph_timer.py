@@ -64,9 +64,12 @@ from zlbench.timing import (
     is_fatal_error,
     measured_from,
     placement_failure,
+    placement_spread,
+    placements_dominate,
     plan_graph,
     probe_per_call,
     replays_per_placement,
+    row_spread,
     warmup_batch_size,
 )
 
@@ -409,6 +412,8 @@ def graph_bench(
         at_cap = watch is not None and watch.seen
         interleaved = not at_cap and interleave(placements, plan.calls_per_graph, l2_bytes(torch))
         times: List[float] = []
+        placement_medians: List[float] = []  # separate graphs at two placements or more
+        placements_held = False  # ... whose placements kept the row from being pinned
         rounds, spent = 0, False
         if at_cap:
             graph = None
@@ -479,16 +484,28 @@ def graph_bench(
                     groups.setdefault(i, []).extend(samples)
                 return [t for i in range(count) for t in got[i]]
 
-            rounds, spent = rule.later_rounds(plan.replays, count, per_placement, times, again)
+            def by_placement() -> List[List[float]]:
+                return [groups[i] for i in range(count)]
+
+            rounds, spent = rule.later_rounds(
+                plan.replays, count, per_placement, times, again, by_placement if count > 1 else None
+            )
             cost.notes.update(interleaved=False, graphs_kept=kept.holds(count))
             if count > 1:
                 # Each placement's own median (ms): how far the inputs' addresses move the row.
-                cost.notes["placement_ms"] = [round(statistics.median(groups[i]), 7) for i in range(count)]
-        stop = "noise" if times and rule.target > 0 and rule.pinned(sorted(times)) and not spent else "budget"
+                placement_medians = [statistics.median(g) for g in by_placement()]
+                placements_held = placements_dominate(by_placement(), rule.target)
+                cost.notes["placement_ms"] = [round(m, 7) for m in placement_medians]
+                cost.notes["placement_spread"] = placement_spread(placement_medians)
+        ordered = sorted(times)
+        stop = "noise" if times and rule.target > 0 and rule.pinned(ordered) and not spent else "budget"
+        if stop == "budget" and not spent and placements_held:
+            stop = "placements"  # more replays at the same placements would not narrow it
         if watch is not None and watch.seen:
             # The record then describes the window; what it replaced is kept apart.
             set_aside = {"replays": len(times), "rounds": rounds}
-            for key in ("interleaved", "graphs_kept", "rounds_ended", "placement_ms"):
+            placement_medians = []  # the window is one placement's
+            for key in ("interleaved", "graphs_kept", "rounds_ended", "placement_ms", "placement_spread"):
                 if key in cost.notes:
                     set_aside[key] = cost.notes.pop(key)
             kept.drop()
@@ -533,6 +550,8 @@ def graph_bench(
     # row's spread includes how much the inputs' addresses move it (an interleaved row's
     # replays each average every placement already: its spread is replay to replay).
     measured = measured_from(times, quantiles, return_mode, cost.notes["replay_stop"])
+    if placement_medians:
+        measured = measured._replace(spread=row_spread(sorted(times), placement_medians))
     if "power_cap" in cost.notes:
         cost.notes["power_cap"]["replay_spread"] = measured.spread
         measured = measured._replace(spread=cap_window_spread(measured.spread))

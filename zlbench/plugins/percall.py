@@ -16,8 +16,8 @@ is timed on its own by a clock, in batches. Two clocks on devices:
   perf_counter on cpu.
 
 After each batch the samples are checked
-against ``timing.StopRule`` (nvbench's stopping criterion: enough samples, the
-caller's ``rep`` budget spent, and the median's 95% CI within the noise target; or
+against ``timing.StopRule`` (nvbench's stopping criterion: enough samples, a tenth of
+the caller's ``rep`` budget spent, and the median's 95% CI within the noise target; or
 the time cap). The L2 cache is not flushed between calls: rows are measured warm, as
 the graph timer measures them (see docs/design.md, "Two timing calibers").
 """
@@ -398,9 +398,10 @@ def percall_bench(
     is judged by its fastest call: the events count the host's gaps, which the traced
     clock leaves out and which never settle for an operator that syncs with the host (on
     an H200 a tenth of transpose's host-time warm-ups waited for the cap). And each
-    traced batch is a profiler session: the first is a tenth of the budget at the
-    warm-up's host time per call, the second is sized by what the first cost per call to
-    spend the rest of it, and most timings stop there.
+    traced batch is a profiler session: the first spends the rule's minimum
+    (``timing.MIN_TIME_SHARE`` of the caller's budget) at the warm-up's host time per
+    call, and most timings stop after it, their median pinned; later ones grow with the
+    time spent.
     """
     cost = Cost()
     clear_grads(grad_to_none)
@@ -422,7 +423,7 @@ def percall_bench(
         calls = next_warmup_calls(calls, warm[len(warm) // 2])
     per_call = warm[len(warm) // 2]
     host_per_call = sum(warm) / len(warm)
-    cost.notes.update(warmup_stop=stopped, warmup_batches=len(batches), rep_ms=rule.min_ms)
+    cost.notes.update(warmup_stop=stopped, warmup_batches=len(batches), rep_ms=rule.budget)
     if traced:
         # Starts the tracer (its one-time start-up stays outside the samples), and
         # NothingTraced says so before the row's device state is read.
@@ -437,10 +438,10 @@ def percall_bench(
     timed_batches = 0
     # A traced batch is a profiler session, and in one a call costs far more than outside
     # (the profiler records every op and launch, and the trace is read: on an H200
-    # masked_select's calls cost 340 us in a session, 50 us outside one). The first takes
-    # a tenth of the budget at the warm-up's host time per call (the rule's samples at
-    # least, but only what fits in the time cap for a slow call, two at least); what it
-    # cost per call then sizes the next to spend the rest.
+    # masked_select's calls cost 340 us in a session, 50 us outside one). The first spends
+    # the rule's minimum at the warm-up's host time per call (the rule's samples at least,
+    # but only what fits in the time cap for a slow call, two at least); what it cost per
+    # call sizes the next.
     if traced:
         calls = first_session_calls(host_per_call, rule)
     else:
