@@ -251,23 +251,37 @@ def op_figures(batch: Path) -> Dict[str, dict]:
     return out
 
 
-def placement_spreads(run_dir: str, cache: Dict[str, dict]) -> dict:
-    """{(op, dtype, shape): the gems timing's placements' spread} of a run dir (its first
-    record of a key), for the rows timed in separate graphs at two placements or more."""
+def gems_costs(run_dir: str, cache: Dict[str, dict]) -> dict:
+    """{(op, dtype, shape): cost_ms} of a run dir's gems timings (the first record of a
+    key that has one), read once per run dir."""
     from zlbench import rowstats
 
     if run_dir not in cache:
         records, _ = rowstats.read(Path(run_dir))
         found: dict = {}
         for rec in records:
-            spread = (rec.get("cost_ms") or {}).get("placement_spread")
-            if rec.get("side") == "gems" and isinstance(spread, (int, float)):
-                found.setdefault((rec.get("op"), rec.get("dtype"), rec.get("shape")), float(spread))
+            if rec.get("side") == "gems" and isinstance(rec.get("cost_ms"), dict):
+                found.setdefault((rec.get("op"), rec.get("dtype"), rec.get("shape")), rec["cost_ms"])
         cache[run_dir] = found
     return cache[run_dir]
 
 
-def layout(pairs) -> dict:
+def timer_class(p, cache: Dict[str, dict]) -> str:
+    """How a pair's gems rows were timed: "host" (no device work on either side: host
+    time, never compared), "direct" (the direct timer's device time), "graph
+    interleaved" (all placements in one graph on both sides: its spread is replay to
+    replay) or "graph" (separate graphs, or the two sides timed apart)."""
+    from zlbench.summary.ab import NO_DEVICE_WORK_EITHER
+
+    if p.verdict.why == NO_DEVICE_WORK_EITHER:
+        return "host"
+    if p.fallback:
+        return "direct"
+    sides = [gems_costs(side.run_dir, cache).get(p.a.key, {}) for side in (p.a, p.b)]
+    return "graph interleaved" if all(c.get("interleaved") for c in sides) else "graph"
+
+
+def layout(pairs, cache: Dict[str, dict]) -> dict:
     """How much of the A/A the inputs' placements account for. Each pooled median over k
     placements is one draw of the placements a process gets; its 95% half-width over
     placements (timing.placement_spread) gives a standard deviation of about s / 1.96,
@@ -275,13 +289,10 @@ def layout(pairs) -> dict:
     Over the rows both sides timed so, the observed median |gain| beside that prediction,
     and the rows whose printed latencies are equal (the table's 6 decimals in ms: a row
     of 2 us reads to 0.05%)."""
-    cache: Dict[str, dict] = {}
     observed, predicted = [], []
     for p in pairs:
-        key = (p.a.op, p.a.dtype, p.a.shape)
-        sa = placement_spreads(p.a.run_dir, cache).get(key)
-        sb = placement_spreads(p.b.run_dir, cache).get(key)
-        if p.gain is None or sa is None or sb is None:
+        sa, sb = (gems_costs(side.run_dir, cache).get(p.a.key, {}).get("placement_spread") for side in (p.a, p.b))
+        if p.gain is None or not isinstance(sa, (int, float)) or not isinstance(sb, (int, float)):
             continue
         observed.append(abs(p.gain))
         predicted.append(0.6745 * (sa * sa + sb * sb) ** 0.5 / 1.96)
@@ -299,6 +310,7 @@ def aa(a: Path, b: Path) -> dict:
     gains = sorted(abs(p.gain) for p in result.pairs if p.gain is not None)
     verdicts: Dict[str, int] = {}
     others = []
+    unexplained_pairs: set = set()
     for p in result.pairs:
         verdict = p.verdict.status
         verdicts[verdict] = verdicts.get(verdict, 0) + 1
@@ -310,20 +322,27 @@ def aa(a: Path, b: Path) -> dict:
             # why it moved: neither explains anything.
             clocks = bool(p.a.gems_clock and p.b.gems_clock and p.a.gems_clock != p.b.gems_clock)
             explained = bool(p.verdict.throttled or clocks or untraced_sides(p) or autotune_changes(p))
+            if not explained:
+                unexplained_pairs.add(id(p))
             others.append({"row": " ".join(map(str, p.key)), "verdict": verdict, "explained": explained,
                            "gain_pct": None if p.gain is None else round(100 * p.gain, 3),
                            "why": p.verdict.why, "fallback": p.fallback, "autotune": autotune_changes(p),
                            "markers": sorted({m.name for m in p.a.markers + p.b.markers if m.name != "RUN_PHASE"})})
     unexplained = [o for o in others if not o["explained"]]
     n = len(result.pairs)
+    # Per way the gems rows were timed (timer_class): how far each moved, and how many
+    # moved unexplained.
+    cache: Dict[str, dict] = {}
+    classes = {id(p): timer_class(p, cache) for p in result.pairs}
     by_timer = {}
-    for name, fallback in (("graph", False), ("direct", True)):
-        pairs = [p for p in result.pairs if p.fallback == fallback]
+    for name in ("graph", "graph interleaved", "direct", "host"):
+        pairs = [p for p in result.pairs if classes[id(p)] == name]
         moved = sorted(abs(p.gain) for p in pairs if p.gain is not None)
         same = sum(p.verdict.status == "SAME" for p in pairs)
         by_timer[name] = {"pairs": len(pairs),
                           "same_share": round(same / len(pairs), 4) if pairs else None,
-                          "median_abs_gain_pct": round(100 * statistics.median(moved), 4) if moved else None}
+                          "median_abs_gain_pct": round(100 * statistics.median(moved), 4) if moved else None,
+                          "unexplained": sum(id(p) in unexplained_pairs for p in pairs)}
     # The rows whose device times were compared: not those without device work in A or
     # B (their numbers are host time), nor the UNKNOWN ones.
     compared = sorted(abs(p.gain) for p in result.pairs
@@ -343,7 +362,7 @@ def aa(a: Path, b: Path) -> dict:
             "unexplained": len(unexplained),
             "same_or_explained_share": round(1 - len(unexplained) / n, 4) if n else None,
             "by_timer": by_timer,
-            "layout": layout(result.pairs),
+            "layout": layout(result.pairs, cache),
             "not_same": others}
 
 

@@ -392,13 +392,16 @@ def test_a_cache_keyed_by_address_gets_one_eager_call_at_each_moved_placement(si
     m = graph_bench(fn, 25, 100, None, None, "median", places=places, on_placed=lambda n, why: placed.append((n, why)))
     assert placed == [(places, None)] and len(checked) == places
     assert m.cost["interleaved"] is interleaved and m.cost["called_first"] == places - 1
-    if not interleaved:  # each placement's own median is in the record
-        assert len(m.cost["placement_ms"]) == places and all(v > 0 for v in m.cost["placement_ms"])
-        assert min(m.cost["placement_ms"]) <= m.median_ms <= max(m.cost["placement_ms"])
+    # Each placement's own median is in the record, or each interleaved graph's.
+    medians = m.cost["graph_ms" if interleaved else "placement_ms"]
+    assert len(medians) == (2 if interleaved else places) and all(v > 0 for v in medians)
+    assert min(medians) <= m.median_ms <= max(medians)
     torch.cuda.synchronize()
 
 
-def test_small_rows_interleave_their_placements_in_one_graph_and_measure_the_same():
+def test_small_rows_interleave_their_placements_in_two_graphs_and_measure_the_same():
+    from zlbench.plugins.graph_timer import INTERLEAVED_GRAPHS
+
     x = torch.randn(64, 64, device="cuda", dtype=torch.float16)
     ptr = x.data_ptr()
     seen = set()
@@ -409,6 +412,12 @@ def test_small_rows_interleave_their_placements_in_one_graph_and_measure_the_sam
 
     m = graph_bench(fn, 25, 100, None, None, "median", places=8)
     assert m.cost["interleaved"] and m.placements == 8 and len(seen) == 8 and x.data_ptr() == ptr
+    # Two graphs of four placements each; the row's spread is theirs where it is wider.
+    graphs = m.cost["graph_ms"]
+    assert len(graphs) == INTERLEAVED_GRAPHS
+    # graph_ms is rounded to 1e-7 ms: their spread is known to that over their median
+    assert m.cost["placement_spread"] == pytest.approx(timing.placement_spread(graphs), abs=1e-7 / min(graphs))
+    assert m.spread >= m.cost["placement_spread"] and m.samples >= timing.FIRST_ROUND_SAMPLES
     one = graph_bench(fn, 25, 100, None, None, "median", places=1)
     # Eight copies of 8 KB share L2 as one does: the same per-call time within 3%.
     assert abs(m.median_ms / one.median_ms - 1) < 0.03

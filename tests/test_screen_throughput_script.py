@@ -117,13 +117,14 @@ def test_the_aa_counts_a_throttled_row_explained_and_a_bare_change_not(tmp_path)
     assert got["same_share"] == 0.5
     # No direct-timer fallback here: all four rows count as the main timer's.
     assert got["by_timer"]["graph"]["pairs"] == 4 and got["by_timer"]["direct"]["pairs"] == 0
+    assert got["by_timer"]["graph"]["unexplained"] == 1 and got["by_timer"]["host"]["pairs"] == 0
     # The same bare 6% change on rows the direct timer took: the fallback explains nothing.
     fell = _batch(tmp_path / "fell", lambda op, d, s: 0.106 if (op == "abs" and "4096" in s) else 0.1,
                   fallback=[("abs", SHAPES[1])])
     got = st.aa(a, fell)
     moved = [o for o in got["not_same"] if o["verdict"] == "SLOWER"]
     assert len(moved) == 1 and moved[0]["fallback"] and got["unexplained"] == 1
-    assert got["by_timer"]["direct"] == {"pairs": 1, "same_share": 0.0,
+    assert got["by_timer"]["direct"] == {"pairs": 1, "same_share": 0.0, "unexplained": 1,
                                          "median_abs_gain_pct": pytest.approx(100 * (1 - 1 / 1.06), abs=0.01)}
 
 
@@ -143,6 +144,12 @@ def test_the_layout_figure_predicts_the_aa_from_the_placements_spreads(tmp_path)
     got = st.aa(a, b)["layout"]
     # Only abs's rows have a placements' spread on both sides; sum's print alike in A and B.
     assert got["rows"] == 2 and got["rows_equal_as_printed"] == 2
+    # A row timed with all placements in one graph on both sides is a class of its own.
+    for root in (a, b):
+        rowstats.append(root / "sum", {"op": "sum", "dtype": "torch.float16", "shape": SHAPES[0], "side": "gems",
+                                       "cost_ms": {"interleaved": True}})
+    timers = st.aa(a, b)["by_timer"]
+    assert timers["graph interleaved"]["pairs"] == 1 and timers["graph"]["pairs"] == 3
     gains = sorted(abs(0.1 / m - 1) for m in (0.1003, 0.1001))
     assert got["median_abs_gain_pct"] == pytest.approx(100 * sum(gains) / 2, abs=1e-4)
     predicted = sorted(0.6745 * (x * x + y * y) ** 0.5 / 1.96 for x, y in ((0.004, 0.003), (0.002, 0.0)))

@@ -306,6 +306,14 @@ def test_later_rounds_spend_the_budget_at_most_and_stop_when_a_round_cannot_be_c
     assert times == wide and rounds == 1 and not spent
 
 
+def test_interleaved_placements_are_shared_out_over_the_graphs():
+    from zlbench.plugins.graph_timer import interleaved_sets
+
+    assert interleaved_sets(8) == [[0, 2, 4, 6], [1, 3, 5, 7]]  # the inputs' own place in the first
+    assert interleaved_sets(3) == [[0, 2], [1]]
+    assert interleaved_sets(1) == [[0]] and interleaved_sets(8, graphs=1) == [list(range(8))]
+
+
 def test_interleaving_needs_every_copy_in_l2_and_long_segments():
     from zlbench.plugins.graph_timer import interleave
     from zlbench.plugins.placement import Placements
@@ -417,8 +425,10 @@ def test_placement_spread_widens_for_clusters_and_stays_narrow_for_one_far_place
     # does its spread.
     one_far = [1.0, 1.001, 0.999, 1.0, 1.31, 1.0, 1.0, 1.0]
     assert timing.placement_spread(one_far) < 0.001
-    # Two placements: their distance, halved; one or none says nothing.
-    assert timing.placement_spread([1.0, 1.1]) == pytest.approx(0.1 / 2 / 1.05)
+    # Two placements (two interleaved graphs): 1.96 standard errors of their mean, where
+    # the bootstrap could say no more than their distance, halved; one or none says nothing.
+    assert timing.placement_spread([1.0, 1.1]) == pytest.approx(1.96 * 0.1 / 2 / 1.05)
+    assert timing.placement_spread([1.0, 1.1, 1.2]) == pytest.approx(1.96 * 0.1 / 3**0.5 / 1.1)
     assert timing.placement_spread([1.0]) is None and timing.placement_spread([]) is None
     assert timing.placement_spread([1.0] * 8) == 0.0
 

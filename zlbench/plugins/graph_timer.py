@@ -13,9 +13,11 @@ times in kernel mode. For one timing call:
    generator in capturing state;
 3. replay: time each replay with CUDA events; reduce like triton (median by default);
 4. placements: capture and replay again with the inputs moved to fresh copies, up to
-   ZL_GRAPH_PLACEMENTS times (``zlbench.plugins.placement``), the replays pooled; a
-   first round of a few replays each, a second filling the caller's ``rep`` only when
-   the pooled median is not yet pinned to ZL_GRAPH_NOISE (``timing.ReplayRule``);
+   ZL_GRAPH_PLACEMENTS times (``zlbench.plugins.placement``; small inputs in
+   INTERLEAVED_GRAPHS graphs of segments at each placement instead), the replays pooled;
+   a first round of a few replays each, later ones only while the pooled median is not
+   yet pinned to ZL_GRAPH_NOISE and more replays can pin it (``timing.ReplayRule``); the
+   row's spread is its graphs' where they are further apart than its replays;
 5. power cap: where the device, read while the warm-up's and replays' work ran, was held
    down by its power cap, the samples are replaced by a cap window: one placement's
    graph replayed for ``timing.CAP_WINDOW_MS`` (the cap's own period), stop
@@ -77,8 +79,17 @@ PLUGIN = "graph_timer"
 GRAPH_TARGETS = (("triton.testing", "do_bench"), ("zlbench.cpu_timer", "do_bench"))
 PROBE_TARGET_MS = 1.0  # the probe graph should last about this long
 LOW_MEMORY_SHARE = 0.25  # empty the allocator's cache before a capture below this much free
-L2_SHARE = 0.5  # interleave placements in one graph when all their copies fit in this much L2
-MIN_SEGMENT = 8  # ... and each placement's segment of the graph holds this many calls
+L2_SHARE = 0.5  # interleave placements when all their copies fit in this much L2
+MIN_SEGMENT = 8  # ... and each placement's segment of a graph holds this many calls
+# Interleaved placements are timed over this many graphs, each taking its own share of
+# them. A replay of one graph averages its placements, so replay to replay it cannot show
+# how far new copies and a new graph move the row: on an H200 every unexplained verdict
+# of an A/A was such a row (tiny kernels 1.1-5.2% apart at spreads of 0.01-0.04%), and
+# two timings in one process (new copies, a new graph) moved them nearly as far as two
+# processes did (benchmarks/capture_spread.py: FlagGems' cumsum int32 256x256, standard
+# deviation 0.45% within a process against 0.55% between). Two graphs' medians give the
+# row that spread (``timing.placement_spread``), for a second capture of the same calls.
+INTERLEAVED_GRAPHS = 2
 
 
 class CaptureFailed(Exception):
@@ -175,11 +186,13 @@ def l2_bytes(torch) -> Optional[int]:
 
 
 def interleave(placements: Placements, calls_per_graph: int, l2: Optional[int]) -> bool:
-    """Time all placements in one graph (segments of consecutive calls at each) where that
-    measures what separate graphs would: every copy stays in L2 (so no segment starts
+    """Time the placements in INTERLEAVED_GRAPHS graphs (segments of consecutive calls at
+    each placement a graph takes: ``interleaved_sets``) where that measures what separate
+    graphs would: every copy stays in L2 (so no segment starts
     colder than a graph of its own would), and each segment is long enough that the
-    switch is a small part of it. Then one capture replaces one per placement: for a
-    kernel of a microsecond, 650 launches through a library's Python wrapper each."""
+    switch is a small part of it. Then INTERLEAVED_GRAPHS captures replace one per
+    placement: for a kernel of a microsecond, 650 launches through a library's Python
+    wrapper each."""
     if placements.count < 2 or not l2:
         return False
     fits = placements.count * placements.nbytes <= L2_SHARE * l2
@@ -412,7 +425,7 @@ def graph_bench(
         at_cap = watch is not None and watch.seen
         interleaved = not at_cap and interleave(placements, plan.calls_per_graph, l2_bytes(torch))
         times: List[float] = []
-        placement_medians: List[float] = []  # separate graphs at two placements or more
+        placement_medians: List[float] = []  # each graph's, where there are two or more
         placements_held = False  # ... whose placements kept the row from being pinned
         rounds, spent = 0, False
         if at_cap:
@@ -421,9 +434,16 @@ def graph_bench(
             graph = None  # the probe's buffers go before the real capture
             phase = "capture"
             try:
-                times, timed_placements, rounds, spent = replay_interleaved(
+                times, timed_placements, rounds, spent, graph_groups = replay_interleaved(
                     torch, fn, placements, plan, rule, stream, grad_to_none, cost
                 )
+                if len(graph_groups) > 1:
+                    # Each interleaved graph's own median (ms): how far new copies of the
+                    # inputs and a new graph move the row.
+                    placement_medians = [statistics.median(g) for g in graph_groups]
+                    placements_held = placements_dominate(graph_groups, rule.target)
+                    cost.notes["graph_ms"] = [round(m, 7) for m in placement_medians]
+                    cost.notes["placement_spread"] = placement_spread(placement_medians)
             except PlacementFailed as failed:
                 # As with separate graphs, a moved placement failing costs only itself:
                 # the row is timed where its inputs are.
@@ -505,7 +525,14 @@ def graph_bench(
             # The record then describes the window; what it replaced is kept apart.
             set_aside = {"replays": len(times), "rounds": rounds}
             placement_medians = []  # the window is one placement's
-            for key in ("interleaved", "graphs_kept", "rounds_ended", "placement_ms", "placement_spread"):
+            for key in (
+                "interleaved",
+                "graphs_kept",
+                "rounds_ended",
+                "placement_ms",
+                "graph_ms",
+                "placement_spread",
+            ):
                 if key in cost.notes:
                     set_aside[key] = cost.notes.pop(key)
             kept.drop()
@@ -546,9 +573,9 @@ def graph_bench(
             pass
     if on_placed is not None:
         on_placed(timed_placements, placements.why_fewer)
-    # Each replay is one sample of the per-call time, pooled over the placements: the
-    # row's spread includes how much the inputs' addresses move it (an interleaved row's
-    # replays each average every placement already: its spread is replay to replay).
+    # Each replay is one sample of the per-call time, pooled over the placements; the
+    # row's spread is its graphs' where they are further apart (``timing.row_spread``):
+    # replays come in clusters, one per graph, which the pooled CI does not see.
     measured = measured_from(times, quantiles, return_mode, cost.notes["replay_stop"])
     if placement_medians:
         measured = measured._replace(spread=row_spread(sorted(times), placement_medians))
@@ -558,10 +585,19 @@ def graph_bench(
     return measured._replace(placements=timed_placements, cost=cost.report())
 
 
+def interleaved_sets(count: int, graphs: int = INTERLEAVED_GRAPHS) -> List[List[int]]:
+    """The placements each interleaved graph takes in turn: every ``graphs``-th one, the
+    inputs' own (0) in the first graph; fewer graphs where there are fewer placements."""
+    graphs = max(1, min(graphs, count))
+    return [list(range(g, count, graphs)) for g in range(graphs)]
+
+
 def replay_interleaved(torch, fn, placements: Placements, plan, rule: ReplayRule, stream, grad_to_none, cost):
-    """All placements in one graph, ``plan.calls_per_graph`` calls in equal segments, one
-    per placement; every replay is one sample over all of them. Returns (per-call times,
-    placements, rounds of replays, whether they spent the budget)."""
+    """The placements in INTERLEAVED_GRAPHS graphs (``interleaved_sets``), each of
+    ``plan.calls_per_graph`` calls in equal segments, one per placement it takes; every
+    replay of a graph is one sample over its placements. Returns (per-call times pooled,
+    placements, rounds of replays, whether they spent the budget, each graph's per-call
+    times)."""
     count = placements.count
     placements.prepare(count)  # the copies exist before the capture: it may only swap storage
     stream.wait_stream(torch.cuda.current_stream())
@@ -569,52 +605,64 @@ def replay_interleaved(torch, fn, placements: Placements, plan, rule: ReplayRule
     calls = plan.calls_per_graph
     current = [0]
 
-    def before_call(i: int) -> None:
-        index = i * count // calls
-        if index != current[0]:
-            placements.move(index)
-            current[0] = index
+    def capture_set(indices: List[int]):
+        current[0] = 0  # the inputs are at their own placement when a capture begins
 
-    def capture_all():
+        def before_call(i: int) -> None:
+            index = indices[i * len(indices) // calls]
+            if index != current[0]:
+                placements.move(index)
+                current[0] = index
+
         try:
             return capture(torch, fn, calls, stream, grad_to_none, before_call)
         finally:
-            placements.move(0)
+            placements.move(0)  # current[0] keeps where a failed capture was
 
-    try:
+    graphs = []
+    for indices in interleaved_sets(count):
         try:
-            graph = capture_all()
-        except Exception as exc:  # noqa: BLE001 - at placement 0 it is the row's own failure
-            if current[0] == 0 or not call_first(torch, exc):
-                raise
-            # As with separate graphs (capture_moved): one eager call at each moved
-            # placement, then the capture again.
-            for index in range(1, count):
-                placements.move(index)
-                call_once(torch, fn, stream, grad_to_none)
-            placements.move(0)
-            current[0] = 0
-            cost.notes["called_first"] = count - 1
-            graph = capture_all()
-    except ContextNotClean:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        if current[0] == 0:
+            try:
+                graphs.append(capture_set(indices))
+            except Exception as exc:  # noqa: BLE001 - at placement 0 it is the row's own failure
+                if current[0] == 0 or not call_first(torch, exc):
+                    raise
+                # As with separate graphs (capture_moved): one eager call at each moved
+                # placement of this graph, then its capture again.
+                for index in indices:
+                    if index:
+                        placements.move(index)
+                        call_once(torch, fn, stream, grad_to_none)
+                placements.move(0)
+                cost.notes["called_first"] = cost.notes.get("called_first", 0) + sum(1 for i in indices if i)
+                graphs.append(capture_set(indices))
+        except ContextNotClean:
             raise
-        raise PlacementFailed(current[0], exc) from exc
+        except Exception as exc:  # noqa: BLE001
+            if current[0] == 0:
+                raise
+            raise PlacementFailed(current[0], exc) from exc
     cost.lap("capture")
-    first = rule.first_round(plan.replays, 1)
-    times = [t / calls for t in time_replays(torch, graph, first, stream)]
+
+    def replay(more: int) -> List[List[float]]:
+        return [[t / calls for t in time_replays(torch, graph, more, stream)] for graph in graphs]
+
+    first = rule.first_round(plan.replays, len(graphs))
+    groups = replay(first)
+    times = [t for group in groups for t in group]
+
+    def again(more: int) -> List[float]:
+        got = replay(more)
+        for group, samples in zip(groups, got):
+            group.extend(samples)
+        return [t for samples in got for t in samples]
+
     rounds, spent = rule.later_rounds(
-        plan.replays,
-        1,
-        first,
-        times,
-        lambda more: [t / calls for t in time_replays(torch, graph, more, stream)],
+        plan.replays, len(graphs), first, times, again, (lambda: groups) if len(graphs) > 1 else None
     )
     cost.lap("replay")
     cost.notes["interleaved"] = True
-    return times, count, rounds, spent
+    return times, count, rounds, spent, groups
 
 
 def replay_round(

@@ -1,0 +1,170 @@
+"""Does a graph-timed row move between processes more than between timings in one?
+
+A row's spread is what the graph timer can see inside its process: replay to replay,
+and across the placements of its inputs when each has a graph of its own
+(``timing.row_spread``). An H200 A/A (benchmarks/screen_throughput.py) found the rows
+that moved past their spread between two batches to be rows whose placements share one
+interleaved graph: tiny kernels, 1-5% apart at spreads of 0.01-0.04%. This script asks
+whether a second timing in the same process (new copies of the inputs, a new graph)
+moves such a row as far as a new process does: if so, timing them over more than one
+graph would show it in the row's spread; if not, the movement belongs to the process.
+
+Each of --processes fresh processes times every case --timings times with
+``graph_bench`` at the defaults (the settle warm-up, replays until pinned, 8 placements,
+interleaved where the timer chooses to), and reports per case: whether it was
+interleaved, each process's medians, the relative range and standard deviation of the
+medians within a process (median over processes) and of the processes' means, and the
+median of the spreads the timings recorded (a 95% half-width, about 1.96 standard
+deviations: it should cover what the medians move by).
+
+Usage (a CUDA host; FlagGems' src on PYTHONPATH for the gems cases):
+  python benchmarks/capture_spread.py --processes 5 --timings 3 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cases(torch, gems):
+    """(name, fn, context) triples: the small rows that moved unexplained in an H200 A/A
+    (cumsum_ 256x256, segment_reduce 2^20 in 64 segments) and a large one for contrast."""
+    dev = "cuda"
+    out = []
+    xi = torch.randint(-100, 100, (256, 256), device=dev, dtype=torch.int32)
+    xb = torch.randn(256, 256, device=dev, dtype=torch.bfloat16)
+    big = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
+    data = torch.randn(1 << 20, device=dev, dtype=torch.bfloat16)
+    lengths = torch.full((64,), (1 << 20) // 64, device=dev, dtype=torch.int64)
+    for side, ctx in (("gems", gems), ("torch", contextlib.nullcontext)):
+        out.append((f"{side} cumsum int32 256x256", lambda: torch.cumsum(xi, 1), ctx))
+        out.append((f"{side} cumsum bf16 256x256", lambda: torch.cumsum(xb, 1), ctx))
+        out.append((f"{side} cumsum fp16 4096x4096", lambda: torch.cumsum(big, 1), ctx))
+    out.append(
+        (
+            "gems segment_reduce bf16 2^20 mean",
+            lambda: torch.segment_reduce(data, "mean", lengths=lengths, unsafe=True),
+            gems,
+        )
+    )
+    return out
+
+
+def child(timings: int) -> Dict[str, dict]:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("capture_spread.py times CUDA graphs: this host has no CUDA device")
+    from zlbench.plugins.graph_timer import graph_bench
+
+    try:
+        import flag_gems
+
+        def gems():
+            return flag_gems.use_gems()
+    except Exception as e:  # noqa: BLE001 - the torch cases still run
+        print(f"flag_gems not importable ({type(e).__name__}: {e}): torch cases only", file=sys.stderr)
+        gems = None
+    got: Dict[str, dict] = {}
+    for name, fn, ctx in cases(torch, gems):
+        if ctx is None:
+            continue
+        medians, spreads, interleaved = [], [], set()
+        try:
+            with ctx():
+                for _ in range(timings):
+                    m = graph_bench(fn, 1000.0, 100.0, None, None, "median", places=8)
+                    medians.append(m.median_ms)
+                    spreads.append(m.spread)
+                    interleaved.add(bool(m.cost.get("interleaved")))
+        except Exception as e:  # noqa: BLE001 - a case this build cannot time is left out
+            print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
+        got[name] = {"medians_ms": medians, "spreads": spreads, "interleaved": sorted(interleaved)}
+    return got
+
+
+def relative(values: List[float]) -> Dict[str, float]:
+    mid = statistics.median(values)
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"range_pct": 100 * (max(values) - min(values)) / mid, "sd_pct": 100 * sd / mid}
+
+
+def summarise(runs: List[Dict[str, dict]]) -> Dict[str, dict]:
+    """Per case: within a process (the median over processes of their medians' relative
+    range and sd) against between processes (of the processes' means)."""
+    out = {}
+    for name in sorted({n for run in runs for n in run}):
+        per = [run[name] for run in runs if name in run and run[name]["medians_ms"]]
+        if len(per) < 2:
+            continue
+        within = [relative(p["medians_ms"]) for p in per]
+        means = [statistics.fmean(p["medians_ms"]) for p in per]
+        out[name] = {
+            "processes": len(per),
+            "interleaved": sorted({i for p in per for i in p["interleaved"]}),
+            "within_range_pct": round(statistics.median(w["range_pct"] for w in within), 4),
+            "within_sd_pct": round(statistics.median(w["sd_pct"] for w in within), 4),
+            "between": {k: round(v, 4) for k, v in relative(means).items()},
+            # What the timings said of themselves: the median of their spreads (a 95%
+            # half-width: about 1.96 standard deviations).
+            "spread_pct": round(
+                100 * statistics.median(s for p in per for s in p.get("spreads") or [] if s is not None), 4
+            )
+            if any(p.get("spreads") for p in per)
+            else None,
+            "medians_us": [[round(1e3 * m, 4) for m in p["medians_ms"]] for p in per],
+        }
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--processes", type=int, default=5)
+    ap.add_argument("--timings", type=int, default=3, help="timings of each case in one process")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.processes < 2 or args.timings < 2:
+        ap.error("--processes and --timings need 2 at least: the script compares them")
+    if args.child:
+        print(json.dumps(child(args.timings)))
+        return 0
+    runs = []
+    for i in range(args.processes):
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", "--timings", str(args.timings)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        if proc.returncode != 0 or not proc.stdout.strip():
+            print(f"process {i + 1} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
+            return 1
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(f"process {i + 1} of {args.processes}: {len(runs[-1])} cases", flush=True)
+    figures = summarise(runs)
+    print(
+        f"\n{'case':<38} {'interleaved':<12} {'within range/sd %':>18} {'between range/sd %':>19} {'spread %':>9}"
+    )
+    for name, f in figures.items():
+        print(
+            f"{name:<38} {str(f['interleaved']):<12} {f['within_range_pct']:>8.3f} /{f['within_sd_pct']:>7.3f}  "
+            f"{f['between']['range_pct']:>9.3f} /{f['between']['sd_pct']:>7.3f} {f['spread_pct'] or float('nan'):>9.3f}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps({"runs": runs, "figures": figures}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
