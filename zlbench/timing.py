@@ -726,7 +726,7 @@ class ReplayRule(NamedTuple):
     budget ran out first, "placements" when the placements kept it from being pinned
     (``placements_dominate``). ``target`` 0 skips the first round: every row fills the budget
     ("budget"), as zlbench timed before the rule. ``graphs`` is the number of graphs
-    replayed: one per placement, or one for all when the placements are interleaved.
+    replayed: one per placement, or INTERLEAVED_GRAPHS (graph_timer) when they are interleaved.
     """
 
     target: float  # relative CI half-width; 0: always fill the budget
