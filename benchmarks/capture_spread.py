@@ -147,6 +147,9 @@ def main() -> int:
             text=True,
             cwd=REPO,
         )
+        for line in proc.stderr.splitlines():  # cases a process left out, and why
+            if line.strip() and proc.returncode == 0:
+                print(f"process {i + 1}: {line}", file=sys.stderr)
         if proc.returncode != 0 or not proc.stdout.strip():
             print(f"process {i + 1} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
             return 1

@@ -438,12 +438,9 @@ def graph_bench(
                     torch, fn, placements, plan, rule, stream, grad_to_none, cost
                 )
                 if len(graph_groups) > 1:
-                    # Each interleaved graph's own median (ms): how far new copies of the
+                    # Each interleaved graph's own median: how far new copies of the
                     # inputs and a new graph move the row.
-                    placement_medians = [statistics.median(g) for g in graph_groups]
-                    placements_held = placements_dominate(graph_groups, rule.target)
-                    cost.notes["graph_ms"] = [round(m, 7) for m in placement_medians]
-                    cost.notes["placement_spread"] = placement_spread(placement_medians)
+                    placement_medians, placements_held = note_graphs(cost, "graph_ms", graph_groups, rule)
             except PlacementFailed as failed:
                 # As with separate graphs, a moved placement failing costs only itself:
                 # the row is timed where its inputs are.
@@ -512,11 +509,8 @@ def graph_bench(
             )
             cost.notes.update(interleaved=False, graphs_kept=kept.holds(count))
             if count > 1:
-                # Each placement's own median (ms): how far the inputs' addresses move the row.
-                placement_medians = [statistics.median(g) for g in by_placement()]
-                placements_held = placements_dominate(by_placement(), rule.target)
-                cost.notes["placement_ms"] = [round(m, 7) for m in placement_medians]
-                cost.notes["placement_spread"] = placement_spread(placement_medians)
+                # Each placement's own median: how far the inputs' addresses move the row.
+                placement_medians, placements_held = note_graphs(cost, "placement_ms", by_placement(), rule)
         ordered = sorted(times)
         stop = "noise" if times and rule.target > 0 and rule.pinned(ordered) and not spent else "budget"
         if stop == "budget" and not spent and placements_held:
@@ -583,6 +577,18 @@ def graph_bench(
         cost.notes["power_cap"]["replay_spread"] = measured.spread
         measured = measured._replace(spread=cap_window_spread(measured.spread))
     return measured._replace(placements=timed_placements, cost=cost.report())
+
+
+def note_graphs(
+    cost: Cost, key: str, groups: List[List[float]], rule: ReplayRule
+) -> Tuple[List[float], bool]:
+    """Each graph's median (ms, under ``key`` in the record) and their spread
+    (``placement_spread``); returns (the medians, whether the graphs kept the row from
+    being pinned: ``placements_dominate``)."""
+    medians = [statistics.median(g) for g in groups]
+    cost.notes[key] = [round(m, 7) for m in medians]
+    cost.notes["placement_spread"] = placement_spread(medians)
+    return medians, placements_dominate(groups, rule.target)
 
 
 def interleaved_sets(count: int, graphs: int = INTERLEAVED_GRAPHS) -> List[List[int]]:
