@@ -23,7 +23,7 @@ measure efficiency (the measure phase over the budget of the timings inside it; 
 timer's own steps from row_stats.jsonl's cost_ms, the benchmark's work between timings
 from gap_ms); the projected wall of the whole corpus on one device
 (per kind: the kind's mean x its operators; kinds outside the sample at the sample's
-mean); the A/A of a and b (median |gain|, rows SAME, the others and their markers); the
+mean; the mean of passes a and b, each pass's too); the A/A of a and b (median |gain|, rows SAME, the others and their markers); the
 ratio of FlagGems' kernel-mode wall to zlbench's per operator.
 
 Usage (H200, FlagGems checkout in FLAGGEMS_DIR):
@@ -416,6 +416,14 @@ def projected_parts(figures: Dict[str, dict], weight: Dict[str, float]) -> Tuple
             {k: round(v, 4) for k, v in sorted(steps.items(), key=lambda kv: -kv[1])})
 
 
+def mean_parts(passes: List[Dict[str, float]]) -> Dict[str, float]:
+    """The passes' ``projected_parts`` hours, key by key (0 where a pass has none), the
+    largest first."""
+    keys = {k for p in passes for k in p}
+    mean = {k: round(sum(p.get(k, 0.0) for p in passes) / len(passes), 4) for k in keys} if passes else {}
+    return dict(sorted(mean.items(), key=lambda kv: -kv[1]))
+
+
 def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> dict:
     runs = {name: op_figures(args.out / name) for name in ("a", "b") if (args.out / name).is_dir()}
     if not runs:
@@ -426,15 +434,26 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
     walls = {op: statistics.mean(r[op]["wall_s"] for r in runs.values()) for op in ok}
     effs = [main_pass[op]["efficiency"] for op in ok if main_pass[op]["efficiency"]]
     pointwise = [walls[op] for op in ok if kinds.get(op, {}).get("pointwise")]
-    # Projection: per kind, the kind's mean wall x its operators; an operator that did not
-    # finish counts at its wall so far (its timeout at most), never as zero.
-    per_op = {op: main_pass.get(op, {}).get("wall_s") for op in ops}
+    # Projection, per pass: per kind, the kind's mean wall x its operators; an operator
+    # that did not finish counts at its wall so far (its timeout at most), never as zero.
+    # The figure is the mean of the passes': each is a warm night of the same build, and
+    # on an H200 two of them projected 1.50 and 1.41 h (walls of one operator 1.0-1.3 s apart).
     counts: Dict[str, int] = {}
     for op in corpus:
         kind = kinds.get(op, {}).get("kind", "(no kind)")
         counts[kind] = counts.get(kind, 0) + 1
-    projected_h, kind_means = projection({op: w for op, w in per_op.items() if w}, counts, kinds)
-    by_phase, by_step = projected_parts(main_pass, weights([op for op, w in per_op.items() if w], counts, kinds))
+    by_pass: Dict[str, Tuple[float, Dict[str, float]]] = {}
+    parts = []
+    for name, r in runs.items():
+        pass_walls = {op: (r.get(op) or {}).get("wall_s") for op in ops}
+        pass_walls = {op: w for op, w in pass_walls.items() if w}
+        hours, means = projection(pass_walls, counts, kinds)
+        if hours is not None:
+            by_pass[name] = (hours, means)
+            parts.append(projected_parts(r, weights(list(pass_walls), counts, kinds)))
+    projected_h = statistics.mean(h for h, _ in by_pass.values()) if by_pass else None
+    kind_means = {k: statistics.mean(m[k] for _, m in by_pass.values()) for k in counts} if by_pass else {}
+    by_phase, by_step = mean_parts([p for p, _ in parts]), mean_parts([s for _, s in parts])
     # The warm pass started on a fresh machine's empty kernel and tuner caches: its walls
     # are the cold ones, projected by the same rule (an operator it did not finish, or
     # resumed after an interrupt on half-filled caches, is left out).
@@ -460,9 +479,11 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         "pointwise_wall_median_s": statistics.median(pointwise) if pointwise else None,
         "wall_median_s": statistics.median(walls.values()) if walls else None,
         "projected_corpus_h": None if projected_h is None else round(projected_h, 2),
+        "projected_corpus_h_by_pass": {name: round(h, 3) for name, (h, _) in by_pass.items()},
         # Operators that did not finish count at their wall so far: then the projection
         # is a lower bound.
-        "unfinished": sorted(op for op in ops if (main_pass.get(op) or {}).get("status") not in ("ok", None)),
+        "unfinished": sorted(op for op in ops if any((r.get(op) or {}).get("status") not in ("ok", None)
+                                                     for r in runs.values())),
         "projected_corpus_s": None if projected_h is None else round(projected_h * 3600, 1),
         "projected_by_kind_h": {k: round(kind_means[k] * n / 3600, 3) for k, n in sorted(counts.items())
                                 if k in kind_means},
@@ -491,7 +512,7 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
                   ("efficiency", 5, 2), ("timer_s", 6, 1), ("gap_s", 5, 1))))
     for key in ("measure_efficiency_median", "measure_efficiency_median_by_pass", "measure_efficiency_max",
                 "pointwise_wall_median_s", "wall_median_s",
-                "projected_corpus_h", "projected_by_phase_h", "projected_by_step_h",
+                "projected_corpus_h", "projected_corpus_h_by_pass", "projected_by_phase_h", "projected_by_step_h",
                 "projected_cold_corpus_h", "kernel_over_zlbench_median"):
         print(f"{key:<32} {figures[key]}")
     print(f"kernel mode / zlbench per operator: {ratios}")

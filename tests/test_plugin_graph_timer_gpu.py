@@ -15,6 +15,7 @@ from zlbench import timing
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
+from zlbench.plugins import graph_timer  # noqa: E402
 from zlbench.plugins.graph_timer import CaptureFailed, graph_bench  # noqa: E402
 
 
@@ -268,9 +269,41 @@ def test_host_synchronising_ops_fail_capture_and_leave_the_context_clean(make_fn
     assert info.value.phase == "capture"
     decision = timing.fallback_decision(info.value.phase, info.value.error)
     assert decision.fallback, decision.reason
+    # The warm-up settled before the capture failed: the direct timer need not warm up again.
+    assert info.value.warm_ms is not None and info.value.warm_ms > 0
     _assert_context_usable()
     # the next shape still graph-times
     assert _bench(lambda: torch.abs(x)) > 0
+
+
+def test_the_direct_timer_takes_a_row_over_from_a_settled_warm_up_and_measures_the_same():
+    from zlbench.plugins import direct_timer
+    from zlbench.plugins.row_context import RowContext
+
+    x = torch.randn(1024, 1024, device="cuda")
+    fn = lambda: torch.masked_select(x, x > 0)  # noqa: E731
+    with pytest.raises(CaptureFailed) as info:
+        _bench(fn)
+    timer = direct_timer.DirectTimer(
+        direct_timer.DirectSettings("kernels", 1, 0.005), direct_timer.RowRecorder("cuda"), RowContext())
+    opts = {"warmup": 1000, "rep": 100}
+    cold, _, _ = timer._percall(fn, opts)
+    warm, clock, untraced = timer._percall(fn, opts, prewarmed_ms=info.value.warm_ms)
+    assert untraced is None and clock == timer._clock().name
+    assert warm.cost["warmup_stop"] == "prewarmed" and warm.cost["warmup_batches"] == 1
+    assert "first_call" not in warm.cost and warm.cost["warmup"] < cold.cost["warmup"]
+    assert abs(warm.median_ms / cold.median_ms - 1) < 0.05, (warm.median_ms, cold.median_ms)
+
+
+def test_a_probe_graph_of_the_plans_calls_is_the_real_one():
+    x = torch.randn(1 << 29, device="cuda")  # 2 GiB: about 1 ms a call, one call per graph
+    m = graph_bench(lambda: torch.abs(x), 25, 100, None, None, "median", places=2)
+    assert m.cost["calls_per_graph"] == 1 and m.cost["probe_graph"] is True, m.cost
+    assert m.samples >= timing.FIRST_ROUND_SAMPLES and m.placements == 2
+    # A row of many calls per graph whose probe is far off the plan is captured again.
+    y = torch.randn(64, 64, device="cuda")
+    small = graph_bench(lambda: torch.abs(y), 25, 100, None, None, "median", places=1)
+    assert small.cost["calls_per_graph"] > 100 and "probe_graph" not in small.cost, small.cost
 
 
 def test_a_capture_that_fails_after_an_rng_op_does_not_poison_torch_randn():
@@ -371,7 +404,10 @@ def test_a_placement_that_fails_ends_the_extra_ones_and_keeps_what_was_timed():
     placed = []
     m = graph_bench(fn, 25, 100, None, None, "median", places=4, on_placed=lambda n, why: placed.append((n, why)))
     assert m.placements == 1 and m.samples >= timing.MIN_REPLAYS and m.median_ms > 0
-    assert placed == [(1, "placement 2 failed: RuntimeError: this row cannot run elsewhere")]
+    # 4 MiB a copy: the placements interleave in two graphs, the first taking the inputs'
+    # own and the third (``interleaved_sets``), where the first moved one fails.
+    assert graph_timer.interleaved_sets(4) == [[0, 2], [1, 3]]
+    assert placed == [(1, "placement 3 failed: RuntimeError: this row cannot run elsewhere")]
     assert x.data_ptr() == home
     torch.cuda.synchronize()  # the context is fine
 

@@ -53,6 +53,10 @@ def test_the_weights_split_the_projection_by_any_per_operator_figure():
     assert set(phases) == {"startup", "collect", "first_call", "measure", "teardown"}
     assert sum(phases.values()) == pytest.approx(hours, abs=0.0005)
     assert list(steps) == ["graph replay", "gap"] and steps["graph replay"] == pytest.approx(hours / 2, abs=0.001)
+    # Two passes' parts average key by key, a step one pass lacks at 0.
+    assert st.mean_parts([{"gap": 0.2, "graph replay": 0.4}, {"gap": 0.1, "direct timed": 0.3}]) == {
+        "graph replay": 0.2, "direct timed": 0.15, "gap": 0.15}
+    assert st.mean_parts([]) == {}
 
 
 @pytest.mark.slow
@@ -75,8 +79,11 @@ def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_
         assert mine["timings"] == len(records) and mine["budget_s"] > 0
         assert mine["efficiency"] == pytest.approx(mine["measure_s"] / mine["budget_s"], abs=0.01)
     # Every corpus operator at its kind's mean wall (the sample has no kinds: its mean).
-    mean = sum(figures["per_operator"][op]["a"]["wall_s"] for op in ("abs", "add")) / 2
-    assert figures["projected_corpus_s"] == pytest.approx(11 * mean, rel=0.01)
+    # The projection is the mean of the two passes', each there too.
+    by_pass = {p: 11 * sum(figures["per_operator"][op][p]["wall_s"] for op in ("abs", "add")) / 2 / 3600
+               for p in ("a", "b")}
+    assert figures["projected_corpus_h_by_pass"] == pytest.approx(by_pass, abs=0.001)
+    assert figures["projected_corpus_s"] == pytest.approx(3600 * (by_pass["a"] + by_pass["b"]) / 2, rel=0.01)
     # The phases of the walls split the projection; the timers' steps are there, per timer.
     assert 3600 * sum(figures["projected_by_phase_h"].values()) == pytest.approx(figures["projected_corpus_s"], abs=1.0)
     assert figures["projected_by_step_h"] and all(

@@ -154,6 +154,12 @@ def test_a_probe_whose_first_replays_are_slow_still_plans_a_full_replay():
     assert len(replays_ms) == timing.PROBE_REPLAYS
 
 
+def test_the_probe_is_the_real_graph_where_the_plan_keeps_its_calls():
+    # The probe is the real graph where the plan keeps its calls within PROBE_FIT.
+    assert timing.probe_fits(1, 1) and timing.probe_fits(98, 100) and timing.probe_fits(51, 50)
+    assert not timing.probe_fits(2, 1) and not timing.probe_fits(97, 100) and not timing.probe_fits(100, 800)
+
+
 def test_a_failed_placement_says_what_failed():
     error = RuntimeError("Expected all tensors to be on the same device\n(more lines)")
     assert timing.placement_failure(1, error) == (

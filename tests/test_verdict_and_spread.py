@@ -689,6 +689,7 @@ def _traced_timer_on_the_host(monkeypatch):
 
 def test_a_host_time_timing_warms_up_a_tenth_of_flaggems_second_at_most(monkeypatch):
     pytest.importorskip("torch")
+    from zlbench.plugins import direct_timer, percall
     assert timing.host_time_warmup(timing.WarmupRule("settle", 1000)).cap_ms == timing.HOST_TIME_WARMUP_CAP_MS
     assert timing.host_time_warmup(timing.WarmupRule("settle", 25)).cap_ms == 25     # a smaller budget stands
     assert timing.host_time_warmup(timing.WarmupRule("budget", 1000)).min_ms == 1000  # FlagGems' own amount
@@ -696,6 +697,16 @@ def test_a_host_time_timing_warms_up_a_tenth_of_flaggems_second_at_most(monkeypa
     timer._percall(lambda: sum(range(100)), {"warmup": 1000, "rep": 5}, ("transpose", "gems"))
     # Traced at FlagGems' warm-up; found idle, timed on the host with the capped one.
     assert [(name, w.cap_ms) for name, w, _ in benches] == [("torch.profiler.CPU", 1000), ("host", 100)]
+    # Handed over by the graph timer after a settled warm-up, the traced timing warms up
+    # no more; the host-time one keeps its own short warm-up (its fastest-call rule costs
+    # less than a batch of calls with their own events each).
+    handed = []
+    real = percall.percall_bench
+    monkeypatch.setattr(direct_timer, "percall_bench",
+                        lambda *a, **k: handed.append(k.get("prewarmed_ms")) or real(*a, **k))
+    measured, _, _ = timer._percall(lambda: sum(range(100)), {"warmup": 1000, "rep": 5}, ("matmul", "gems"),
+                                    prewarmed_ms=0.01)
+    assert handed == [0.01, None] and measured.cost["warmup_stop"] == "settled"
 
 
 def test_a_host_time_timing_spends_a_tenth_of_the_callers_budget(monkeypatch):
@@ -758,15 +769,17 @@ def test_the_graph_timer_hands_an_empty_capture_over_as_such(monkeypatch):
     row = TimedRow("transpose", "torch.float16", "[64, 64]", "gems")
     timer.row_context.current = lambda: Timing(1, row)
     handed = []
-    timer.direct.measure = lambda original, fn, args, kwargs, empty_graph=False: handed.append(empty_graph) or 0.5
-    for error in (graph_timer.EmptyGraph("The CUDA Graph is empty: nothing captured"),
-                  RuntimeError("operation not permitted when stream is capturing")):
-        def fails(*args, error=error, **kwargs):
-            raise graph_timer.CaptureFailed("capture", error)
+    timer.direct.measure = lambda original, fn, args, kwargs, empty_graph=False, prewarmed_ms=None: (
+        handed.append((empty_graph, prewarmed_ms)) or 0.5)
+    for error, warm_ms in ((graph_timer.EmptyGraph("The CUDA Graph is empty: nothing captured"), 0.004),
+                           (RuntimeError("operation not permitted when stream is capturing"), None)):
+        def fails(*args, error=error, warm_ms=warm_ms, **kwargs):
+            raise graph_timer.CaptureFailed("capture", error, warm_ms)
 
         monkeypatch.setattr(graph_timer, "graph_bench", fails)
         assert timer.measure(lambda fn, warmup=25, rep=100: 0.0, lambda: None, (), {}) == 0.5
-    assert handed == [True, False]
+    # A settled warm-up goes over with the row; one that did not settle does not.
+    assert handed == [(True, 0.004), (False, None)]
     # Its report carries the direct timer's own for the timings it took over.
     counts = timer.counts()
     assert counts["timings_direct_fallback"] == 2 and counts["direct_timer"]["timer"] == "direct"
@@ -789,6 +802,71 @@ def test_a_traced_timing_of_a_slow_call_stops_at_the_time_cap(monkeypatch):
     clock = _StandInClock(host, lambda: (lambda: 400.0 + next(slow) % 3), lambda: 399.0)
     result = percall.percall_bench(lambda: None, clock, timing.WarmupRule("settle", 1000), rule)
     assert result.stop == "time_cap" and clock.sessions == [1, 2, 1], (clock.sessions, result.cost)
+
+
+def test_a_row_the_graph_timer_warmed_up_is_not_warmed_up_again(monkeypatch):
+    """After a failed capture the direct timer takes the row over: where the graph timer's
+    warm-up settled, there is no first call and one batch of about a millisecond of calls
+    sizes the samples (special_legendre_polynomial_p's largest rows warmed up twice on
+    an H200, 0.3-0.4 s each time)."""
+    from zlbench.plugins import percall
+
+    host = _HostTime()
+    monkeypatch.setattr(percall, "time", host)
+    monkeypatch.setattr(timing, "time", host)
+    rule = timing.StopRule.for_call(0.005, 100)
+    # About a millisecond of calls at the wall time a call cost in the graph timer's warm-up.
+    for wall_ms, batch in ((0.05, 20), (70.0, 1), (1e-9, 1000)):
+        assert timing.warmup_batch_size(wall_ms) == batch
+    calls = []
+
+    def fn():
+        calls.append(1)
+
+    class Counting(_Events):
+        def run(self, fn, n, grad_to_none):
+            for _ in range(n):
+                fn()
+            return super().run(fn, n, grad_to_none)
+
+    fast = lambda: (lambda: 0.05)  # noqa: E731
+    cold = percall.percall_bench(fn, Counting(host, fast), timing.WarmupRule("settle", 1000), rule)
+    cold_calls, calls[:] = len(calls), []
+    warm = percall.percall_bench(fn, Counting(host, fast), timing.WarmupRule("settle", 1000), rule,
+                                 prewarmed_ms=0.05)
+    assert "first_call" in cold.cost and "first_call" not in warm.cost
+    assert warm.cost["warmup_stop"] == "prewarmed" and warm.cost["warmup_batches"] == 1
+    assert cold.cost["warmup_batches"] >= timing.WARMUP_WINDOW
+    assert warm.cost["warmup"] < cold.cost["warmup"] and warm.stop == cold.stop == "noise"
+    assert len(calls) - len(warm.samples) == timing.warmup_batch_size(0.05) < cold_calls - len(cold.samples)
+
+
+def test_calls_too_slow_for_ten_samples_in_the_budget_stop_at_six(monkeypatch):
+    from zlbench.plugins import percall
+
+    rule = timing.StopRule.for_call(0.005, 100)
+    # Six samples: their whole range is the median's 95% interval (it misses 2 in 2**6).
+    assert timing.median_ci([1, 2, 3, 4, 5, 6]) == (1, 6) and 1 - 2 / 2**6 >= 0.95
+    assert timing.median_ci([1, 2, 3, 4, 5]) == (1, 5) and 1 - 2 / 2**5 < 0.95
+    assert rule.for_host_per_call(9.0) == rule                     # ten of them fit the 100 ms
+    assert rule.for_host_per_call(70.0).min_samples == timing.MIN_SAMPLES_SLOW == 6
+    small = rule._replace(min_samples=4)
+    assert small.for_host_per_call(70.0) == small                  # never more than asked
+    # special_legendre_polynomial_p at 2**30 elements: 70 ms a call, pinned after six.
+    host = _HostTime()
+    monkeypatch.setattr(percall, "time", host)
+    monkeypatch.setattr(timing, "time", host)
+    wobble = iter(range(10**9))
+    slow = lambda: (lambda: 70.0 + 0.01 * (next(wobble) % 3))  # noqa: E731
+    clock = _StandInClock(host, slow, lambda: 70.0 + 0.01 * (next(wobble) % 3))
+    result = percall.percall_bench(lambda: None, clock, timing.WarmupRule("settle", 1000), rule,
+                                   prewarmed_ms=70.0)
+    assert result.stop == "noise" and len(result.samples) == 6, (clock.sessions, result.cost)
+    assert result.cost["min_samples"] == 6 and result.cost["timed"] < 7 * 70.0
+    # A fast call keeps nvbench's ten.
+    fast = percall.percall_bench(lambda: None, _StandInClock(host, lambda: (lambda: 0.05), lambda: 0.05),
+                                 timing.WarmupRule("settle", 1000), rule)
+    assert "min_samples" not in fast.cost and len(fast.samples) >= timing.MIN_SAMPLES
 
 
 def test_budget_calls_spend_the_budget_and_give_the_samples():

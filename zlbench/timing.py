@@ -52,6 +52,13 @@ def repeat_median(
 
 # nvbench's defaults: at least 10 samples, stop once the noise is below 0.5%.
 MIN_SAMPLES = 10
+# ... but 6 for calls so slow that 10 of them outlast the caller's whole ``rep`` budget
+# (``StopRule.for_host_per_call``): the fewest whose whole range is a 95% interval of
+# their median (it misses with odds 2 / 2**6), the interval ``median_ci`` gives them. On
+# an H200 FlagGems' special_legendre_polynomial_p at 2**30 elements (70-99 ms a call)
+# and torch's linalg_lstsq (5-14 ms of kernels, 30-100 ms a call in a profiler session)
+# spent 7-10 times the budget on their tenth samples.
+MIN_SAMPLES_SLOW = 6
 DEFAULT_NOISE_TARGET = 0.005
 # The direct timer times for at least this share of the caller's ``rep`` budget, then
 # stops once pinned, as the graph timer's replays do: the budget sizes its first traced
@@ -124,6 +131,14 @@ class StopRule(NamedTuple):
     @property
     def budget(self) -> float:
         return self.min_ms if self.budget_ms is None else self.budget_ms
+
+    def for_host_per_call(self, host_per_call_ms: float) -> "StopRule":
+        """This rule for calls of ``host_per_call_ms`` (the warm-up's): at least
+        MIN_SAMPLES_SLOW samples instead of ``min_samples`` where that many calls would
+        outlast the budget."""
+        if self.min_samples <= MIN_SAMPLES_SLOW or host_per_call_ms * self.min_samples <= self.budget:
+            return self
+        return self._replace(min_samples=MIN_SAMPLES_SLOW)
 
     def verdict(self, ordered: Sequence[float], elapsed_ms: float) -> Optional[str]:
         """None to go on, else why it stopped: "noise", "time_cap" or "max_samples"."""
@@ -474,6 +489,19 @@ def probe_per_call(replay_ms: Sequence[float], calls: int) -> float:
     return min(replay_ms) / max(1, calls)
 
 
+# The probe graph is the real one where its calls are the plan's within this share (every
+# row of one call per graph, and on an H200 at least one in eight of the others): a replay's
+# fixed launch cost (about 0.28% of a 1 ms replay) then moves the row by 0.006% at most,
+# where the plan's exact count cost a second capture (every call's launch through the
+# library's wrapper) for a call or two more.
+PROBE_FIT = 0.02
+
+
+def probe_fits(probe_calls: int, planned_calls: int) -> bool:
+    """Is a probe graph of ``probe_calls`` calls the graph the plan asks for (PROBE_FIT)?"""
+    return abs(probe_calls - planned_calls) <= PROBE_FIT * planned_calls
+
+
 def plan_graph(per_call_ms: float, rep_ms: float, replay_ms: float = TARGET_REPLAY_MS) -> GraphPlan:
     """How many calls to unroll into the graph and how many replays to time.
 
@@ -631,7 +659,9 @@ def direct_warmup_max_batches(rule: "WarmupRule") -> int:
 
 
 def warmup_batch_size(per_call_ms: float, batch_target_ms: float = 1.0) -> int:
-    """Calls per timed warmup batch, so one batch lasts about ``batch_target_ms``."""
+    """Calls per timed warmup batch, so one batch lasts about ``batch_target_ms``: the
+    graph timer's batches, and the direct timer's one batch for a row the graph timer
+    already warmed up (from a call's wall time then, ``percall_bench``'s ``prewarmed_ms``)."""
     per_call_ms = max(float(per_call_ms), 1e-6)
     return int(min(1000, max(1, round(batch_target_ms / per_call_ms))))
 

@@ -10,7 +10,8 @@ times in kernel mode. For one timing call:
 2. capture: a probe graph sizes the real one (``timing.plan_graph`` from the fastest of
    its replays, ``timing.probe_per_call``), both captured
    under a throwaway RNG state so an aborted capture cannot leave the default CUDA
-   generator in capturing state;
+   generator in capturing state; where the plan keeps the probe's calls
+   (``timing.probe_fits``), the probe is the real graph;
 3. replay: time each replay with CUDA events; reduce like triton (median by default);
 4. placements: capture and replay again with the inputs moved to fresh copies, up to
    ZL_GRAPH_PLACEMENTS times (``zlbench.plugins.placement``; small inputs in
@@ -69,6 +70,7 @@ from zlbench.timing import (
     placement_spread,
     placements_dominate,
     plan_graph,
+    probe_fits,
     probe_per_call,
     replays_per_placement,
     row_spread,
@@ -93,12 +95,15 @@ INTERLEAVED_GRAPHS = 2
 
 
 class CaptureFailed(Exception):
-    """A phase of graph timing failed; ``error`` is what was raised."""
+    """A phase of graph timing failed; ``error`` is what was raised. ``warm_ms``: the
+    warm-up had settled, a call then costing that much wall time (the direct timer
+    taking the row over need not warm it up again), else None."""
 
-    def __init__(self, phase: str, error: BaseException):
+    def __init__(self, phase: str, error: BaseException, warm_ms: Optional[float] = None):
         super().__init__(f"{phase}: {error}")
         self.phase = phase
         self.error = error
+        self.warm_ms = warm_ms
 
 
 class PlacementFailed(Exception):
@@ -341,17 +346,20 @@ def cap_window(torch, graph, calls: int, stream, watch: CapWatch, cost: Cost) ->
 
 def warmup(
     torch, fn: Callable, rule: WarmupRule, stream, grad_to_none, device_ready=None
-) -> Tuple[float, str, int]:
+) -> Tuple[float, str, int, float]:
     """Eager calls until ``rule`` says warm-up has done its job (``timing.WarmupRule``);
-    returns (per-call ms of the last batches, why it ended, batches)."""
+    returns (per-call ms of the last batches on the stream, why it ended, batches, their
+    wall ms per call: what a call costs host and device together)."""
     with torch.cuda.stream(stream):
         clear_grads(grad_to_none)
         fn()  # JIT compilation and autotuning happen here
         stream.synchronize()
         begin = time.perf_counter()
         batches: List[float] = []
+        walls: List[float] = []
         calls = 1
         while True:
+            batch_begin = time.perf_counter()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(calls):
@@ -361,10 +369,11 @@ def warmup(
             _look()
             end.synchronize()
             batches.append(start.elapsed_time(end) / calls)
+            walls.append((time.perf_counter() - batch_begin) * 1e3 / calls)
             calls = warmup_batch_size(batches[-1])
             stop = rule.verdict(batches, (time.perf_counter() - begin) * 1e3, device_ready)
             if stop is not None:
-                return statistics.median(batches[-3:]), stop, len(batches)
+                return statistics.median(batches[-3:]), stop, len(batches), statistics.median(walls[-3:])
 
 
 def graph_bench(
@@ -404,10 +413,12 @@ def graph_bench(
     timed_placements = 0
     rule = ReplayRule(noise)
     watch = _watch = cap_watch() if cap_watch is not None else None
+    warm_ms: Optional[float] = None  # a call's wall time in the warm-up, once it settled
     try:
-        eager_ms, warm_stop, batches = warmup(
+        eager_ms, warm_stop, batches, wall_ms = warmup(
             torch, fn, WarmupRule(warmup_rule, warmup_ms), stream, grad_to_none, device_ready
         )
+        warm_ms = wall_ms if warm_stop == "settled" else None
         cost.notes.update(warmup_stop=warm_stop, warmup_batches=batches, rep_ms=rep_ms)
         if on_warm is not None:
             on_warm()
@@ -451,7 +462,10 @@ def graph_bench(
                     free_cached_memory(torch, collect=True)
                 interleaved = False
         if not interleaved and not at_cap:
-            if graph is None or plan.calls_per_graph != probe_calls:
+            if graph is not None and probe_fits(probe_calls, plan.calls_per_graph):
+                plan = plan._replace(calls_per_graph=probe_calls)  # the probe is the real graph
+                cost.notes["probe_graph"] = True
+            else:
                 graph = None  # free the probe's buffers before the real capture
                 phase = "capture"
                 graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none)
@@ -555,7 +569,7 @@ def graph_bench(
         placements.restore()  # the copies go before the cache is emptied
         if isinstance(exc, torch.cuda.OutOfMemoryError):
             free_cached_memory(torch, collect=True)
-        raise CaptureFailed(phase, exc) from exc
+        raise CaptureFailed(phase, exc, warm_ms) from exc
     finally:
         _watch = None
         graph = None
@@ -908,7 +922,12 @@ class GraphTimer:
             self.timings_fallback += 1
             self.row_modes.setdefault(timing.row_id, set()).add("direct")
             return self.direct.measure(
-                original, fn, args, kwargs, empty_graph=isinstance(failed.error, EmptyGraph)
+                original,
+                fn,
+                args,
+                kwargs,
+                empty_graph=isinstance(failed.error, EmptyGraph),
+                prewarmed_ms=failed.warm_ms,
             )
         self.timings_graph += 1
         for counts, key in (

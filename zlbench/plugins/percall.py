@@ -41,6 +41,7 @@ from zlbench.timing import (
     direct_warmup_max_batches,
     first_session_calls,
     next_warmup_calls,
+    warmup_batch_size,
 )
 
 
@@ -389,6 +390,7 @@ def percall_bench(
     on_warm: Optional[Callable[[], None]] = None,
     device_ready: Optional[Callable[[], Optional[bool]]] = None,
     fastest: bool = False,
+    prewarmed_ms: Optional[float] = None,
 ) -> PercallResult:
     """Warm-up by ``timing.WarmupRule``, then batches timed by ``clock`` until ``rule``
     stops them.
@@ -401,15 +403,25 @@ def percall_bench(
     traced batch is a profiler session: the first spends the rule's minimum
     (``timing.MIN_TIME_SHARE`` of the caller's budget) at the warm-up's host time per
     call, and most timings stop after it, their median pinned; later ones grow with the
-    time spent.
+    time spent. Calls so slow that the rule's samples would outlast the budget need fewer
+    (``StopRule.for_host_per_call``).
+
+    ``prewarmed_ms``: the graph timer's warm-up of this function settled, a call costing
+    that much wall time, before its capture failed; there is no first call, and one
+    warm-up batch of about a millisecond (``timing.warmup_batch_size``, one call at
+    least) sizes the timed ones. On an H200 such rows warmed up twice before
+    (special_legendre_polynomial_p's largest 0.3-0.4 s each time, masked_select's about
+    25 ms a timing). The direct timer passes none for a host-time timing, whose own
+    warm-up costs less (``DirectTimer._bench``).
     """
     cost = Cost()
-    clear_grads(grad_to_none)
-    fn()  # JIT compilation and autotuning happen here, outside every sample
-    clock.sync()
-    cost.lap("first_call")
+    if prewarmed_ms is None:
+        clear_grads(grad_to_none)
+        fn()  # JIT compilation and autotuning happen here, outside every sample
+        clock.sync()
+        cost.lap("first_call")
     begin = time.perf_counter()
-    calls, warm = 1, []
+    calls, warm = (1 if prewarmed_ms is None else warmup_batch_size(prewarmed_ms)), []
     batches: List[float] = []  # per-call time of each warm-up batch
     warmup_clock = getattr(clock, "warmup_clock", clock)
     traced = warmup_clock is not clock
@@ -417,12 +429,19 @@ def percall_bench(
     while True:
         warm = sorted(warmup_clock.run(fn, calls, grad_to_none))
         batches.append(warm[0] if traced or fastest else warm[len(warm) // 2])
+        if prewarmed_ms is not None:
+            stopped = "prewarmed"
+            break
         stopped = warmup.verdict(batches, (time.perf_counter() - begin) * 1e3, device_ready, max_batches)
         if stopped is not None:
             break
         calls = next_warmup_calls(calls, warm[len(warm) // 2])
     per_call = warm[len(warm) // 2]
     host_per_call = sum(warm) / len(warm)
+    slow = rule.for_host_per_call(host_per_call)
+    if slow != rule:
+        rule = slow
+        cost.notes["min_samples"] = rule.min_samples
     cost.notes.update(warmup_stop=stopped, warmup_batches=len(batches), rep_ms=rule.budget)
     if traced:
         # Starts the tracer (its one-time start-up stays outside the samples), and
