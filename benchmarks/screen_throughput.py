@@ -437,7 +437,7 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
     # Projection, per pass: per kind, the kind's mean wall x its operators; an operator
     # that did not finish counts at its wall so far (its timeout at most), never as zero.
     # The figure is the mean of the passes': each is a warm night of the same build, and
-    # on an H200 two of them projected 1.50 and 1.41 h (walls of one operator 1.0-1.3 s apart).
+    # on an H200 two of them projected 1.54 and 1.45 h (walls of one operator up to 1.3 s apart).
     counts: Dict[str, int] = {}
     for op in corpus:
         kind = kinds.get(op, {}).get("kind", "(no kind)")

@@ -863,6 +863,14 @@ def test_calls_too_slow_for_ten_samples_in_the_budget_stop_at_six(monkeypatch):
                                    prewarmed_ms=70.0)
     assert result.stop == "noise" and len(result.samples) == 6, (clock.sessions, result.cost)
     assert result.cost["min_samples"] == 6 and result.cost["timed"] < 7 * 70.0
+    # Handed over warm, one slow call in the single warm-up batch (after a failed capture,
+    # say) does not count as the call's time: the settled warm-up's 5 ms does.
+    first = iter([500.0])
+    bumpy = lambda: (lambda: next(first, 5.0))  # noqa: E731
+    handed = percall.percall_bench(lambda: None, _StandInClock(host, bumpy, lambda: 5.0),
+                                   timing.WarmupRule("settle", 1000), rule, prewarmed_ms=5.0)
+    assert handed.cost["warmup_batches"] == 1 and "min_samples" not in handed.cost
+    assert len(handed.samples) >= timing.MIN_SAMPLES
     # A fast call keeps nvbench's ten.
     fast = percall.percall_bench(lambda: None, _StandInClock(host, lambda: (lambda: 0.05), lambda: 0.05),
                                  timing.WarmupRule("settle", 1000), rule)

@@ -52,12 +52,11 @@ def repeat_median(
 
 # nvbench's defaults: at least 10 samples, stop once the noise is below 0.5%.
 MIN_SAMPLES = 10
-# ... but 6 for calls so slow that 10 of them outlast the caller's whole ``rep`` budget
-# (``StopRule.for_host_per_call``): the fewest whose whole range is a 95% interval of
-# their median (it misses with odds 2 / 2**6), the interval ``median_ci`` gives them. On
-# an H200 FlagGems' special_legendre_polynomial_p at 2**30 elements (70-99 ms a call)
-# and torch's linalg_lstsq (5-14 ms of kernels, 30-100 ms a call in a profiler session)
-# spent 7-10 times the budget on their tenth samples.
+# ... but 6 for calls so slow that 10 of them outlast the timing's whole budget (the
+# caller's ``rep``; ``StopRule.for_host_per_call``): the fewest whose whole range is a 95%
+# interval of their median (it misses with odds 2 / 2**6), the interval ``median_ci``
+# gives them. On an H200 FlagGems' special_legendre_polynomial_p at 2**30 elements
+# (70-99 ms a call) spent 7-10 times the budget on their tenth samples.
 MIN_SAMPLES_SLOW = 6
 DEFAULT_NOISE_TARGET = 0.005
 # The direct timer times for at least this share of the caller's ``rep`` budget, then

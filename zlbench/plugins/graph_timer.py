@@ -540,6 +540,7 @@ def graph_bench(
                 "placement_ms",
                 "graph_ms",
                 "placement_spread",
+                "probe_graph",
             ):
                 if key in cost.notes:
                     set_aside[key] = cost.notes.pop(key)

@@ -438,6 +438,10 @@ def percall_bench(
         calls = next_warmup_calls(calls, warm[len(warm) // 2])
     per_call = warm[len(warm) // 2]
     host_per_call = sum(warm) / len(warm)
+    if prewarmed_ms is not None:
+        # One batch, maybe one call, just after a failed capture: the settled warm-up's
+        # own figure where it is lower, so one slow call sizes nothing.
+        host_per_call = min(host_per_call, prewarmed_ms)
     slow = rule.for_host_per_call(host_per_call)
     if slow != rule:
         rule = slow
