@@ -19,6 +19,10 @@ deviations: it should cover what the medians move by).
 
 Usage (a CUDA host; FlagGems' src on PYTHONPATH for the gems cases):
   python benchmarks/capture_spread.py --processes 5 --timings 3 --json out.json
+  python benchmarks/capture_spread.py --cases log1p --processes 4 --timings 3   # 4 GiB rows
+
+The JSON keeps every timing's per-placement medians (``placement_ms``; an interleaved
+timing's per-graph ones), where placements that fall into clusters show.
 """
 
 from __future__ import annotations
@@ -35,31 +39,46 @@ from typing import Dict, List
 REPO = Path(__file__).resolve().parents[1]
 
 
-def cases(torch, gems):
-    """(name, fn, context) triples: the small rows that moved unexplained in an H200 A/A
-    (cumsum_ 256x256, segment_reduce 2^20 in 64 segments) and a large one for contrast."""
+LARGE = 1 << 30  # elements: log1p's largest core shape, 4 GiB in fp32
+
+
+def selected(name: str, wanted: List[str]) -> bool:
+    """Is case ``name`` among ``wanted`` (substrings, any of them; none: every case)?"""
+    return not wanted or any(w in name for w in wanted)
+
+
+def cases(torch, gems, wanted: List[str] = ()):
+    """(name, fn, context) triples of the ``wanted`` cases (``selected``): the small rows
+    that moved unexplained in an H200 A/A (cumsum_ 256x256, segment_reduce 2^20 in 64
+    segments), a large one for contrast, and log1p fp32 at 2^30 elements, whose
+    placements fell 5-10% apart on some H200s (its inputs are made only when asked for)."""
     dev = "cuda"
     out = []
-    xi = torch.randint(-100, 100, (256, 256), device=dev, dtype=torch.int32)
-    xb = torch.randn(256, 256, device=dev, dtype=torch.bfloat16)
-    big = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
-    data = torch.randn(1 << 20, device=dev, dtype=torch.bfloat16)
-    lengths = torch.full((64,), (1 << 20) // 64, device=dev, dtype=torch.int64)
+    small = {
+        "int32 256x256": lambda: torch.randint(-100, 100, (256, 256), device=dev, dtype=torch.int32),
+        "bf16 256x256": lambda: torch.randn(256, 256, device=dev, dtype=torch.bfloat16),
+        "fp16 4096x4096": lambda: torch.randn(4096, 4096, device=dev, dtype=torch.float16),
+    }
     for side, ctx in (("gems", gems), ("torch", contextlib.nullcontext)):
-        out.append((f"{side} cumsum int32 256x256", lambda: torch.cumsum(xi, 1), ctx))
-        out.append((f"{side} cumsum bf16 256x256", lambda: torch.cumsum(xb, 1), ctx))
-        out.append((f"{side} cumsum fp16 4096x4096", lambda: torch.cumsum(big, 1), ctx))
-    out.append(
-        (
-            "gems segment_reduce bf16 2^20 mean",
-            lambda: torch.segment_reduce(data, "mean", lengths=lengths, unsafe=True),
-            gems,
-        )
-    )
+        for shape, make in small.items():
+            name = f"{side} cumsum {shape}"
+            if selected(name, wanted):
+                x = make()
+                out.append((name, lambda x=x: torch.cumsum(x, 1), ctx))
+    name = "gems segment_reduce bf16 2^20 mean"
+    if selected(name, wanted):
+        data = torch.randn(1 << 20, device=dev, dtype=torch.bfloat16)
+        lengths = torch.full((64,), (1 << 20) // 64, device=dev, dtype=torch.int64)
+        out.append((name, lambda: torch.segment_reduce(data, "mean", lengths=lengths, unsafe=True), gems))
+    for side, ctx in (("gems", gems), ("torch", contextlib.nullcontext)):
+        name = f"{side} log1p fp32 2^30"
+        if selected(name, wanted):
+            x = torch.rand(LARGE, device=dev, dtype=torch.float32)
+            out.append((name, lambda x=x: torch.log1p(x), ctx))
     return out
 
 
-def child(timings: int) -> Dict[str, dict]:
+def child(timings: int, wanted: List[str]) -> Dict[str, dict]:
     import torch
 
     if not torch.cuda.is_available():
@@ -75,10 +94,10 @@ def child(timings: int) -> Dict[str, dict]:
         print(f"flag_gems not importable ({type(e).__name__}: {e}): torch cases only", file=sys.stderr)
         gems = None
     got: Dict[str, dict] = {}
-    for name, fn, ctx in cases(torch, gems):
+    for name, fn, ctx in cases(torch, gems, wanted):
         if ctx is None:
             continue
-        medians, spreads, interleaved = [], [], set()
+        medians, spreads, interleaved, placements = [], [], set(), []
         try:
             with ctx():
                 for _ in range(timings):
@@ -86,10 +105,17 @@ def child(timings: int) -> Dict[str, dict]:
                     medians.append(m.median_ms)
                     spreads.append(m.spread)
                     interleaved.add(bool(m.cost.get("interleaved")))
+                    # Each placement's (or interleaved graph's) own median: clusters show here.
+                    placements.append(m.cost.get("placement_ms") or m.cost.get("graph_ms") or [])
         except Exception as e:  # noqa: BLE001 - a case this build cannot time is left out
             print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr)
             continue
-        got[name] = {"medians_ms": medians, "spreads": spreads, "interleaved": sorted(interleaved)}
+        got[name] = {
+            "medians_ms": medians,
+            "spreads": spreads,
+            "interleaved": sorted(interleaved),
+            "placement_ms": placements,
+        }
     return got
 
 
@@ -132,17 +158,23 @@ def main() -> int:
     ap.add_argument("--processes", type=int, default=5)
     ap.add_argument("--timings", type=int, default=3, help="timings of each case in one process")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--cases",
+        default="",
+        help="comma list of substrings: only the cases whose name holds one (e.g. 'log1p'); default every case",
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.processes < 2 or args.timings < 2:
         ap.error("--processes and --timings need 2 at least: the script compares them")
+    wanted = [w.strip() for w in args.cases.split(",") if w.strip()]
     if args.child:
-        print(json.dumps(child(args.timings)))
+        print(json.dumps(child(args.timings, wanted)))
         return 0
     runs = []
     for i in range(args.processes):
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", "--timings", str(args.timings)],
+            [sys.executable, __file__, "--child", "--timings", str(args.timings), "--cases", args.cases],
             capture_output=True,
             text=True,
             cwd=REPO,
@@ -155,6 +187,10 @@ def main() -> int:
             return 1
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         print(f"process {i + 1} of {args.processes}: {len(runs[-1])} cases", flush=True)
+    if not any(runs):
+        print(f"no case was timed: does --cases {args.cases!r} name one? (see cases() in {Path(__file__).name})",
+              file=sys.stderr)
+        return 2
     figures = summarise(runs)
     print(
         f"\n{'case':<38} {'interleaved':<12} {'within range/sd %':>18} {'between range/sd %':>19} {'spread %':>9}"

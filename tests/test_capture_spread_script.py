@@ -17,3 +17,11 @@ def test_within_and_between_process_spreads_are_told_apart():
     assert tiny["within_range_pct"] == pytest.approx(0.1, abs=1e-3)
     assert tiny["between"]["range_pct"] == pytest.approx(100 * 0.05 / (1.0 + 0.001 / 3), rel=1e-3)
     assert tiny["between"]["sd_pct"] > 10 * tiny["within_sd_pct"]
+
+
+def test_cases_are_chosen_by_any_of_the_substrings_given():
+    cs = load_script("capture_spread")
+    assert cs.selected("gems log1p fp32 2^30", []) and cs.selected("torch cumsum bf16 256x256", [])
+    assert cs.selected("gems log1p fp32 2^30", ["log1p"]) and not cs.selected("gems cumsum int32 256x256", ["log1p"])
+    assert cs.selected("torch cumsum bf16 256x256", ["segment", "bf16"])
+    assert not cs.selected("gems segment_reduce bf16 2^20 mean", ["torch"])
