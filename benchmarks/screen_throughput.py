@@ -23,8 +23,9 @@ measure efficiency (the measure phase over the budget of the timings inside it; 
 timer's own steps from row_stats.jsonl's cost_ms, the benchmark's work between timings
 from gap_ms); the projected wall of the whole corpus on one device
 (per kind: the kind's mean x its operators; kinds outside the sample at the sample's
-mean; the mean of passes a and b, each pass's too); the A/A of a and b (median |gain|, rows SAME, the others and their markers); the
-ratio of FlagGems' kernel-mode wall to zlbench's per operator.
+mean; the mean of passes a and b, each pass's too); the A/A of a and b (median |gain|,
+rows SAME, the others and their markers); the ratio of FlagGems' kernel-mode wall to
+zlbench's per operator.
 
 Usage (H200, FlagGems checkout in FLAGGEMS_DIR):
   python benchmarks/screen_throughput.py --out /tmp/st --passes warm,kernel
@@ -269,8 +270,9 @@ def gems_costs(run_dir: str, cache: Dict[str, dict]) -> dict:
 def timer_class(p, cache: Dict[str, dict]) -> str:
     """How a pair's gems rows were timed: "host" (no device work on either side: host
     time, never compared), "direct" (the direct timer's device time), "graph
-    interleaved" (all placements in one graph on both sides: its spread is replay to
-    replay) or "graph" (separate graphs, or the two sides timed apart)."""
+    interleaved" (placements interleaved in shared graphs on both sides:
+    graph_timer.INTERLEAVED_GRAPHS of them) or "graph" (a graph per placement, or the
+    two sides timed apart)."""
     from zlbench.summary.ab import NO_DEVICE_WORK_EITHER
 
     if p.verdict.why == NO_DEVICE_WORK_EITHER:

@@ -479,7 +479,7 @@ def test_rounds_stop_once_the_placements_keep_the_row_from_being_pinned():
     assert timing.placements_dominate(by_placement(), rule.target)
     rounds, spent = rule.later_rounds(800, 8, 3, list(times), replay, by_placement)
     assert rounds == 1 and not spent and asked == []
-    # Without the placements' medians (an interleaved graph) the rounds go on.
+    # Without groups to compare (a single graph) the rounds go on.
     rounds, _ = rule.later_rounds(800, 8, 3, list(times), replay)
     assert rounds > 1 and asked
 

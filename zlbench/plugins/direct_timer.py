@@ -246,7 +246,7 @@ class DirectTimer:
             )
             self.timings_untraced_by_empty_graph += 1
             clock = events
-            result = self._bench(fn, clock, opts, rule, host_time=True, prewarmed_ms=prewarmed_ms)
+            result = self._bench(fn, clock, opts, rule, host_time=True)
         else:
             try:
                 result = self._bench(fn, clock, opts, rule, prewarmed_ms=prewarmed_ms)
