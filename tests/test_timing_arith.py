@@ -1,6 +1,7 @@
 """Repeat median, sample reduction and graph sizing: pure arithmetic, no torch, no triton."""
 
 import math
+import statistics
 import subprocess
 import sys
 
@@ -422,35 +423,64 @@ def test_a_graph_is_kept_only_if_as_much_again_for_each_placement_to_come_still_
     assert kept.graphs == {} and not kept.on
 
 
+def test_a_row_over_placements_is_the_trimmed_mean_of_their_medians():
+    # Every placement counts: five at 1.0 and three at 1.06 read 1.0225 (the median of
+    # the eight would read 1.0, as if the three were not there).
+    assert timing.over_placements([1.0] * 5 + [1.06] * 3) == pytest.approx((4 * 1.0 + 2 * 1.06) / 6)
+    # One placement of eight 31% off (cumsum_ 4096x4096 on an H200) is left out, as is
+    # the one furthest off at the other end.
+    one_far = [1.0, 1.001, 0.999, 1.0, 1.31, 1.0, 1.0, 1.0]
+    assert timing.over_placements(one_far) == pytest.approx(1.0 + 0.001 / 6)
+    # Below eight nothing is left out: two interleaved graphs read their mean.
+    assert timing.over_placements([1.0, 1.1]) == pytest.approx(1.05)
+    assert timing.over_placements([2.0]) == 2.0 and timing.over_placements([]) is None
+
+
 def test_placement_spread_widens_for_clusters_and_stays_narrow_for_one_far_placement():
-    # Two clusters of four 6% apart (torch's median on an H200): the resampled median
-    # can land in either, so the spread spans them.
+    # Two clusters of four 6% apart (torch's median on an H200): about half their distance.
     two_clusters = [1.0, 1.06] * 4
-    assert timing.placement_spread(two_clusters) == pytest.approx(0.06 / 2 / 1.03)
-    # One placement of eight 31% off (cumsum_ 4096x4096): the median ignores it, and so
-    # does its spread.
+    sd = statistics.stdev([1.0] * 4 + [1.06] * 4)
+    assert timing.placement_spread(two_clusters) == pytest.approx(1.96 * sd / (0.75 * 8**0.5) / 1.03)
+    assert 0.025 < timing.placement_spread(two_clusters) < 0.03
+    # One placement of eight 31% off: the trim leaves it out, and its spread too.
     one_far = [1.0, 1.001, 0.999, 1.0, 1.31, 1.0, 1.0, 1.0]
     assert timing.placement_spread(one_far) < 0.001
-    # Two placements (two interleaved graphs): 1.96 standard errors of their mean, where
-    # the bootstrap could say no more than their distance, halved; one or none says nothing.
+    # Two placements (two interleaved graphs), three: 1.96 standard errors of their mean;
+    # one or none says nothing.
     assert timing.placement_spread([1.0, 1.1]) == pytest.approx(1.96 * 0.1 / 2 / 1.05)
     assert timing.placement_spread([1.0, 1.1, 1.2]) == pytest.approx(1.96 * 0.1 / 3**0.5 / 1.1)
     assert timing.placement_spread([1.0]) is None and timing.placement_spread([]) is None
     assert timing.placement_spread([1.0] * 8) == 0.0
 
 
-def test_placement_spread_matches_a_bootstrap_over_placements():
-    """The exact interval against 4,000 resamples of the placements (whose median lies
-    between the two middle order statistics the exact one takes)."""
+def test_placement_spread_covers_the_row_as_often_as_it_says():
+    """Placements drawn from one law: the interval around each draw's trimmed mean holds
+    the law's centre about 95% of the time (the normal interval of a trimmed mean of
+    eight runs a little short of its nominal share: at least 88%)."""
     import random
-    import statistics
 
     rng = random.Random(7)
-    medians = [1.0 + rng.gauss(0, 0.01) for _ in range(8)]
-    picks = sorted(statistics.median([rng.choice(medians) for _ in medians]) for _ in range(4000))
-    boot = (picks[3899] - picks[100]) / 2 / statistics.median(medians)
-    exact = timing.placement_spread(medians)
-    assert boot * 0.9 <= exact <= boot * 1.6
+    hits = 0
+    for _ in range(2000):
+        medians = [1.0 + rng.gauss(0, 0.01) for _ in range(8)]
+        mid, half = timing.over_placements(medians), timing.placement_spread(medians)
+        hits += abs(mid - 1.0) <= half * mid
+    assert 0.88 <= hits / 2000 <= 0.99
+
+
+def test_measured_from_gives_the_median_over_placements_where_there_are_two_or_more():
+    times = [1.0, 1.0, 1.0, 1.06, 1.06, 1.06]
+    by_placement = [1.0, 1.06]
+    m = timing.measured_from(times, None, "median", "noise", by_placement)
+    assert m.value == m.median_ms == pytest.approx(1.03)
+    assert m.spread == timing.row_spread(sorted(times), by_placement)
+    # Quantiles and the other modes reduce the pooled times, as triton does.
+    assert timing.measured_from(times, None, "min", "noise", by_placement).value == 1.0
+    assert timing.measured_from(times, [0.2], "median", "noise", by_placement).value == 1.0
+    assert timing.measured_from(times, None, "mean", "noise", by_placement).median_ms == pytest.approx(1.03)
+    # One placement: the pooled median, as before.
+    one = timing.measured_from(times, None, "median", "noise", [1.03])
+    assert one.value == 1.0 and one.median_ms == pytest.approx(1.03)
 
 
 def test_a_row_spread_is_its_placements_where_they_differ_more_than_its_replays():

@@ -421,8 +421,9 @@ KNOBS: List[Knob] = [
         _positive_int,
         CALIBER,
         "Graph timer: time each row over N placements of its inputs in device memory "
-        "(the inputs where they are, then moved copies), replays pooled, so that a row's "
-        "number does not hang on one process's addresses (default 8; 1: where they are).",
+        "(the inputs where they are, then moved copies), the row being the trimmed mean of "
+        "the placements' own medians, so that a row's number does not hang on one "
+        "process's addresses (default 8; 1: where they are).",
         child=True,
     ),
     Knob(
@@ -554,7 +555,7 @@ SHORT_HELP: Dict[str, str] = {
     "cpu_keep_memory": "cpu backend: 1 keeps freed memory for the next allocation (mallopt), so "
     "rows are not timed with page faults.",
     "graph_placements": "Graph timer: time each row over N placements of its inputs in device "
-    "memory, replays pooled.",
+    "memory, the row their medians' trimmed mean.",
     "pytest_plugins": "Third-party pytest plugins the benchmark process loads (comma list; "
     "'autoload': all installed).",
     "output_cap_mb": "Most MiB of a benchmark's output kept in run.log (head and tail kept, "

@@ -9,8 +9,11 @@ n-th record of a key going with the n-th printed row of that key. A line:
      "spread": 0.0012, "stop": "noise", "device": {"before": {...}, "after": {...}},
      "throttled": null}
 
-``spread`` is the relative half-width of the median's 95% confidence interval
-(``zlbench.timing.relative_spread``); None where the timer had no samples of its own
+``median_ms`` is the per-call median; a graph row timed at two placements or more (or
+in two interleaved graphs) gives the trimmed mean of their own medians there
+(``zlbench.timing.over_placements``). ``spread`` is the relative half-width of its 95%
+confidence interval (``zlbench.timing.relative_spread``, or ``row_spread`` for such a
+graph row); None where the timer had no samples of its own
 (do_bench mode). ``throttled`` names why the device was slow during the row, or null.
 Optional: ``clock`` (the direct timer's), ``placements`` (the graph timer's input
 placements), ``autotune`` (``{"<kernel> <key>": config}`` from the autotune plugin), and

@@ -220,15 +220,23 @@ class Measured(NamedTuple):
     cost: Optional[dict] = None  # where the timing's own time went (ms per step, how it ended)
 
 
-def measured_from(times: Sequence[float], quantiles, return_mode: str, stop: str) -> Measured:
+def measured_from(
+    times: Sequence[float], quantiles, return_mode: str, stop: str, placement_medians: Sequence[float] = ()
+) -> Measured:
+    """``times`` reduced for the caller and the record. ``placement_medians``: each
+    placement's (or graph's) own median, two or more: the row's median is then
+    ``over_placements`` (also what a caller asking for the median gets; quantiles and the
+    other modes reduce the pooled times) and its spread ``row_spread``."""
     ordered = sorted(float(t) for t in times)
-    return Measured(
-        reduce_samples(times, quantiles, return_mode),
-        statistics.median(ordered) if ordered else None,
-        len(ordered),
-        relative_spread(ordered),
-        stop,
-    )
+    value = reduce_samples(times, quantiles, return_mode)
+    median = statistics.median(ordered) if ordered else None
+    spread = relative_spread(ordered)
+    if len(placement_medians) >= 2:
+        median = over_placements(placement_medians)
+        spread = row_spread(ordered, placement_medians)
+        if quantiles is None and return_mode == "median":
+            value = median
+    return Measured(value, median, len(ordered), spread, stop)
 
 
 # --- device state around a row ----------------------------------------------------------
@@ -679,51 +687,56 @@ MAX_ROUNDS = 4  # the first and at most three more; the last one spends what is 
 # Where the inputs lie moves a row: on an H200 the placements' own medians of one timing
 # differed by 0.18% (median standard deviation) and by more than 0.9% in a tenth of the
 # timings, some in two clusters 6% apart (torch's median), some with one placement 10-31%
-# off (div_tensor 1G, cumsum_ 4096x4096). Replays are pooled as if independent, so the
-# pooled median's CI does not show that: the row's spread is that of its placements too.
+# off (div_tensor 1G, cumsum_ 4096x4096). The pooled replays' CI does not show that: the
+# row's spread is that of its placements too (``placement_spread``).
 # Once the placements' spread is over the target and this many times what their own
 # replays' scatter would give it (a placement's median CI over sqrt(placements)), it is
 # the placements that keep the row from being pinned: another round of replays at the
-# same placements would not narrow it. Replays of one normal law read at most 3.7 times
-# in 95% of trials of 8 placements x 3 replays, 1.5 times at 6 replays each; two
+# same placements would not narrow it. Replays of one normal law read at most 2.9 times
+# in 95% of trials of 8 placements x 3 replays, 1.2 times at 6 replays each; two
 # interleaved graphs of 10 replays pass it only some 4 standard deviations apart.
 PLACEMENTS_DOMINATE = 4.0
 
 
-def _at_least(k: int, p: float, r: int) -> float:
-    """P(at least ``r`` of ``k`` draws fall at or below a value with share ``p``)."""
-    return sum(math.comb(k, i) * p**i * (1.0 - p) ** (k - i) for i in range(r, k + 1))
+# A row timed at several placements (or in several graphs) is their mean: each
+# placement's own median, the one placement in PLACEMENT_TRIM furthest off at each end
+# left out. The pooled median of their replays sat wherever the replays of the
+# placements nearest the middle happened to fall; the mean counts every placement: from
+# the placements' medians an H200 A/A of the corpus' sample recorded (522 rows compared),
+# the two batches' rows differ by a median of 0.054% so, 0.068% by the pooled median they
+# printed (two interleaved graphs: 0.057% against 0.086%). The trim keeps what the median
+# had: one placement of eight 31% off (cumsum_ 4096x4096) does not move the row.
+PLACEMENT_TRIM = 8
 
 
-# Below this many placements (or graphs) the bootstrap's interval cannot be wider than
-# half their range, whatever their scatter: two interleaved graphs on an H200 recorded
-# spreads of 0.2% for rows whose medians moved with a standard deviation of 0.2-0.5%
-# from timing to timing (benchmarks/capture_spread.py). The median of so few is near
-# their mean: the normal interval of a mean is taken instead.
-FEW_PLACEMENTS = 5
+def _trimmed(medians: Sequence[float]) -> Tuple[List[float], int]:
+    """(the medians sorted, how many PLACEMENT_TRIM leaves out at each end)."""
+    values = sorted(float(m) for m in medians)
+    return values, len(values) // PLACEMENT_TRIM
+
+
+def over_placements(medians: Sequence[float]) -> Optional[float]:
+    """A row's figure from its placements' (or graphs') own medians: their mean, the
+    PLACEMENT_TRIM share furthest off at each end left out. None without medians."""
+    values, g = _trimmed(medians)
+    if not values:
+        return None
+    return statistics.fmean(values[g : len(values) - g])
 
 
 def placement_spread(medians: Sequence[float]) -> Optional[float]:
-    """How far the inputs' placements move a row: the half-width of a 95% interval of the
-    median of the placements' own medians, were the placements drawn again from those
-    (the bootstrap over placements, taken exactly: the resampled median lies between
-    the resample's two middle order statistics, whose laws are binomial), over their
-    median. Robust as the pooled median is: one placement far off among eight widens it
-    little, two clusters of four widen it by their distance. Below FEW_PLACEMENTS, 1.96
-    standard errors of their mean. None below two placements."""
-    values = sorted(float(m) for m in medians)
+    """How far the inputs' placements move a row: the half-width of a 95% interval of
+    ``over_placements``, over it. 1.96 standard errors of a trimmed mean (Tukey and
+    McLaughlin: the winsorized values' standard deviation over (1 - 2 g / k) sqrt(k)), so
+    one placement far off among eight widens it little and two clusters of four by about
+    half their distance. None below two placements."""
+    values, g = _trimmed(medians)
     k = len(values)
-    if k < 2 or values[(k - 1) // 2] <= 0:
+    mid = over_placements(values)
+    if k < 2 or mid is None or mid <= 0:
         return None
-    mid = statistics.median(values)
-    if k < FEW_PLACEMENTS:
-        return 1.96 * statistics.stdev(values) / math.sqrt(k) / mid
-    low_rank, high_rank = (k + 1) // 2, k // 2 + 1  # 1-based ranks of the two middle ones
-
-    def first(rank: int, share: float) -> float:
-        return next(v for j, v in enumerate(values, 1) if _at_least(k, j / k, rank) >= share)
-
-    return (first(high_rank, 0.975) - first(low_rank, 0.025)) / 2.0 / mid
+    winsorized = [values[g]] * g + values[g : k - g] + [values[k - g - 1]] * g
+    return 1.96 * statistics.stdev(winsorized) / ((1.0 - 2.0 * g / k) * math.sqrt(k)) / mid
 
 
 def row_spread(ordered: Sequence[float], placement_medians: Sequence[float] = ()) -> Optional[float]:

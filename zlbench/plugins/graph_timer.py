@@ -15,10 +15,11 @@ times in kernel mode. For one timing call:
 3. replay: time each replay with CUDA events; reduce like triton (median by default);
 4. placements: capture and replay again with the inputs moved to fresh copies, up to
    ZL_GRAPH_PLACEMENTS times (``zlbench.plugins.placement``; small inputs in
-   INTERLEAVED_GRAPHS graphs of segments at each placement instead), the replays pooled;
-   a first round of a few replays each, later ones only while the pooled median is not
-   yet pinned to ZL_GRAPH_NOISE and more replays can pin it (``timing.ReplayRule``); the
-   row's spread is its graphs' where they are further apart than its replays;
+   INTERLEAVED_GRAPHS graphs of segments at each placement instead); a first round of a
+   few replays each, later ones only while the pooled median is not yet pinned to
+   ZL_GRAPH_NOISE and more replays can pin it (``timing.ReplayRule``); the row's median
+   is the trimmed mean of its graphs' own medians (``timing.over_placements``), its
+   spread its graphs' where they are further apart than its replays;
 5. power cap: where the device, read while the warm-up's and replays' work ran, was held
    down by its power cap, the samples are replaced by a cap window: one placement's
    graph replayed for ``timing.CAP_WINDOW_MS`` (the cap's own period), stop
@@ -73,7 +74,6 @@ from zlbench.timing import (
     probe_fits,
     probe_per_call,
     replays_per_placement,
-    row_spread,
     warmup_batch_size,
 )
 
@@ -582,12 +582,12 @@ def graph_bench(
             pass
     if on_placed is not None:
         on_placed(timed_placements, placements.why_fewer)
-    # Each replay is one sample of the per-call time, pooled over the placements; the
-    # row's spread is its graphs' where they are further apart (``timing.row_spread``):
-    # replays come in clusters, one per graph, which the pooled CI does not see.
-    measured = measured_from(times, quantiles, return_mode, cost.notes["replay_stop"])
-    if placement_medians:
-        measured = measured._replace(spread=row_spread(sorted(times), placement_medians))
+    # Each replay is one sample of the per-call time; at two placements or more (or two
+    # graphs) the row is their medians' trimmed mean (``timing.over_placements``) and its
+    # spread its graphs' where they are further apart than its replays
+    # (``timing.row_spread``): replays come in clusters, one per graph, which the pooled
+    # CI does not see.
+    measured = measured_from(times, quantiles, return_mode, cost.notes["replay_stop"], placement_medians)
     if "power_cap" in cost.notes:
         cost.notes["power_cap"]["replay_spread"] = measured.spread
         measured = measured._replace(spread=cap_window_spread(measured.spread))
