@@ -73,11 +73,13 @@ def test_placements_that_move_the_row_widen_its_spread_and_end_its_rounds():
     assert m.placements == 8 and len(medians) == 8 and max(medians) / min(medians) > 1.5, m.cost
     # The pooled median is not pinned, and the placements are why: no later round.
     assert m.stop == "placements" and m.cost["replay_stop"] == "placements" and m.cost["rounds"] == 1
-    # The row's spread is its placements' (about half the two clusters' distance), not
-    # its replays'; its median is theirs, trimmed: between the clusters, not in one.
-    assert m.spread == pytest.approx(timing.placement_spread(medians), rel=1e-3) and m.spread > 0.1
-    assert m.cost["placement_spread"] == pytest.approx(m.spread)
-    assert m.median_ms == m.value == pytest.approx(timing.over_placements(medians), rel=1e-5)
+    # The row's spread is at least its placements' (about half the two clusters'
+    # distance; the pooled replays' CI, spanning both clusters, can be as wide), not the
+    # scatter of its replays at one placement; its median is theirs, trimmed: between the
+    # clusters, not in one.
+    assert m.cost["placement_spread"] == pytest.approx(timing.placement_spread(medians), rel=1e-3)
+    assert m.spread >= m.cost["placement_spread"] > 0.1
+    assert m.median_ms == m.value == pytest.approx(timing.over_placements(medians), abs=1e-7)
     assert min(medians) * 1.2 < m.median_ms < max(medians) / 1.2
 
 
@@ -458,7 +460,7 @@ def test_small_rows_interleave_their_placements_in_two_graphs_and_measure_the_sa
     # graph_ms is rounded to 1e-7 ms: their spread is known to that over their median
     assert m.cost["placement_spread"] == pytest.approx(timing.placement_spread(graphs), abs=1e-7 / min(graphs))
     assert m.spread >= m.cost["placement_spread"] and m.samples >= timing.FIRST_ROUND_SAMPLES
-    assert m.median_ms == pytest.approx(sum(graphs) / len(graphs), rel=1e-5)
+    assert m.median_ms == pytest.approx(sum(graphs) / len(graphs), abs=1e-7)  # graph_ms' rounding
     one = graph_bench(fn, 25, 100, None, None, "median", places=1)
     # Eight copies of 8 KB share L2 as one does: the same per-call time within 3%.
     assert abs(m.median_ms / one.median_ms - 1) < 0.03

@@ -86,11 +86,11 @@ MIN_SEGMENT = 8  # ... and each placement's segment of a graph holds this many c
 # Interleaved placements are timed over this many graphs, each taking its own share of
 # them. A replay of one graph averages its placements, so replay to replay it cannot show
 # how far new copies and a new graph move the row: on an H200 every unexplained verdict
-# of an A/A was such a row (tiny kernels 1.1-5.2% apart at spreads of 0.01-0.04%), and
-# two timings in one process (new copies, a new graph) moved them nearly as far as two
-# processes did (benchmarks/capture_spread.py: FlagGems' cumsum int32 256x256, standard
-# deviation 0.45% within a process against 0.55% between). Two graphs' medians give the
-# row that spread (``timing.placement_spread``), for a second capture of the same calls.
+# of an A/A was such a row (tiny kernels 1.1-5.2% apart at spreads of 0.01-0.04%). Two
+# graphs' medians give the row the spread of a second capture of the same calls
+# (``timing.placement_spread``): benchmarks/capture_spread.py, FlagGems' cumsum int32
+# 256x256 on an H200, timings moved by a standard deviation of 0.12% within a process
+# and 0.02% between four, at spreads of 0.70%.
 INTERLEAVED_GRAPHS = 2
 
 
