@@ -1,18 +1,19 @@
 """Does a graph-timed row move between processes more than between timings in one?
 
 A row's spread is what the graph timer can see inside its process: replay to replay,
-and across the placements of its inputs when each has a graph of its own
-(``timing.row_spread``). An H200 A/A (benchmarks/screen_throughput.py) found the rows
-that moved past their spread between two batches to be rows whose placements share one
-interleaved graph: tiny kernels, 1-5% apart at spreads of 0.01-0.04%. This script asks
-whether a second timing in the same process (new copies of the inputs, a new graph)
-moves such a row as far as a new process does: if so, timing them over more than one
-graph would show it in the row's spread; if not, the movement belongs to the process.
+and across the placements of its inputs, or its interleaved graphs
+(``timing.row_spread``). H200 A/As (benchmarks/screen_throughput.py) found rows that
+moved past their spread between two batches: tiny kernels, 1-5% apart at spreads of
+0.01-0.04%, first in one interleaved graph, later some at eight separate placements that
+each batch read alike. This script asks whether a second timing in the same process (new
+copies of the inputs, new graphs) moves such a row as far as a new process does: if so,
+the timer could show it in the row's spread; if not, the movement belongs to the process.
 
 Each of --processes fresh processes times every case --timings times with
 ``graph_bench`` at the defaults (the settle warm-up, replays until pinned, 8 placements,
 interleaved where the timer chooses to), and reports per case: whether it was
-interleaved, each process's medians, the relative range and standard deviation of the
+interleaved, each process's medians (each timing's ``median_ms``: over its placements,
+``timing.over_placements``), the relative range and standard deviation of the
 medians within a process (median over processes) and of the processes' means, and the
 median of the spreads the timings recorded (a 95% half-width, about 1.96 standard
 deviations: it should cover what the medians move by).
@@ -199,8 +200,10 @@ def main() -> int:
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         print(f"process {i + 1} of {args.processes}: {len(runs[-1])} cases", flush=True)
     if not any(runs):
-        print(f"no case was timed: does --cases {args.cases!r} name one? (see cases() in {Path(__file__).name})",
-              file=sys.stderr)
+        print(
+            f"no case was timed: does --cases {args.cases!r} name one? (see cases() in {Path(__file__).name})",
+            file=sys.stderr,
+        )
         return 2
     figures = summarise(runs)
     print(

@@ -287,8 +287,8 @@ def layout(pairs, cache: Dict[str, dict]) -> dict:
     """How much of the A/A the inputs' placements account for. Each row's figure over k
     placements (timing.over_placements) is one draw of the placements a process gets; its
     95% half-width over placements (timing.placement_spread) gives a standard deviation
-    of about s / 1.96,
-    and A - B one of hypot(s_A, s_B) / 1.96, whose median |value| is 0.6745 of that.
+    of about s / 1.96, and A - B one of hypot(s_A, s_B) / 1.96, whose median |value| is
+    0.6745 of that (batches recorded before the trimmed mean hold a median's spread).
     Over the rows both sides timed so (separate graphs at two placements or more, or two
     interleaved graphs), the observed median |gain| beside that prediction,
     and the rows whose printed latencies are equal (the table's 6 decimals in ms: a row

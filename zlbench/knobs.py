@@ -421,8 +421,8 @@ KNOBS: List[Knob] = [
         _positive_int,
         CALIBER,
         "Graph timer: time each row over N placements of its inputs in device memory "
-        "(the inputs where they are, then moved copies), the row being the trimmed mean of "
-        "the placements' own medians, so that a row's number does not hang on one "
+        "(the inputs where they are, then moved copies), its median the trimmed mean of the "
+        "placements' own medians, so that a row's number does not hang on one "
         "process's addresses (default 8; 1: where they are).",
         child=True,
     ),

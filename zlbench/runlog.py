@@ -113,7 +113,7 @@ class Row:
         # from the autotune plugin; None where nothing was autotuned or recorded.
         self.torch_autotune: Optional[Dict[str, str]] = None
         self.gems_autotune: Optional[Dict[str, str]] = None
-        # Graph timer: the input placements the side's replays were pooled over.
+        # Graph timer: the input placements the side was timed over.
         self.torch_placements: Optional[int] = None
         self.gems_placements: Optional[int] = None
 

@@ -216,7 +216,7 @@ class Measured(NamedTuple):
     samples: int
     spread: Optional[float]  # relative half-width of the median's 95% CI
     stop: str  # noise | time_cap | max_samples (direct); noise | budget | placements | power_cap (graph); do_bench
-    placements: int = 1  # graph timer: input placements its replays were pooled over
+    placements: int = 1  # graph timer: input placements it was timed over
     cost: Optional[dict] = None  # where the timing's own time went (ms per step, how it ended)
 
 
@@ -700,7 +700,12 @@ PLACEMENTS_DOMINATE = 4.0
 
 # A row timed at several placements (or in several graphs) is their mean: each
 # placement's own median, the one placement in PLACEMENT_TRIM furthest off at each end
-# left out. The pooled median of their replays sat wherever the replays of the
+# left out. Fewer than eight are averaged whole: those are two interleaved graphs, or
+# rows of large inputs the memory or the budget left fewer placements, whose placements
+# fall in clusters rather than one far off (an H200's div_tensor fp32 2^30: four
+# placements, 3.37 and 3.04 ms, three and one in one batch, two and two in the other);
+# trimmed, such a row jumps between the clusters as a median does (the two batches 4.9%
+# apart, against 2.6% by the mean, which its spread of 4.9% covers). The pooled median of their replays sat wherever the replays of the
 # placements nearest the middle happened to fall; the mean counts every placement: from
 # the placements' medians an H200 A/A of the corpus' sample recorded (522 rows compared),
 # the two batches' rows differ by a median of 0.054% so, 0.068% by the pooled median they
@@ -729,7 +734,11 @@ def placement_spread(medians: Sequence[float]) -> Optional[float]:
     ``over_placements``, over it. 1.96 standard errors of a trimmed mean (Tukey and
     McLaughlin: the winsorized values' standard deviation over (1 - 2 g / k) sqrt(k)), so
     one placement far off among eight widens it little and two clusters of four by about
-    half their distance. None below two placements."""
+    half their distance. None below two placements. A normal quantile, not Student's:
+    below eight it covers less than 95% (about 70% at two, 85% at four), as the interval
+    of two graphs did before; the verdict's floor (2%) is most of a threshold, and
+    Student's 12.7 at two graphs would make every small row's threshold its graphs'
+    whole distance six times over."""
     values, g = _trimmed(medians)
     k = len(values)
     mid = over_placements(values)

@@ -873,7 +873,7 @@ class GraphTimer:
             raise pytest.UsageError(f"{PLUGIN}: {e}") from None
         self.replay_stops: Dict[str, int] = {}  # timings per how their replays ended
         self.warmup_stops: Dict[str, int] = {}  # timings per how their warm-up ended
-        self.placement_counts: Dict[int, int] = {}  # timings per placements pooled
+        self.placement_counts: Dict[int, int] = {}  # timings per placements timed over
         self.fewer_placements: Dict[str, int] = {}  # timings per reason for fewer than asked
         self.recorder = recorder
         self.row_modes: Dict[int, set] = {}
