@@ -14,7 +14,8 @@ Passes (``--passes``, in this order, each a batch dir under --out):
            caches its walls are the cold ones (the cold projection)
   a, b     two batches of the same build: the measured figures, and their A/A
   kernel   FlagGems' own kernel mode, plain ``pytest -m OP --level core --mode kernel``
-           per operator, for the first --kernel-ops operators of the sample
+           per operator, for --kernel-ops operators of the sample, one of each kind
+           first (``kernel_operators``)
   report   the figures from whatever passes exist under --out
 
 Figures: per operator its wall, phases (ops_status.csv), timings, replay budget (timings
@@ -98,6 +99,18 @@ def sample(corpus: List[str], kinds: Dict[str, dict], n_kinds: int, per_kind: in
             by_kind.setdefault(kinds[op]["kind"], []).append(op)
     largest = sorted(by_kind, key=lambda k: (-len(by_kind[k]), k))[:n_kinds]
     return [op for k in largest for op in sorted(by_kind[k], key=stable_hash)[:per_kind]]
+
+
+def kernel_operators(ops: List[str], kinds: Dict[str, dict], n: int) -> List[str]:
+    """The ``n`` sample operators FlagGems' kernel mode runs: the first of each kind in the
+    sample's order, then the second of each, and so on, so that the ratio spans the kinds
+    (the sample's first six are two kinds' of six); the first ``n`` without kinds."""
+    by_kind: Dict[str, List[str]] = {}
+    for op in ops:
+        by_kind.setdefault(kinds.get(op, {}).get("kind") or "", []).append(op)
+    rounds = max((len(v) for v in by_kind.values()), default=0)
+    picked = [group[i] for i in range(rounds) for group in by_kind.values() if i < len(group)]
+    return picked[:n]
 
 
 def run_batch(args, ops: List[str], out: Path, timeout: float) -> bool:
@@ -586,7 +599,7 @@ def main() -> int:
                 print(f"pass {name} not finished: run again with --out {args.out} to resume it", flush=True)
                 return 3
         elif name == "kernel":
-            if not run_kernel_mode(args, ops[: args.kernel_ops], args.out / "kernel"):
+            if not run_kernel_mode(args, kernel_operators(ops, kinds, args.kernel_ops), args.out / "kernel"):
                 print(f"kernel pass not finished: run again with --out {args.out} to resume it", flush=True)
                 return 3
     figures = report(args, ops, corpus, kinds) if "report" in passes else {}

@@ -34,6 +34,16 @@ def test_the_sample_is_the_smallest_hashes_of_the_largest_kinds_every_time(tmp_p
     assert st.sample(list(reversed(corpus)), kinds, 2, 3) == picked  # the corpus' order does not matter
 
 
+def test_kernel_mode_takes_one_operator_of_each_kind_first():
+    st = load_script("screen_throughput")
+    kinds = {f"{k}{i}": {"kind": k} for k in ("Math", "Tensor", "BLAS") for i in range(3)}
+    ops = list(kinds)  # the sample's order: a kind's operators together
+    assert st.kernel_operators(ops, kinds, 4) == ["Math0", "Tensor0", "BLAS0", "Math1"]
+    assert st.kernel_operators(ops, kinds, 20) == [f"{k}{i}" for i in range(3) for k in ("Math", "Tensor", "BLAS")]
+    # Without kinds (the bundled sample on CPU), the sample's first.
+    assert st.kernel_operators(["abs", "add", "mul"], {}, 2) == ["abs", "add"]
+
+
 def test_the_weights_split_the_projection_by_any_per_operator_figure():
     st = load_script("screen_throughput")
     kinds = {"m0": {"kind": "Math"}, "m1": {"kind": "Math"}, "t0": {"kind": "Tensor"}, "x": {}}
