@@ -58,8 +58,9 @@ def closing_over(x, op):
 def cases(torch, gems, wanted: List[str] = ()):
     """(name, fn, context) triples of the ``wanted`` cases (``selected``): the small rows
     that moved unexplained in an H200 A/A (cumsum_ 256x256 and 1024x1024 fp32,
-    segment_reduce 2^20 in 64 segments, max bf16 2^20), a large one for contrast, and log1p fp32 at 2^30 elements, whose
-    placements fell 5-10% apart on some H200s (its inputs are made only when asked for)."""
+    segment_reduce 2^20 in 64 segments, max bf16 2^20), a large one for contrast, and
+    log1p fp32 at 2^30 elements, whose placements fell 5-10% apart on some H200s (its
+    inputs are made only when asked for)."""
     dev = "cuda"
     out = []
     small = {

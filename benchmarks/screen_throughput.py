@@ -104,7 +104,7 @@ def sample(corpus: List[str], kinds: Dict[str, dict], n_kinds: int, per_kind: in
 def kernel_operators(ops: List[str], kinds: Dict[str, dict], n: int) -> List[str]:
     """The ``n`` sample operators FlagGems' kernel mode runs: the first of each kind in the
     sample's order, then the second of each, and so on, so that the ratio spans the kinds
-    (the sample's first six are two kinds' of six); the first ``n`` without kinds."""
+    (the sample's first six are four of one kind and two of another); the first ``n`` without kinds."""
     by_kind: Dict[str, List[str]] = {}
     for op in ops:
         by_kind.setdefault(kinds.get(op, {}).get("kind") or "", []).append(op)

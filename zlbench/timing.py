@@ -700,17 +700,18 @@ PLACEMENTS_DOMINATE = 4.0
 
 # A row timed at several placements (or in several graphs) is their mean: each
 # placement's own median, the one placement in PLACEMENT_TRIM furthest off at each end
-# left out. Fewer than eight are averaged whole: those are two interleaved graphs, or
-# rows of large inputs the memory or the budget left fewer placements, whose placements
-# fall in clusters rather than one far off (an H200's div_tensor fp32 2^30: four
-# placements, 3.37 and 3.04 ms, three and one in one batch, two and two in the other);
-# trimmed, such a row jumps between the clusters as a median does (the two batches 4.9%
-# apart, against 2.6% by the mean, which its spread of 4.9% covers). The pooled median of their replays sat wherever the replays of the
-# placements nearest the middle happened to fall; the mean counts every placement: from
+# left out. The pooled median of their replays sat wherever the replays of the
+# placements nearest the middle happened to fall; the mean counts every placement. From
 # the placements' medians an H200 A/A of the corpus' sample recorded (522 rows compared),
-# the two batches' rows differ by a median of 0.054% so, 0.068% by the pooled median they
-# printed (two interleaved graphs: 0.057% against 0.086%). The trim keeps what the median
-# had: one placement of eight 31% off (cumsum_ 4096x4096) does not move the row.
+# the two batches' rows differ by a median of 0.054% by the trimmed mean against 0.068%
+# by the pooled median they printed (two interleaved graphs: 0.057% against 0.086%).
+# The trim keeps what the median had: one placement of eight 31% off (cumsum_ 4096x4096)
+# does not move the row. Fewer than eight are averaged whole: two interleaved graphs, or
+# large inputs the memory or the budget left fewer placements, whose placements fall in
+# clusters rather than one far off (an H200's div_tensor fp32 2^30: four placements at
+# 3.37 and 3.04 ms, three and one in one batch, two and two in the other); trimmed, such
+# a row jumps between the clusters as a median does (the two batches 4.9% apart, against
+# 2.6% by the mean, which its spread of 4.9% covers).
 PLACEMENT_TRIM = 8
 
 
