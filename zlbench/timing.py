@@ -479,6 +479,13 @@ MAX_REPLAYS = 200
 # 0.5 ms rows of more than one call per graph read 0.27-0.29% slower than at 1 ms (rows of
 # one call alike within 0.05%), and an H200 sample projected 1.52 h against 1.80, but its
 # A/A (one pass cold) fell to 97.9% SAME: 1 ms stays the default until that is separated.
+# Taking that launch cost off each replay instead, measured once a process as the
+# intercept of two graphs (16 and 144 calls) of a one-element add, was tried with 0.5 ms
+# replays on an H200: the intercept read 2.5-6.3 us from process to process, so the A/A
+# median |gain| rose from 0.053% to 0.23% (rows of many calls moved by its difference
+# over their calls), and a 1 us abs read 0.6% apart at 123 and 978 calls after it, where
+# a fixed cost would leave none. The projection did not fall with it (1.76 h against
+# 1.68 on a slower host: capture 0.22 h against 0.26, replay 0.47 h both).
 TARGET_REPLAY_MS = 1.0
 
 
