@@ -13,6 +13,9 @@ Passes (``--passes``, in this order, each a batch dir under --out):
   warm     a batch that fills the kernel and tuner caches; on a fresh machine's empty
            caches its walls are the cold ones (the cold projection)
   a, b     two batches of the same build: the measured figures, and their A/A
+  recheck  the re-check `zlbench ab` makes: the operators of a/b's SLOWER and FASTER
+           rows once more in two fresh batches (a-recheck, b-recheck); the A/A then
+           judges those verdicts by them, its verdicts before kept beside
   kernel   FlagGems' own kernel mode, plain ``pytest -m OP --level core --mode kernel``
            per operator, for --kernel-ops operators of the sample, one of each kind
            first (``kernel_operators``)
@@ -25,7 +28,7 @@ timer's own steps from row_stats.jsonl's cost_ms, the benchmark's work between t
 from gap_ms); the projected wall of the whole corpus on one device
 (per kind: the kind's mean x its operators; kinds outside the sample at the sample's
 mean; the mean of passes a and b, each pass's too); the A/A of a and b (median |gain|,
-rows SAME, the others and their markers); the ratio of FlagGems' kernel-mode wall to
+rows SAME, the others and their markers, before and after a re-check); the ratio of FlagGems' kernel-mode wall to
 zlbench's per operator.
 
 Usage (H200, FlagGems checkout in FLAGGEMS_DIR):
@@ -161,6 +164,23 @@ def run_batch(args, ops: List[str], out: Path, timeout: float) -> bool:
     if stopped is not None:
         raise stopped
     return finished
+
+
+RECHECK_PASSES = ("a-recheck", "b-recheck")
+
+
+def run_recheck(args) -> bool:
+    """The re-check `zlbench ab` makes: the operators of a/b's SLOWER and FASTER rows
+    once more in each of two fresh batches (a-recheck, b-recheck); ``aa`` judges those
+    verdicts by them (``summary.ab.apply_recheck``). Nothing to run when none is real."""
+    from zlbench.summary.ab import pair_runs, recheck_ops
+
+    if not all((args.out / name).is_dir() for name in ("a", "b")):
+        print("recheck: passes a and b first", file=sys.stderr)
+        return False
+    ops = recheck_ops(pair_runs(args.out / "a", args.out / "b"))
+    print(f"== recheck: {len(ops)} operators with SLOWER/FASTER rows: {', '.join(ops) or '-'}", flush=True)
+    return all(run_batch(args, ops, args.out / name, args.timeout) for name in RECHECK_PASSES) if ops else True
 
 
 def run_kernel_mode(args, ops: List[str], out: Path) -> bool:
@@ -320,10 +340,25 @@ def layout(pairs, cache: Dict[str, dict]) -> dict:
             "rows_equal_as_printed": sum(1 for g in gains if g == 0.0)}
 
 
-def aa(a: Path, b: Path) -> dict:
-    from zlbench.summary.ab import NO_DEVICE_WORK_EITHER, autotune_changes, pair_runs, untraced_sides
+def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
+    """The A/A of passes a and b; with ``recheck`` (a-recheck, b-recheck), its
+    SLOWER and FASTER verdicts judged again by that pair (``apply_recheck``), the
+    verdicts before it kept under ``before_recheck``."""
+    from zlbench.summary.ab import (
+        NO_DEVICE_WORK_EITHER,
+        apply_recheck,
+        autotune_changes,
+        pair_runs,
+        recheck_outcome,
+        untraced_sides,
+    )
 
     result = pair_runs(a, b)
+    before: Dict[str, int] = {}
+    for p in result.pairs:
+        before[p.verdict.status] = before.get(p.verdict.status, 0) + 1
+    if recheck:
+        apply_recheck(result, pair_runs(*recheck))
     gains = sorted(abs(p.gain) for p in result.pairs if p.gain is not None)
     verdicts: Dict[str, int] = {}
     others = []
@@ -331,19 +366,23 @@ def aa(a: Path, b: Path) -> dict:
     for p in result.pairs:
         verdict = p.verdict.status
         verdicts[verdict] = verdicts.get(verdict, 0) + 1
-        if verdict != "SAME":
+        if verdict != "SAME" or p.recheck:
             # The issue's rule: a row that is not SAME must carry what explains it: the
             # device throttled, two clocks, host time without device work, or the
             # autotuner's other pick. An UNKNOWN for want of a latency or a spread is a
             # row not measured, and a direct-timer fallback says how a row was timed, not
             # why it moved: neither explains anything.
             clocks = bool(p.a.gems_clock and p.b.gems_clock and p.a.gems_clock != p.b.gems_clock)
-            explained = bool(p.verdict.throttled or clocks or untraced_sides(p) or autotune_changes(p))
+            # A verdict a re-check in fresh processes did not reproduce is SAME now: its
+            # change lay between processes, which the re-check's own reading shows.
+            explained = bool(p.verdict.throttled or clocks or untraced_sides(p) or autotune_changes(p)
+                             or verdict == "SAME")
             if not explained:
                 unexplained_pairs.add(id(p))
             others.append({"row": " ".join(map(str, p.key)), "verdict": verdict, "explained": explained,
                            "gain_pct": None if p.gain is None else round(100 * p.gain, 3),
                            "why": p.verdict.why, "fallback": p.fallback, "autotune": autotune_changes(p),
+                           "recheck": p.recheck,
                            "markers": sorted({m.name for m in p.a.markers + p.b.markers if m.name != "RUN_PHASE"})})
     unexplained = [o for o in others if not o["explained"]]
     n = len(result.pairs)
@@ -379,6 +418,12 @@ def aa(a: Path, b: Path) -> dict:
             "unexplained": len(unexplained),
             "same_or_explained_share": round(1 - len(unexplained) / n, 4) if n else None,
             "by_timer": by_timer,
+            "recheck": None if recheck is None else {
+                "verdicts_before": before,
+                "same_share_before": round(before.get("SAME", 0) / n, 4) if n else None,
+                "rechecked": sum(1 for p in result.pairs if p.recheck),
+                "outcomes": {w: sum(recheck_outcome(p) == w for p in result.pairs if p.recheck)
+                             for w in ("reproduced", "not reproduced", "inconclusive", "not re-checked")}},
             "layout": layout(result.pairs, cache),
             "not_same": others}
 
@@ -517,7 +562,9 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         "kernel_over_zlbench_median": statistics.median(ratios.values()) if ratios else None,
     }
     if "a" in runs and "b" in runs:
-        figures["aa"] = aa(args.out / "a", args.out / "b")
+        rechecked = tuple(args.out / name for name in RECHECK_PASSES)
+        figures["aa"] = aa(args.out / "a", args.out / "b",
+                           rechecked if all(d.is_dir() for d in rechecked) else None)
     print(f"\n{'operator':<28} {'kind':<14} {'st':<7} {'wall':>6} {'first':>6} {'meas':>6} {'budget':>6} "
           f"{'eff':>5} {'timer':>6} {'gap':>5}")
     for op in ops:
@@ -547,7 +594,8 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         ("A/A share SAME", aa_fig.get("same_share"), GOALS["aa_same_share"], ">="),
         ("A/A share SAME of the rows compared on device time", aa_fig.get("same_share_compared"),
          GOALS["aa_same_share"], ">="),
-        ("A/A share SAME or explained (throttled, two clocks, host time, other autotune pick)", aa_fig.get("same_or_explained_share"),
+        ("A/A share SAME or explained (throttled, two clocks, host time, other autotune pick, not reproduced)",
+         aa_fig.get("same_or_explained_share"),
          GOALS["aa_same_share"], ">="),
     ]
     for name, value, goal, op in checks:
@@ -597,6 +645,10 @@ def main() -> int:
             if not run_batch(args, ops, args.out / name, args.timeout):
                 # A later pass on a half-warm cache, or a report on half a pass, would mislead.
                 print(f"pass {name} not finished: run again with --out {args.out} to resume it", flush=True)
+                return 3
+        elif name == "recheck":
+            if not run_recheck(args):
+                print(f"recheck pass not finished: run again with --out {args.out} to resume it", flush=True)
                 return 3
         elif name == "kernel":
             if not run_kernel_mode(args, kernel_operators(ops, kinds, args.kernel_ops), args.out / "kernel"):

@@ -1,6 +1,7 @@
 """zlbench ab: side environments, the liveness check on kept caches, and a real CPU A/B."""
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -10,6 +11,7 @@ from conftest import zlbench
 from test_tuner_cache_liveness import put
 from zlbench import ab
 
+REPO = Path(__file__).resolve().parents[1]
 
 def test_side_envs_toggle_the_switch_and_keep_caches():
     a, b = ab.side_envs("MY_PASS", {"X": "1"}, {})
@@ -103,6 +105,37 @@ def test_ab_on_the_sample_corpus(tmp_path):
         ident = json.loads((out / side / "abs" / "run_identity.json").read_text())
         assert ident["tuner_cache"] == "isolated"
         assert not Path(ident["triton_cache_dir"]).exists(), "kept caches are dropped after the check"
+
+
+def test_ab_rechecks_its_slower_rows_in_fresh_processes_on_the_sample_corpus(tmp_path):
+    """B's abs made twice as slow by real work in its benchmark process
+    (benchmarks/slowdown_plugin.py, on side B and its re-check alike): the re-check runs
+    abs again on both sides and reproduces the verdict."""
+    out = tmp_path / "ab"
+    slow = [f"--b-env={k}={v}" for k, v in (
+        ("PYTEST_ADDOPTS", "-p slowdown_plugin"), ("ZL_SLOW_OP", "abs"), ("ZL_SLOW_PCT", "100"),
+        ("PYTHONPATH", os.pathsep.join([str(REPO / "benchmarks"), os.environ.get("PYTHONPATH", "")])))]
+    proc = zlbench("ab", "--a-env", "ZL_SAMPLE_SWITCH=0", *slow, "--ops", "abs", "--dtypes", "float32",
+                   "--backend", "cpu", "--out", out, "--allow-unverified-switch", "--format", "json",
+                   timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "re-check of 1 operators with SLOWER/FASTER rows: abs" in proc.stdout
+    (shape_set,) = json.loads((out / "ab.json").read_text())["shape_sets"]
+    assert [Path(side["dir"]).name for side in shape_set["recheck"]] == ["A-recheck", "B-recheck"]
+    doc = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.rindex("}") + 1])
+    outcomes = {p["shape"]: p["recheck"] for p in doc["pairs"] if p["verdict"] == "SLOWER"}
+    assert outcomes, doc["pairs"]
+    # Each SLOWER row is read slower again, or the re-check measured it throttled (this
+    # VM marks rows host_slow at random): never "not reproduced", which would make it SAME.
+    assert all(o.startswith("reproduced (SLOWER") or (o.startswith("inconclusive (UNKNOWN")
+                                                      and "measured throttled" in o)
+               for o in outcomes.values()), outcomes
+    if not any(o.startswith("reproduced") for o in outcomes.values()):
+        pytest.skip(f"every re-checked row was measured throttled on this machine: {outcomes}")
+    for side in ("A-recheck", "B-recheck"):
+        ident = json.loads((out / side / "abs" / "run_identity.json").read_text())
+        assert ident["tuner_cache"] == "isolated"
+        assert not Path(ident["triton_cache_dir"]).exists(), "kept caches are dropped after the re-check"
 
 
 @pytest.mark.parametrize("verdict,allow,code", [

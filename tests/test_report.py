@@ -219,3 +219,25 @@ def test_bad_input_is_one_line(tmp_path):
     proc = zlbench("report", tmp_path / "nope", "-o", tmp_path / "r.html")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "does not exist" in proc.stderr
+
+
+def test_an_ab_page_with_a_recheck_shows_the_verdicts_the_recheck_left(tmp_path):
+    from test_summary_actionable import _batch
+
+    a = _batch(tmp_path / "a", lambda op, d, s: 0.1)
+    # B: abs's two rows 30% slower, sum's 4096 row 10%; the re-check reads abs alone slower.
+    b = _batch(tmp_path / "b", lambda op, d, s: 0.13 if op == "abs" else (0.11 if "4096" in s else 0.1))
+    a2 = _batch(tmp_path / "a2", lambda op, d, s: 0.1)
+    b2 = _batch(tmp_path / "b2", lambda op, d, s: 0.13 if op == "abs" else 0.1)
+    html = tmp_path / "ab.html"
+    zlbench("report", a, "--ab", b, "--recheck", a2, b2, "-o", html, check=True)
+    text = html.read_text()
+    blob = _blob(text, "rows-table")
+    col = {c["key"]: i for i, c in enumerate(blob["columns"])}
+    got = {(r[col["op"]], r[col["shape"]]): (r[col["verdict"]], r[col["why"]]) for r in blob["rows"]}
+    assert got[("abs", "64×64")][0] == got[("abs", "4096×4096")][0] == "SLOWER"
+    verdict, why = got[("sum", "4096×4096")]
+    assert verdict == "SAME" and why.startswith("SLOWER +10.00% not reproduced in fresh processes")
+    assert "2 reproduced, 1 not reproduced (those 1 now SAME)" in text
+    alone = zlbench("report", a, "--recheck", a2, b2, "-o", tmp_path / "r.html")
+    assert alone.returncode == 2 and "--recheck need --ab" in alone.stderr

@@ -145,6 +145,30 @@ def test_the_aa_counts_a_throttled_row_explained_and_a_bare_change_not(tmp_path)
                                          "median_abs_gain_pct": pytest.approx(100 * (1 - 1 / 1.06), abs=0.01)}
 
 
+def test_the_aa_counts_a_change_its_recheck_did_not_reproduce_as_same_and_keeps_the_first_count(tmp_path):
+    from test_summary_actionable import _batch
+
+    st = load_script("screen_throughput")
+    a = _batch(tmp_path / "a", lambda op, d, s: 0.1)
+    # B: abs 4096 6% slower with nothing to say why; the re-check pair reads it alike.
+    b = _batch(tmp_path / "b", lambda op, d, s: 0.106 if (op == "abs" and "4096" in s) else 0.1)
+    a2 = _batch(tmp_path / "a2", lambda op, d, s: 0.1, ops=("abs",))
+    b2 = _batch(tmp_path / "b2", lambda op, d, s: 0.1, ops=("abs",))
+    assert st.aa(a, b)["unexplained"] == 1
+    got = st.aa(a, b, (a2, b2))
+    assert got["verdicts"] == {"SAME": 4} and got["unexplained"] == 0
+    assert got["recheck"] == {"verdicts_before": {"SAME": 3, "SLOWER": 1}, "same_share_before": 0.75,
+                              "rechecked": 1, "outcomes": {"reproduced": 0, "not reproduced": 1,
+                                                           "inconclusive": 0, "not re-checked": 0}}
+    (row,) = got["not_same"]
+    assert row["explained"] and row["recheck"].startswith("not reproduced (SAME")
+    # A change the re-check reads again stands, unexplained.
+    b3 = _batch(tmp_path / "b3", lambda op, d, s: 0.106 if "4096" in s else 0.1, ops=("abs",))
+    again = st.aa(a, b, (a2, b3))
+    assert again["verdicts"]["SLOWER"] == 1 and again["unexplained"] == 1
+    assert again["recheck"]["outcomes"]["reproduced"] == 1
+
+
 def test_the_layout_figure_predicts_the_aa_from_the_placements_spreads(tmp_path):
     from test_summary_actionable import SHAPES, _batch
 

@@ -108,6 +108,65 @@ def test_gate_usage_errors_name_the_flag(tmp_path):
     assert alone.returncode == 2 and "need --ab" in alone.stderr
 
 
+# -- 7. the re-check in fresh processes --------------------------------------------------
+
+def test_a_recheck_keeps_the_verdicts_it_reproduces_and_makes_the_others_same(tmp_path):
+    a = _batch(tmp_path / "a", _ms())
+    # B: abs 30% slower on both shapes, sum 10% slower on one; the re-check pair reads
+    # abs 30% slower again but sum alike (its change lay between two processes).
+    slow = lambda op, d, s: 0.1 * (1.3 if op == "abs" else 1.1 if s == SHAPES[1] else 1.0)  # noqa: E731
+    b = _batch(tmp_path / "b", slow)
+    a2 = _batch(tmp_path / "a2", _ms())
+    b2 = _batch(tmp_path / "b2", _ms("abs", 1.3))
+    first = json.loads(zlbench("summary", "--ab", a, b, "--format", "json", check=True).stdout)
+    assert first["overall"]["slower"] == 3
+    doc = json.loads(zlbench("summary", "--ab", a, b, "--recheck", a2, b2, "--format", "json",
+                             check=True).stdout)
+    got = {(p["op"], p["shape"]): (p["verdict"], p["recheck"]) for p in doc["pairs"]}
+    for shape in SHAPES:
+        assert got[("abs", shape)] == ("SLOWER", "reproduced (SLOWER, +30.00% latency)")
+        assert got[("sum", SHAPES[0])] == ("SAME", None)  # SAME at first: not re-checked
+    verdict, recheck = got[("sum", SHAPES[1])]
+    assert verdict == "SAME" and recheck.startswith("not reproduced (SAME, +0.00% latency)")
+    why = next(p["why"] for p in doc["pairs"] if (p["op"], p["shape"]) == ("sum", SHAPES[1]))
+    assert why.startswith("SLOWER +10.00% not reproduced in fresh processes")
+    assert doc["overall"]["slower"] == 2 and doc["overall"]["same"] == 2
+    assert [r["slower"] for r in doc["by_op"]] == [2, 0]  # abs, sum: counted again
+    text = zlbench("summary", "--ab", a, b, "--recheck", a2, b2, check=True).stdout
+    assert "Re-check in fresh processes of the 3 SLOWER/FASTER rows: 2 reproduced, 1 not reproduced (those 1 now SAME)." in text
+    assert "Rows: 2 SLOWER, 0 FASTER, 2 SAME" in text
+    # The gate trips on what the re-check kept, not on what it did not reproduce.
+    gate = zlbench("summary", "--ab", a, b, "--recheck", a2, b2, "--fail-on", "slower")
+    assert gate.returncode == 1 and "GATE: 2 rows tripped it:" in gate.stderr
+    assert "sum" not in gate.stderr.split("GATE:")[1]
+
+
+def test_a_recheck_that_could_not_judge_or_lacks_the_row_leaves_the_verdict(tmp_path):
+    a = _batch(tmp_path / "a", _ms())
+    b = _batch(tmp_path / "b", _ms("abs", 1.3))
+    # The re-check measured abs 64x64 throttled (UNKNOWN) and never ran sum or abs 4096.
+    a2 = _batch(tmp_path / "a2", _ms(), ops=("abs",))
+    b2 = _batch(tmp_path / "b2", _ms("abs", 1.3), ops=("abs",), throttled=[("abs", SHAPES[0])])
+    rows = b2 / "abs" / "run.log"
+    rows.write_text("\n".join(line for line in rows.read_text().splitlines() if "4096" not in line
+                              or "DEVICE_THROTTLED" in line) + "\n")
+    doc = json.loads(zlbench("summary", "--ab", a, b, "--recheck", a2, b2, "--format", "json",
+                             check=True).stdout)
+    got = {(p["op"], p["shape"]): (p["verdict"], p["recheck"]) for p in doc["pairs"]}
+    verdict, recheck = got[("abs", SHAPES[0])]
+    assert verdict == "SLOWER" and recheck.startswith("inconclusive (UNKNOWN")
+    assert "measured throttled (B host_slow)" in recheck
+    assert got[("abs", SHAPES[1])] == ("SLOWER", "not re-checked")
+
+
+def test_recheck_needs_ab_and_two_readable_runs(tmp_path):
+    a = _batch(tmp_path / "a", _ms())
+    alone = zlbench("summary", a, "--recheck", a, a)
+    assert alone.returncode == 2 and "--recheck need --ab" in alone.stderr
+    missing = zlbench("summary", "--ab", a, a, "--recheck", a, tmp_path / "nope")
+    assert missing.returncode == 2 and "nope" in missing.stderr and "Traceback" not in missing.stderr
+
+
 # -- 3. zlbench noise -------------------------------------------------------------------
 
 def test_noise_refuses_batches_of_two_calibers_with_exit_1(tmp_path):

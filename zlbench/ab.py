@@ -25,6 +25,8 @@ from . import knobs
 
 # Set on every run of an A/B: keep the isolated Triton cache for the liveness check.
 KEEP_TRITON_CACHE_ENV = "ZL_KEEP_TRITON_CACHE"
+# Where a shape set's re-check puts its two batches, beside A/ and B/.
+RECHECK_DIRS = ("A-recheck", "B-recheck")
 # B replays A's records by design: these caliber differences are expected.
 EXPECTED_DIFFS = ("autotune_mode", knobs.BY_NAME["replay_from"].env, "replay_from")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -45,6 +47,8 @@ class ShapeSetResult:
     b: SideResult
     liveness: Dict[str, dict] = field(default_factory=dict)  # op -> LivenessReport.to_json()
     verdict: str = "empty"
+    # The re-check's sides (RECHECK_DIRS under the shape set's dir), where one ran.
+    recheck: Optional[Tuple[SideResult, SideResult]] = None
 
 
 def parse_env_pairs(values: Sequence[str], flag: str) -> Dict[str, str]:
@@ -174,6 +178,7 @@ def run_ab(
     b_env: Mapping[str, str],
     shape_files: Sequence[Optional[str]],
     batch_kwargs: dict,
+    recheck: bool = True,
 ) -> List[ShapeSetResult]:
     from .batch import BatchConfig, run_batch
 
@@ -201,18 +206,65 @@ def run_ab(
             )
         )
         verdict, reports, lines = check_liveness(root / "A", root / "B")
-        results.append(
-            ShapeSetResult(
-                label,
-                SideResult("A", root / "A", env_a, res_a.exit_code),
-                SideResult("B", root / "B", env_b, res_b.exit_code),
-                reports,
-                verdict,
-            )
+        result = ShapeSetResult(
+            label,
+            SideResult("A", root / "A", env_a, res_a.exit_code),
+            SideResult("B", root / "B", env_b, res_b.exit_code),
+            reports,
+            verdict,
         )
+        results.append(result)
         for line in [liveness_banner(verdict, _env_text(env_b), len(reports)), *lines]:
             click.echo(line)
+        if recheck:
+            result.recheck = run_recheck(root, side_settings, env_a, env_b, batch_kwargs, label)
     return results
+
+
+def run_recheck(
+    root: Path,
+    settings: knobs.Settings,
+    env_a: Dict[str, str],
+    env_b: Dict[str, str],
+    batch_kwargs: dict,
+    label: str,
+) -> Optional[Tuple[SideResult, SideResult]]:
+    """The operators of A/B's SLOWER and FASTER rows (``summary.ab.recheck_ops``) once
+    more on each side, in fresh processes, both replaying A's configs (so both run A's
+    kernels as A and B did): the pair ``summary.ab.apply_recheck`` judges those verdicts
+    by. None when no row needs it (or A and B could not be paired: printing says why)."""
+    from .batch import BatchConfig, run_batch
+    from .summary import SummaryInputError, pair_summaries, summarize
+    from .summary.ab import recheck_ops
+    from .summary.command import resolve_floors
+
+    try:
+        side_a = summarize(str(root / "A"))
+        floor, source, run_floors = resolve_floors(side_a, None, None)  # as print_pairing judges
+        ops = recheck_ops(pair_summaries(side_a, summarize(str(root / "B")), floor, source, run_floors))
+    except SummaryInputError:
+        return None
+    if not ops:
+        return None
+    click.echo(
+        f"== A/B {label}: re-check of {len(ops)} operators with SLOWER/FASTER rows: {','.join(ops)} =="
+    )
+    sides = []
+    for name, env, where in (("A", env_a, RECHECK_DIRS[0]), ("B", env_b, RECHECK_DIRS[1])):
+        kwargs = dict(batch_kwargs, ops=ops)
+        res = run_batch(
+            BatchConfig(
+                out=root / where,
+                settings=settings.replace(replay_from=str(root / "A")),
+                extra_env=env,
+                **kwargs,
+            )
+        )
+        if res.interrupted:
+            raise KeyboardInterrupt
+        sides.append(SideResult(name, root / where, env, res.exit_code))
+    discard_kept_caches(*(side.batch_dir for side in sides))
+    return sides[0], sides[1]
 
 
 def _env_text(env: Mapping[str, str]) -> str:
@@ -221,8 +273,10 @@ def _env_text(env: Mapping[str, str]) -> str:
 
 def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -> bool:
     """Print summary --ab of one shape set; False when the calibers refuse it."""
+    from .clihelp import InputError
     from .summary import SummaryInputError, pair_summaries, summarize
-    from .summary.command import caliber_lines, resolve_floors
+    from .summary.ab import apply_recheck
+    from .summary.command import caliber_lines, pair_recheck, resolve_floors
     from .summary.render_ab import render_ab
 
     try:
@@ -230,7 +284,10 @@ def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -
         # The floor zlbench noise recorded for this machine and caliber, as summary --ab.
         floor, source, run_floors = resolve_floors(side_a, None, None)
         paired = pair_summaries(side_a, summarize(str(result.b.batch_dir)), floor, source, run_floors)
-    except SummaryInputError as e:
+        if result.recheck:
+            dirs = (str(result.recheck[0].batch_dir), str(result.recheck[1].batch_dir))
+            paired = apply_recheck(paired, pair_recheck(dirs, None, None, allow_mismatch))
+    except (SummaryInputError, InputError) as e:
         click.echo(f"zlbench ab: nothing to pair for {result.label}: {e}", err=True)
         return False
     expected_only(paired.caliber)
@@ -300,6 +357,14 @@ AB_BATCH_KNOBS = ["timeout", "retries"]
     "--allow-caliber-mismatch", is_flag=True, help="Pair even when the sides were measured differently."
 )
 @click.option(
+    "--recheck/--no-recheck",
+    default=True,
+    show_default=True,
+    help="Run the operators of the SLOWER and FASTER rows once more on each side, in fresh "
+    "processes (<out>/A-recheck, B-recheck): such a verdict stands only where that pair gives "
+    "it too, else the row is SAME, marked not reproduced.",
+)
+@click.option(
     "--allow-unverified-switch",
     is_flag=True,
     help="Exit 0 even when the switch could not be shown live (its kernels identical on both "
@@ -317,6 +382,7 @@ def ab_command(
     retries,
     fmt_name,
     allow_caliber_mismatch,
+    recheck,
     allow_unverified_switch,
     **flags,
 ):
@@ -356,6 +422,7 @@ def ab_command(
             parse_env_pairs(b_env, "--b-env"),
             list(shape_files) or [None],
             batch_kwargs,
+            recheck,
         )
     except BatchError as e:
         raise BatchStartError(f"zlbench ab: {e}") from None
@@ -375,6 +442,9 @@ def ab_command(
                     "per_op": r.liveness,
                     "a": {"dir": str(r.a.batch_dir), "env": r.a.env, "exit_code": r.a.exit_code},
                     "b": {"dir": str(r.b.batch_dir), "env": r.b.env, "exit_code": r.b.exit_code},
+                    "recheck": [
+                        {"dir": str(side.batch_dir), "exit_code": side.exit_code} for side in r.recheck or ()
+                    ],
                 }
                 for r in results
             ],

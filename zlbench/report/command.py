@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Tuple
 
 import click
 
@@ -20,13 +20,14 @@ def build_report(
     allow_mismatch: bool = False,
     history_db: Optional[str] = None,
     noise_floor_pct: Optional[float] = None,
+    recheck: Optional[Tuple[str, str]] = None,
 ) -> str:
     """Write the page; return a one-line description of what was written."""
     from zlbench.report import require
     from zlbench.report.model import ab_page, batch_page
     from zlbench.report.page import page_chunks
-    from zlbench.summary.ab import pair_summaries
-    from zlbench.summary.command import check_caliber, resolve_floors
+    from zlbench.summary.ab import apply_recheck, pair_summaries
+    from zlbench.summary.command import check_caliber, pair_recheck, resolve_floors
     from zlbench.summary.rows import summarize
 
     require()
@@ -36,6 +37,8 @@ def build_report(
         floor, source, run_floors = resolve_floors(summary, noise_floor_pct, history_db)
         result = pair_summaries(summary, summarize(ab), floor, source, run_floors)
         check_caliber(result, allow_mismatch)
+        if recheck:
+            result = apply_recheck(result, pair_recheck(recheck, noise_floor_pct, history_db, allow_mismatch))
         page = ab_page(result)
         history = None
         what = f"A/B of {len(result.pairs)} paired rows"
@@ -125,6 +128,15 @@ def _history(summary, history_db: Optional[str]):
     metavar="PCT",
     help="With --ab: the A/A noise floor in percent (as in summary --ab).",
 )
+@click.option(
+    "--recheck",
+    nargs=2,
+    type=click.Path(),
+    default=None,
+    metavar="A2 B2",
+    help="With --ab: the re-check pair of runs that judges the SLOWER and FASTER rows again "
+    "(as in summary --ab; `zlbench ab` leaves them in <out>/A-recheck and B-recheck).",
+)
 def report_command(
     path: str,
     ab: Optional[str],
@@ -132,12 +144,15 @@ def report_command(
     allow_caliber_mismatch: bool,
     history_db: Optional[str],
     noise_floor: Optional[float],
+    recheck: Optional[Tuple[str, str]],
 ) -> None:
     """One HTML page for a batch (or run) dir: counts, plots, every row, failures."""
-    if noise_floor is not None and not ab:
-        raise click.UsageError("--noise-floor needs --ab B")
+    if (noise_floor is not None or recheck) and not ab:
+        raise click.UsageError("--noise-floor and --recheck need --ab B")
     try:
-        click.echo(build_report(path, ab, out, allow_caliber_mismatch, history_db, noise_floor), err=True)
+        click.echo(
+            build_report(path, ab, out, allow_caliber_mismatch, history_db, noise_floor, recheck), err=True
+        )
     except SummaryInputError as e:
         raise InputError(str(e)) from None
     except (ReportUnavailable, ReportWriteError, ReportReadError) as e:

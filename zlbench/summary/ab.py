@@ -40,6 +40,9 @@ class PairedRow:
     # Either side was timed by the direct timer after a failed capture.
     fallback: bool
     verdict: Verdict = Verdict(UNKNOWN, None, None, "not judged")
+    # What a re-check in fresh processes made of a SLOWER or FASTER verdict
+    # (``apply_recheck``): one of RECHECK_OUTCOMES and what it read; None when not asked.
+    recheck: Optional[str] = None
 
     @property
     def key(self) -> Key:
@@ -333,10 +336,15 @@ def pair_summaries(
         )
     for pair in result.pairs:
         pair.verdict = judge(pair, result.floor_for(pair).value, result.same_run)
-    result.pairs = verdict_order(result.pairs)
     result.only_b = [row for k, row in rows_b.items() if k not in rows_a]
     result.caliber = compare_run_pairs(_run_pairs(result), a.rows, b.rows)
+    _tally(result)
+    return result
 
+
+def _tally(result: ABResult) -> None:
+    """Order the pairs (``verdict_order``) and count them: per operator, overall, noise."""
+    result.pairs = verdict_order(result.pairs)
     by_op: Dict[str, List[PairedRow]] = {}
     for pair in result.pairs:
         by_op.setdefault(pair.a.op, []).append(pair)
@@ -345,7 +353,65 @@ def pair_summaries(
     noise = [abs(p.gain) for p in result.pairs]
     result.noise_median = quantile(noise, 0.5)
     result.noise_p95 = quantile(noise, 0.95)
+
+
+# A re-check: the operators of the SLOWER and FASTER rows run again, a fresh process on
+# each side, and each such verdict stands only where that second pair gives it too. A
+# process draws its own addresses, allocator pool and clocks, and on an H200 an A/A of
+# two batches of the same build moved whole rows between processes by 3-12% at spreads
+# of a few tenths of a percent (leaky_relu bf16 2^30, lstm fp32), changes that no spread
+# taken inside one process can show. LNT's --rerun does the same for its regressions.
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+INCONCLUSIVE = "inconclusive"
+NOT_RECHECKED = "not re-checked"
+RECHECK_OUTCOMES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_RECHECKED)
+
+
+def recheck_ops(result: ABResult) -> List[str]:
+    """The operators a re-check runs again: those with a SLOWER or FASTER row."""
+    return sorted({p.a.op for p in result.pairs if p.verdict.real})
+
+
+def apply_recheck(result: ABResult, recheck: ABResult) -> ABResult:
+    """Judge ``result``'s SLOWER and FASTER rows again by ``recheck`` (the same rows of
+    their operators from a second pair of processes, A's build and B's): a verdict the
+    re-check gives too stands (REPRODUCED); one it reads SAME or the other way is SAME
+    (NOT_REPRODUCED: the change lay between processes, not between the builds); an
+    UNKNOWN re-check leaves it as it was (INCONCLUSIVE), as does a row the re-check did
+    not pair (NOT_RECHECKED). Each such pair's ``recheck`` says which and what the
+    re-check read; the counts are made again. Returns ``result``."""
+    again = {p.key: p for p in recheck.pairs}
+    for pair in result.pairs:
+        if not pair.verdict.real:
+            continue
+        second = again.get(pair.key)
+        if second is None:
+            pair.recheck = NOT_RECHECKED
+            continue
+        change = second.verdict.change
+        read = f"{second.verdict.status}" + ("" if change is None else f", {change * 100:+.2f}% latency")
+        if second.verdict.status == pair.verdict.status:
+            pair.recheck = f"{REPRODUCED} ({read})"
+        elif second.verdict.status == UNKNOWN:
+            pair.recheck = f"{INCONCLUSIVE} ({read}: {second.verdict.why})"
+        else:
+            pair.recheck = f"{NOT_REPRODUCED} ({read})"
+            first = pair.verdict
+            pair.verdict = first._replace(
+                status=SAME,
+                why=f"{first.status} {(first.change or 0.0) * 100:+.2f}% not reproduced in fresh "
+                f"processes (re-check {read})",
+            )
+    _tally(result)
     return result
+
+
+def recheck_outcome(pair: PairedRow) -> Optional[str]:
+    """The RECHECK_OUTCOMES word of a pair's re-check, or None."""
+    if pair.recheck is None:
+        return None
+    return next((w for w in RECHECK_OUTCOMES if pair.recheck.startswith(w)), None)
 
 
 def pair_runs(a_path, b_path, noise_floor: float = DEFAULT_NOISE_FLOOR) -> ABResult:

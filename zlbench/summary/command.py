@@ -10,7 +10,7 @@ import click
 from zlbench import rundir
 from zlbench.atomic import write_chunks_atomic
 from zlbench.clihelp import InputError
-from zlbench.summary.ab import ABResult, NoiseFloor, pair_summaries
+from zlbench.summary.ab import ABResult, NoiseFloor, apply_recheck, pair_summaries
 from zlbench.summary.gate import Tripped, parse_fail_on, tripped
 from zlbench.summary.plot import PlotUnavailable, plot_gains, pyplot
 from zlbench.summary.render import FORMATS, csv_lines, screen_state, summary_chunks
@@ -148,6 +148,17 @@ def check_caliber(result: ABResult, allow_mismatch: bool) -> List[str]:
     return warning
 
 
+def pair_recheck(
+    dirs: Tuple[str, str], noise_floor_pct: Optional[float], history_db: Optional[str], allow_mismatch: bool
+) -> ABResult:
+    """The re-check's own pairing (``--recheck A2 B2``), judged as the first pair is."""
+    again_a = load_summary(dirs[0])
+    floor, source, run_floors = resolve_floors(again_a, noise_floor_pct, history_db)
+    again = pair_summaries(again_a, load_summary(dirs[1]), floor, source, run_floors)
+    check_caliber(again, allow_mismatch)
+    return again
+
+
 def print_ab(
     a: str,
     b: str,
@@ -159,6 +170,7 @@ def print_ab(
     history_db: Optional[str] = None,
     fail_on: Sequence[str] = (),
     max_slowdown_pct: Optional[float] = None,
+    recheck: Optional[Tuple[str, str]] = None,
 ) -> None:
     if plot:
         # Fail before the work when the picture cannot be drawn.
@@ -170,6 +182,8 @@ def print_ab(
     floor, source, run_floors = resolve_floors(summary_a, noise_floor_pct, history_db)
     result = pair_summaries(summary_a, load_summary(b), floor, source, run_floors)
     warning = check_caliber(result, allow_mismatch)
+    if recheck:
+        result = apply_recheck(result, pair_recheck(recheck, noise_floor_pct, history_db, allow_mismatch))
     if result.same_run:
         # On stderr whatever the format: stdout may be going into a file.
         click.secho(same_run_warning(result), err=True, fg="red", bold=True)
@@ -255,6 +269,16 @@ EXIT_GATE = 1
     "that B did not measure or that failed there), listing the rows on stderr.",
 )
 @click.option(
+    "--recheck",
+    nargs=2,
+    type=click.Path(),
+    default=None,
+    metavar="A2 B2",
+    help="With --ab: a second pair of runs of the SLOWER and FASTER rows' operators (A's "
+    "build and B's, fresh processes; `zlbench ab` makes them): such a verdict stands only "
+    "where that pair gives it too, else the row is SAME (not reproduced).",
+)
+@click.option(
     "--max-slowdown",
     type=click.FloatRange(min=0),
     default=None,
@@ -272,6 +296,7 @@ def summary_command(
     history_db: Optional[str],
     fail_on: Optional[str],
     max_slowdown: Optional[float],
+    recheck: Optional[Tuple[str, str]],
 ) -> None:
     """Tables from run logs: PATH is a run.log, a run dir or a batch dir.
 
@@ -299,8 +324,8 @@ def summary_command(
             raise click.UsageError(
                 "--plot, --allow-caliber-mismatch, --noise-floor and --history-db need --ab A B"
             )
-        if fail_on or max_slowdown is not None:
-            raise click.UsageError("--fail-on and --max-slowdown need --ab A B")
+        if fail_on or max_slowdown is not None or recheck:
+            raise click.UsageError("--fail-on, --max-slowdown and --recheck need --ab A B")
         run_summary(path, fmt_name, out)
         return
     try:
@@ -318,4 +343,5 @@ def summary_command(
         history_db,
         words,
         max_slowdown,
+        recheck,
     )

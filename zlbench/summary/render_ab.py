@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Iterator, List
 
 from zlbench.summary.ab import (
+    NOT_REPRODUCED,
+    RECHECK_OUTCOMES,
     SAME_RUN_WARNING,
     ABResult,
     GainRange,
     PairedRow,
     autotune_changes,
     capped_alone,
+    recheck_outcome,
     throttle_reasons,
 )
 from zlbench.summary.caliber import CaliberReport
@@ -94,6 +97,15 @@ def verdict_lines(result: ABResult) -> List[str]:
             f"cap on one side only (first: {slowed_why(throttled[0].verdict.why)}): their change is the "
             "machine's state, not the build's."
         )
+    rechecked = [p for p in result.pairs if p.recheck]
+    if rechecked:
+        counts = {w: sum(recheck_outcome(p) == w for p in rechecked) for w in RECHECK_OUTCOMES}
+        lines.append(
+            f"Re-check in fresh processes of the {len(rechecked)} SLOWER/FASTER rows: "
+            + ", ".join(f"{n} {w}" for w, n in counts.items() if n)
+            + (f" (those {counts[NOT_REPRODUCED]} now SAME)" if counts[NOT_REPRODUCED] else "")
+            + "."
+        )
     unknown = [p for p in result.pairs if p.verdict.status == UNKNOWN and not p.verdict.throttled]
     if unknown:
         lines.append(
@@ -171,6 +183,7 @@ def _pair_row(p: PairedRow) -> tuple:
         "direct fallback" if p.fallback else "",
         p.verdict.why if p.verdict.status == UNKNOWN or p.verdict.threshold is None else "",
         "autotune picked other configs" if autotune_changes(p) else "",
+        f"re-check: {p.recheck}" if p.recheck else "",
     ]
     return (
         p.verdict.status,
@@ -386,6 +399,7 @@ def ab_json_chunks(result: ABResult) -> Iterator[str]:
                 "b_samples": p.b.gems_samples,
                 "throttled": throttled_sides(p),
                 "autotune_changes": autotune_changes(p),
+                "recheck": p.recheck,
             }
             for p in result.pairs
         ),
