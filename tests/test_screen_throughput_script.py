@@ -69,6 +69,27 @@ def test_the_weights_split_the_projection_by_any_per_operator_figure():
     assert st.mean_parts([]) == {}
 
 
+def test_a_session_opener_pays_the_library_import_once_not_once_per_operator(tmp_path):
+    st = load_script("screen_throughput")
+    batch = tmp_path / "a"
+    batch.mkdir()
+    events = [{"event": "session"}, {"event": "attempt", "op": "abs"}, {"event": "attempt", "op": "add"},
+              {"event": "attempt", "op": "sum"}, {"event": "session"}, {"event": "attempt", "op": "max"},
+              {"event": "attempt", "op": "min"}]
+    (batch / "attempts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events) + "not json\n")
+    assert st.session_openers(batch) == ["abs", "max"]
+    figures = {op: {"wall_s": 5.0 + up, "startup_s": up, "overhead_s": up + 0.2}
+               for op, up in (("abs", 4.3), ("add", 0.3), ("sum", 0.4), ("max", 2.3), ("min", 0.35))}
+    cut, seconds = st.once_per_session(figures, st.session_openers(batch))
+    # Each opener at the others' median start-up (0.35 s); what that took off counts once.
+    assert cut["abs"] == {"wall_s": pytest.approx(5.35), "startup_s": 0.35, "overhead_s": pytest.approx(0.55)}
+    assert cut["max"]["wall_s"] == pytest.approx(5.35) and cut["add"] == figures["add"]
+    assert seconds == pytest.approx(3.95 + 1.95)
+    # An opener no slower than the rest is left as it is.
+    assert st.once_per_session(figures, ["add"]) == (figures, 0.0)
+    assert st.session_openers(tmp_path / "none") == []
+
+
 @pytest.mark.slow
 def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_path):
     env = {**os.environ}
@@ -88,10 +109,13 @@ def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_
         records = (out / "a" / status[op]["run_dir"] / "row_stats.jsonl").read_text().splitlines()
         assert mine["timings"] == len(records) and mine["budget_s"] > 0
         assert mine["efficiency"] == pytest.approx(mine["measure_s"] / mine["budget_s"], abs=0.01)
-    # Every corpus operator at its kind's mean wall (the sample has no kinds: its mean).
+    # Every corpus operator at its kind's mean wall (the sample has no kinds: its mean),
+    # the session's first operator at the other's start-up, the start-up that cuts once.
     # The projection is the mean of the two passes', each there too.
-    by_pass = {p: 11 * sum(figures["per_operator"][op][p]["wall_s"] for op in ("abs", "add")) / 2 / 3600
-               for p in ("a", "b")}
+    once = figures["session_start_s_by_pass"]
+    assert set(once) == {"a", "b"} and all(v >= 0 for v in once.values())
+    by_pass = {p: (11 * (sum(figures["per_operator"][op][p]["wall_s"] for op in ("abs", "add")) - once[p]) / 2
+                   + once[p]) / 3600 for p in ("a", "b")}
     assert figures["projected_corpus_h_by_pass"] == pytest.approx(by_pass, abs=0.001)
     assert figures["projected_corpus_s"] == pytest.approx(3600 * (by_pass["a"] + by_pass["b"]) / 2, rel=0.01)
     # The phases of the walls split the projection; the timers' steps are there, per timer.
