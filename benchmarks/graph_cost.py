@@ -15,7 +15,8 @@ moving inputs), the measure efficiency (wall / rep), and each case's median agai
 Between-process noise needs two batches: ``screen_throughput.py`` measures that.
 
 Usage (H200, FlagGems' src on PYTHONPATH for the flag_gems cases):
-  python benchmarks/graph_cost.py --out /tmp/graph-cost [--repeats 3] [--places 8]
+  python benchmarks/graph_cost.py --out /tmp/graph-cost [--repeats 3] [--places 8] [--profile]
+--profile adds a cProfile of the timings (where the host time of each step goes).
 """
 
 from __future__ import annotations
@@ -48,10 +49,14 @@ def cases(torch, gems):
         except Exception as e:  # noqa: BLE001 - a case this build cannot run is left out
             print(f"case {name} left out: {type(e).__name__}: {e}", flush=True)
 
-    for shape in ((64, 64), (1024, 1024), (4096, 4096), (64, 512, 512), (1024, 1024, 1024)):
+    def clamp(shape):
+        # The timed function closes over its input: the placements find tensors through
+        # closure cells, never through default arguments (every timing at one placement).
         x = torch.randn(shape, device=dev, dtype=half)
-        tag = "x".join(map(str, shape))
-        add(f"clamp {tag}", lambda x=x: lambda x=x: torch.clamp(x, -0.5, 0.5))
+        return lambda: torch.clamp(x, -0.5, 0.5)
+
+    for shape in ((64, 64), (1024, 1024), (4096, 4096), (64, 512, 512), (1024, 1024, 1024)):
+        add(f"clamp {'x'.join(map(str, shape))}", lambda shape=shape: clamp(shape))
     x = torch.randn(4096, 4096, device=dev, dtype=half)
     add("sum 4096x4096", lambda: lambda: torch.sum(x, dim=1))
     add("cumsum 4096x4096", lambda: lambda: torch.cumsum(x, dim=1))
@@ -74,6 +79,9 @@ def main() -> int:
     parser.add_argument("--rep-ms", type=float, default=100.0, help="the caller's rep (FlagGems: 100)")
     parser.add_argument("--rules", default=",".join(DEFAULT_RULES))
     parser.add_argument("--no-gems", action="store_true", help="torch's kernels only")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile the timings (cProfile, repeats after the first) into "
+                             "<out>/graph_cost.pstats and the 40 costliest functions into <out>/profile.txt")
     args = parser.parse_args()
 
     import torch
@@ -94,16 +102,27 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     log = open(args.out / "graph_cost.jsonl", "w")
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
     for case, fn in cases(torch, gems):
         for repeat in range(args.repeats):
             # Each repeat starts with another rule: the first after a case change meets the
             # kernel cold and the clock lower, and no rule should always come after another.
             order = rules[repeat % len(rules):] + rules[: repeat % len(rules)]
             for name, warm, noise, replay in order:
+                # The first repeat meets cold kernels and clocks: the profile leaves it out.
+                profiling = profiler is not None and repeat > 0
                 with gems():
                     started = time.perf_counter()
+                    if profiling:
+                        profiler.enable()
                     m = graph_bench(fn, args.warmup_ms, args.rep_ms, None, None, "median", places=args.places,
                                     warmup_rule=warm, noise=noise, replay_ms=replay)
+                    if profiling:
+                        profiler.disable()
                     wall = (time.perf_counter() - started) * 1e3
                 rec = {"case": case, "rule": name, "repeat": repeat, "wall_ms": round(wall, 2),
                        "median_ms": m.median_ms, "spread": m.spread, "samples": m.samples,
@@ -140,6 +159,17 @@ def main() -> int:
         print(f"rule {name}: median efficiency {statistics.median(r['wall_ms'] for r in rs) / args.rep_ms:.2f}, "
               f"median |bias| {statistics.median(abs(r['bias_pct']) for r in rs):.3f}%")
     (args.out / "graph_cost.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if profiler is not None:
+        import io
+        import pstats
+
+        profiler.dump_stats(str(args.out / "graph_cost.pstats"))
+        text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=text)
+        stats.sort_stats("tottime").print_stats(40)
+        stats.sort_stats("cumulative").print_stats(40)
+        (args.out / "profile.txt").write_text(text.getvalue())
+        print(f"profile: {args.out / 'profile.txt'}")
     return 0
 
 
