@@ -7,9 +7,12 @@
 #   bash benchmarks/gpu_checks.sh noise    OUT   # A/A noise per timer class, verdicts, 5% A/B
 #   bash benchmarks/gpu_checks.sh ab       OUT   # zlbench ab on a live and a dead switch
 #   bash benchmarks/gpu_checks.sh isolated OUT   # isolated vs shared tuner cache counts
+#   bash benchmarks/gpu_checks.sh screen   OUT   # the 24-operator sample: warm, A/A, re-check, kernel mode
+# noise and screen resume: after a call's time limit cut one, run the same command again
+# (screen stops a pass after PASS_LIMIT seconds, 250 by default, with exit 3).
 # Several GPUs: benchmarks/multi_gpu.py (batch makespans per device set, warmup sweep).
 set -uo pipefail
-stage=${1:?stage: plugins, noise, ab or isolated}
+stage=${1:?stage: plugins, noise, ab, isolated or screen}
 out=${2:?output dir}
 : "${FLAGGEMS_DIR:?set FLAGGEMS_DIR to a FlagGems checkout}"
 export GEMS_VENDOR=${GEMS_VENDOR:-nvidia} PYTHONUNBUFFERED=1
@@ -51,8 +54,16 @@ isolated)
     $py benchmarks/autotune_replay_check.py --flaggems-dir "$FLAGGEMS_DIR" --out "$out/autotune" \
         2>&1 | tee "$out/isolated.log"
     ;;
+screen)
+    # benchmarks/screen_throughput.py at the defaults: the warm pass fills the caches (its
+    # walls are the cold ones), a and b are the measured A/A, recheck runs its SLOWER and
+    # FASTER operators again, kernel is FlagGems' own kernel mode on six of them.
+    $py benchmarks/screen_throughput.py --flaggems-dir "$FLAGGEMS_DIR" --out "$out/screen" \
+        --passes "${PASSES:-warm,a,b,recheck,kernel,report}" --pass-limit "${PASS_LIMIT:-250}" \
+        --json "$out/screen.json" 2>&1 | tee -a "$out/screen.log"
+    ;;
 *)
-    echo "unknown stage $stage: plugins, noise, ab or isolated" >&2
+    echo "unknown stage $stage: plugins, noise, ab, isolated or screen" >&2
     exit 2
     ;;
 esac
