@@ -113,8 +113,9 @@ def main() -> int:
             # kernel cold and the clock lower, and no rule should always come after another.
             order = rules[repeat % len(rules):] + rules[: repeat % len(rules)]
             for name, warm, noise, replay in order:
-                # The first repeat meets cold kernels and clocks: the profile leaves it out.
-                profiling = profiler is not None and repeat > 0
+                # The first repeat meets cold kernels and clocks: the profile leaves it out
+                # (unless it is the only one).
+                profiling = profiler is not None and (repeat > 0 or args.repeats == 1)
                 with gems():
                     started = time.perf_counter()
                     if profiling:

@@ -177,8 +177,8 @@ def run_recheck(args) -> bool:
     from zlbench.summary.ab import pair_runs, recheck_ops
 
     if not all((args.out / name).is_dir() for name in ("a", "b")):
-        print("recheck: passes a and b first", file=sys.stderr)
-        return False
+        print(f"recheck: passes a and b first (none under {args.out})", file=sys.stderr)
+        raise SystemExit(2)
     ops = recheck_ops(pair_runs(args.out / "a", args.out / "b"))
     print(f"== recheck: {len(ops)} operators with SLOWER/FASTER rows: {', '.join(ops) or '-'}", flush=True)
     return all(run_batch(args, ops, args.out / name, args.timeout) for name in RECHECK_PASSES) if ops else True
@@ -220,31 +220,21 @@ def run_kernel_mode(args, ops: List[str], out: Path) -> bool:
 def not_clean_ops(batch: Path) -> set:
     """Operators with an attempt in the batch that was interrupted (a --pass-limit) or
     did not end ok: their last wall ran on caches an earlier attempt half filled."""
-    path = batch / "attempts.jsonl"
-    out = set()
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == "result" and (event.get("interrupted") or event.get("status") != "ok"):
-                out.add(event.get("op"))
-    return out
+    from zlbench.rundir import read_journal
+
+    return {event.get("op") for event in read_journal(batch)
+            if event.get("event") == "result" and (event.get("interrupted") or event.get("status") != "ok")}
 
 
 def session_openers(batch: Path) -> List[str]:
     """The operators whose attempt opened a session of the batch (the first attempt after
     each ``session`` event of attempts.jsonl): theirs found no spare ready, and its
     benchmark process imported the library itself."""
-    path = batch / "attempts.jsonl"
+    from zlbench.rundir import read_journal
+
     out: List[str] = []
     opening = False
-    for line in path.read_text().splitlines() if path.is_file() else ():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
+    for event in read_journal(batch):
         if event.get("event") == "session":
             opening = True
         elif event.get("event") == "attempt" and opening:
@@ -387,13 +377,13 @@ def layout(pairs, cache: Dict[str, dict]) -> dict:
 def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
     """The A/A of passes a and b; with ``recheck`` (a-recheck, b-recheck), its
     SLOWER and FASTER verdicts judged again by that pair (``apply_recheck``), the
-    verdicts before it kept under ``before_recheck``."""
+    verdicts before it under ``recheck.verdicts_before``."""
     from zlbench.summary.ab import (
         NO_DEVICE_WORK_EITHER,
         apply_recheck,
         autotune_changes,
         pair_runs,
-        recheck_outcome,
+        recheck_counts,
         untraced_sides,
     )
 
@@ -466,8 +456,7 @@ def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
                 "verdicts_before": before,
                 "same_share_before": round(before.get("SAME", 0) / n, 4) if n else None,
                 "rechecked": sum(1 for p in result.pairs if p.recheck),
-                "outcomes": {w: sum(recheck_outcome(p) == w for p in result.pairs if p.recheck)
-                             for w in ("reproduced", "not reproduced", "inconclusive", "not re-checked")}},
+                "outcomes": recheck_counts(result)},
             "layout": layout(result.pairs, cache),
             "not_same": others}
 
@@ -674,7 +663,7 @@ def main() -> int:
     parser.add_argument("--ops", default=None, help="comma list instead of the stratified sample")
     parser.add_argument("--kinds", type=int, default=KINDS)
     parser.add_argument("--per-kind", type=int, default=PER_KIND)
-    parser.add_argument("--passes", default="warm,a,b,kernel,report")
+    parser.add_argument("--passes", default="warm,a,b,recheck,kernel,report")
     parser.add_argument("--kernel-ops", type=int, default=6, help="operators FlagGems' kernel mode runs")
     parser.add_argument("--timeout", type=float, default=120.0, help="per operator and pass")
     parser.add_argument("--pass-limit", type=float, default=None,

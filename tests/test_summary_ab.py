@@ -87,6 +87,38 @@ def test_keys_printed_twice_pair_in_order_and_are_counted(tmp_path):
     assert result.duplicate_keys == 2
 
 
+def test_a_recheck_judges_keys_printed_twice_by_the_same_printing_at_the_first_floor(tmp_path):
+    from zlbench.summary.ab import apply_recheck
+
+    def side(name, first_ms, second_ms, spread=0.001):
+        rows = [dict(shape="[1]", torch_ms=0.01, gems_ms=first_ms)]
+        (tmp_path / name).write_text(_log([("mm", "torch.float16", rows),
+                                           ("mm", "torch.float16", [dict(rows[0], gems_ms=second_ms)])]))
+        summary = summarize(tmp_path / name)
+        for row in summary.rows:
+            row.gems_spread = spread
+        return summary
+
+    # First pair: the first printing 30% slower in B, the second alike. The re-check reads
+    # the first 30% slower again and the second 10% faster: the first printing's verdict
+    # is reproduced (matched against the re-check's first printing, not its other one).
+    first = pair_summaries(side("a", 0.01, 0.02), side("b", 0.013, 0.02))
+    assert [p.verdict.status for p in sorted(first.pairs, key=lambda p: p.occurrence)] == ["SLOWER", "SAME"]
+    again = pair_summaries(side("a2", 0.01, 0.02), side("b2", 0.013, 0.018))
+    apply_recheck(first, again)
+    by_print = sorted(first.pairs, key=lambda p: p.occurrence)
+    assert by_print[0].verdict.status == "SLOWER" and by_print[0].recheck.startswith("reproduced (SLOWER")
+    assert by_print[1].recheck is None
+    # The re-check is judged at the first pair's floor (here 40%), not at its own default:
+    # a 30% change under it does not reproduce a verdict the first pair gave at 2%.
+    first = pair_summaries(side("a", 0.01, 0.02), side("b", 0.013, 0.02))
+    first.noise_floor = 0.4
+    again = pair_summaries(side("a2", 0.013, 0.02), side("b2", 0.0169, 0.02))
+    assert next(p for p in again.pairs if p.occurrence == 0).verdict.status == "SLOWER"  # at 2%
+    apply_recheck(first, again)
+    assert next(p for p in first.pairs if p.occurrence == 0).recheck.startswith("not reproduced (SAME")
+
+
 def test_compare_calibers_names_each_difference_and_unknowns():
     a = identity()
     b = identity(level="comprehensive", device={"index": 3, "model": "NVIDIA H100"},

@@ -159,6 +159,24 @@ def test_a_recheck_that_could_not_judge_or_lacks_the_row_leaves_the_verdict(tmp_
     assert got[("abs", SHAPES[1])] == ("SLOWER", "not re-checked")
 
 
+def test_a_recheck_measured_otherwise_than_a_is_refused_and_replaying_a_is_no_difference(tmp_path):
+    a = _batch(tmp_path / "a", _ms())
+    b = _batch(tmp_path / "b", _ms("abs", 1.3))
+    # A re-check at another level re-checks nothing: refused, naming the flag and the fix.
+    a2 = _batch(tmp_path / "a2", _ms(), level="comprehensive")
+    b2 = _batch(tmp_path / "b2", _ms("abs", 1.3), level="comprehensive")
+    refused = zlbench("summary", "--ab", a, b, "--recheck", a2, b2)
+    assert refused.returncode == 2 and "Refusing the re-check (--recheck)" in refused.stderr
+    assert "against A were measured differently" in refused.stderr and "level" in refused.stderr
+    allowed = zlbench("summary", "--ab", a, b, "--recheck", a2, b2, "--allow-caliber-mismatch", check=True)
+    assert "--recheck" in allowed.stderr and "reproduced (SLOWER" in allowed.stdout
+    # Both re-check sides replaying A's autotuned configs (zlbench ab's re-check) is no difference.
+    a3 = _batch(tmp_path / "a3", _ms(), autotune_mode="replay")
+    b3 = _batch(tmp_path / "b3", _ms("abs", 1.3), autotune_mode="replay")
+    replayed = zlbench("summary", "--ab", a, b, "--recheck", a3, b3, check=True)
+    assert "Refusing" not in replayed.stderr and "2 reproduced" in replayed.stdout
+
+
 def test_recheck_needs_ab_and_two_readable_runs(tmp_path):
     a = _batch(tmp_path / "a", _ms())
     alone = zlbench("summary", a, "--recheck", a, a)

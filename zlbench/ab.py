@@ -27,8 +27,6 @@ from . import knobs
 KEEP_TRITON_CACHE_ENV = "ZL_KEEP_TRITON_CACHE"
 # Where a shape set's re-check puts its two batches, beside A/ and B/.
 RECHECK_DIRS = ("A-recheck", "B-recheck")
-# B replays A's records by design: these caliber differences are expected.
-EXPECTED_DIFFS = ("autotune_mode", knobs.BY_NAME["replay_from"].env, "replay_from")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -160,16 +158,6 @@ def liveness_banner(verdict: str, switch_text: str, n_ops: int) -> str:
     )
 
 
-def expected_only(caliber) -> None:
-    """Drop the record-vs-replay differences that an A/B has by design."""
-
-    def keep(diff) -> bool:
-        return not any(name in diff.field for name in EXPECTED_DIFFS)
-
-    caliber.common = [d for d in caliber.common if keep(d)]
-    caliber.per_run = {k: kept for k, v in caliber.per_run.items() if (kept := [d for d in v if keep(d)])}
-
-
 def run_ab(
     out: Path,
     settings: knobs.Settings,
@@ -205,6 +193,8 @@ def run_ab(
                 **batch_kwargs,
             )
         )
+        if res_b.interrupted:
+            raise KeyboardInterrupt  # no liveness check or re-check on half a side B
         verdict, reports, lines = check_liveness(root / "A", root / "B")
         result = ShapeSetResult(
             label,
@@ -276,6 +266,7 @@ def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -
     from .clihelp import InputError
     from .summary import SummaryInputError, pair_summaries, summarize
     from .summary.ab import apply_recheck
+    from .summary.caliber import REPLAY_DIFFS
     from .summary.command import caliber_lines, pair_recheck, resolve_floors
     from .summary.render_ab import render_ab
 
@@ -284,13 +275,16 @@ def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -
         # The floor zlbench noise recorded for this machine and caliber, as summary --ab.
         floor, source, run_floors = resolve_floors(side_a, None, None)
         paired = pair_summaries(side_a, summarize(str(result.b.batch_dir)), floor, source, run_floors)
-        if result.recheck:
-            dirs = (str(result.recheck[0].batch_dir), str(result.recheck[1].batch_dir))
-            paired = apply_recheck(paired, pair_recheck(dirs, None, None, allow_mismatch))
-    except (SummaryInputError, InputError) as e:
+    except SummaryInputError as e:
         click.echo(f"zlbench ab: nothing to pair for {result.label}: {e}", err=True)
         return False
-    expected_only(paired.caliber)
+    if result.recheck:
+        dirs = (str(result.recheck[0].batch_dir), str(result.recheck[1].batch_dir))
+        try:
+            paired = apply_recheck(paired, pair_recheck(dirs, paired, allow_mismatch))
+        except (SummaryInputError, InputError) as e:  # the pairing stands without it
+            click.echo(f"zlbench ab: the re-check of {result.label} is left out: {e}", err=True)
+    paired.caliber.drop(REPLAY_DIFFS)  # B replays A's records by design
     warning = caliber_lines(paired.caliber)
     if paired.caliber.mismatch and not allow_mismatch:
         click.echo("\n".join(warning), err=True)
@@ -361,8 +355,8 @@ AB_BATCH_KNOBS = ["timeout", "retries"]
     default=True,
     show_default=True,
     help="Run the operators of the SLOWER and FASTER rows once more on each side, in fresh "
-    "processes (<out>/A-recheck, B-recheck): such a verdict stands only where that pair gives "
-    "it too, else the row is SAME, marked not reproduced.",
+    "processes (A-recheck and B-recheck beside A and B): such a verdict stands only where "
+    "that pair gives it too, else the row is SAME, marked not reproduced.",
 )
 @click.option(
     "--allow-unverified-switch",
@@ -394,7 +388,7 @@ def ab_command(
 
     \b
     Exit codes: 0 paired, both sides measured and the switch shown live; 1 an operator
-    failed on a side, or the pairing was refused; 4 the switch could not be shown live
+    failed on a side or in its re-check, or the pairing was refused; 4 the switch could not be shown live
     (identical kernels, inconclusive, or nothing to compare) unless
     --allow-unverified-switch; 2 could not start; 130 interrupted.
     """
@@ -451,7 +445,7 @@ def ab_command(
         },
     )
     click.echo(f"{out}")
-    failed = any(r.a.exit_code or r.b.exit_code for r in results)
+    failed = any(side.exit_code for r in results for side in (r.a, r.b, *(r.recheck or ())))
     if not ok or failed:
         raise SystemExit(1)
     unverified = [r for r in results if r.verdict != "live"]

@@ -38,7 +38,7 @@ def build_report(
         result = pair_summaries(summary, summarize(ab), floor, source, run_floors)
         check_caliber(result, allow_mismatch)
         if recheck:
-            result = apply_recheck(result, pair_recheck(recheck, noise_floor_pct, history_db, allow_mismatch))
+            result = apply_recheck(result, pair_recheck(recheck, result, allow_mismatch))
         page = ab_page(result)
         history = None
         what = f"A/B of {len(result.pairs)} paired rows"

@@ -9,7 +9,7 @@ import json
 import os
 import signal
 import sys
-from typing import List, Optional
+from typing import List, Optional, Sequence, Tuple
 
 from ..proc import kill_group_now, set_parent_death_signal
 from .attempt_child import run_attempt
@@ -30,9 +30,14 @@ class Spare:
         self.reaped = False
 
     @classmethod
-    def fork(cls, template: dict, library: List[str], channel: Channel) -> "Spare":
+    def fork(
+        cls, template: dict, library: List[str], channel: Channel, others: Sequence["Spare"] = ()
+    ) -> "Spare":
+        """``others``: the spares already waiting, whose request pipes this one must not
+        hold open (the worker's end of each is that spare's only writer)."""
         read_fd, write_fd = os.pipe()
-        pid = fork_child(lambda: spare_child(template, library, read_fd, write_fd, channel))
+        theirs = tuple(o.request_fd for o in others if o.request_fd >= 0)
+        pid = fork_child(lambda: spare_child(template, library, read_fd, write_fd, channel, theirs))
         os.close(read_fd)
         return cls(pid, write_fd)
 
@@ -78,12 +83,21 @@ class Spare:
         self.reaped = True
 
 
-def spare_child(template: dict, library: List[str], read_fd: int, write_fd: int, channel: Channel) -> None:
+def spare_child(
+    template: dict,
+    library: List[str],
+    read_fd: int,
+    write_fd: int,
+    channel: Channel,
+    close_fds: Tuple[int, ...] = (),
+) -> None:
     """A spare: fork the benchmark process for the environment ``template`` (the last
     attempt's request) would give, then wait for the real request. Never returns."""
     try:
         os.setsid()
         os.close(write_fd)
+        for fd in close_fds:  # the other spares' request pipes
+            os.close(fd)
         channel.replies.close()
         default_signals()
         set_parent_death_signal(signal.SIGKILL)  # a worker killed outright takes its spare along

@@ -210,7 +210,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             if msg.get("cmd") != "attempt":
                 channel.send(event="error", detail=f"unknown request {msg!r}")
                 continue
-            pid = spares.popleft().hand(msg) if spares else None
+            pid = None
+            while pid is None and spares:  # one that cannot take it is discarded: the next may
+                pid = spares.popleft().hand(msg)
             if pid is None:
                 touched = backends.initialised_runtimes()
                 if touched:
@@ -222,7 +224,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 # The next attempts' children, readied while this one runs.
                 try:
                     while len(spares) < SPARES:
-                        spares.append(Spare.fork(msg, library, channel))
+                        spares.append(Spare.fork(msg, library, channel, spares))
                 except OSError as e:  # no pipe or no fork now: a later attempt forks plainly
                     print(f"zlbench worker: no spare: {e}", file=sys.stderr, flush=True)
             # Reap only when told: until then the exited child is a zombie whose pid (its

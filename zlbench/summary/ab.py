@@ -43,6 +43,8 @@ class PairedRow:
     # What a re-check in fresh processes made of a SLOWER or FASTER verdict
     # (``apply_recheck``): one of RECHECK_OUTCOMES and what it read; None when not asked.
     recheck: Optional[str] = None
+    # Which printing of its key this is (0 for the first): keys printed twice pair in order.
+    occurrence: int = 0
 
     @property
     def key(self) -> Key:
@@ -332,7 +334,13 @@ def pair_summaries(
             result.not_comparable.append(NotComparable(row_a, row_b, reason))
             continue
         result.pairs.append(
-            PairedRow(row_a, row_b, row_a.gems_ms / row_b.gems_ms - 1.0, row_a.fallback or row_b.fallback)
+            PairedRow(
+                row_a,
+                row_b,
+                row_a.gems_ms / row_b.gems_ms - 1.0,
+                row_a.fallback or row_b.fallback,
+                occurrence=k[1],
+            )
         )
     for pair in result.pairs:
         pair.verdict = judge(pair, result.floor_for(pair).value, result.same_run)
@@ -381,14 +389,21 @@ def apply_recheck(result: ABResult, recheck: ABResult) -> ABResult:
     UNKNOWN re-check leaves it as it was (INCONCLUSIVE), as does a row the re-check did
     not pair (NOT_RECHECKED). Each such pair's ``recheck`` says which and what the
     re-check read; the counts are made again. Returns ``result``."""
-    again = {p.key: p for p in recheck.pairs}
+
+    def spelled(p: PairedRow) -> Tuple[Key, int]:
+        # One spelling of the shape for both pairs: a FlagGems result file's or a run log's.
+        return (p.a.op, p.a.dtype, canonical_shape(p.a.shape)), p.occurrence
+
+    again = {spelled(p): p for p in recheck.pairs}
     for pair in result.pairs:
         if not pair.verdict.real:
             continue
-        second = again.get(pair.key)
+        second = again.get(spelled(pair))
         if second is None:
             pair.recheck = NOT_RECHECKED
             continue
+        # Judged at the first pair's floor: a re-check must not pass on a lower threshold.
+        second.verdict = judge(second, result.floor_for(pair).value, False)
         change = second.verdict.change
         read = f"{second.verdict.status}" + ("" if change is None else f", {change * 100:+.2f}% latency")
         if second.verdict.status == pair.verdict.status:
@@ -412,6 +427,11 @@ def recheck_outcome(pair: PairedRow) -> Optional[str]:
     if pair.recheck is None:
         return None
     return next((w for w in RECHECK_OUTCOMES if pair.recheck.startswith(w)), None)
+
+
+def recheck_counts(result: ABResult) -> Dict[str, int]:
+    """Rows per RECHECK_OUTCOMES word, over the pairs a re-check judged."""
+    return {w: sum(recheck_outcome(p) == w for p in result.pairs if p.recheck) for w in RECHECK_OUTCOMES}
 
 
 def pair_runs(a_path, b_path, noise_floor: float = DEFAULT_NOISE_FLOOR) -> ABResult:

@@ -112,6 +112,20 @@ class CaliberReport:
     def mismatch(self) -> bool:
         return bool(self.common or self.per_run)
 
+    def drop(self, names: Sequence[str]) -> None:
+        """Leave out the differences whose field names one of ``names``."""
+
+        def keep(diff: CaliberDiff) -> bool:
+            return not any(name in diff.field for name in names)
+
+        self.common = [d for d in self.common if keep(d)]
+        self.per_run = {k: kept for k, v in self.per_run.items() if (kept := [d for d in v if keep(d)])}
+
+
+# A side that replays another side's autotuned configs (--replay-from) differs from the
+# side that recorded them in these alone, by design: zlbench ab's B, and its re-checks.
+REPLAY_DIFFS = ("autotune_mode", next(k.env for k in KNOBS if k.name == "replay_from"), "replay_from")
+
 
 def _printed(rows: Sequence[Row], attr: str) -> str:
     return ",".join(sorted({getattr(r, attr) for r in rows})) or UNKNOWN

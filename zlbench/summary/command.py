@@ -11,6 +11,7 @@ from zlbench import rundir
 from zlbench.atomic import write_chunks_atomic
 from zlbench.clihelp import InputError
 from zlbench.summary.ab import ABResult, NoiseFloor, apply_recheck, pair_summaries
+from zlbench.summary.caliber import REPLAY_DIFFS, compare_run_pairs
 from zlbench.summary.gate import Tripped, parse_fail_on, tripped
 from zlbench.summary.plot import PlotUnavailable, plot_gains, pyplot
 from zlbench.summary.render import FORMATS, csv_lines, screen_state, summary_chunks
@@ -148,14 +149,29 @@ def check_caliber(result: ABResult, allow_mismatch: bool) -> List[str]:
     return warning
 
 
-def pair_recheck(
-    dirs: Tuple[str, str], noise_floor_pct: Optional[float], history_db: Optional[str], allow_mismatch: bool
-) -> ABResult:
-    """The re-check's own pairing (``--recheck A2 B2``), judged as the first pair is."""
-    again_a = load_summary(dirs[0])
-    floor, source, run_floors = resolve_floors(again_a, noise_floor_pct, history_db)
-    again = pair_summaries(again_a, load_summary(dirs[1]), floor, source, run_floors)
-    check_caliber(again, allow_mismatch)
+def pair_recheck(dirs: Tuple[str, str], first: ABResult, allow_mismatch: bool) -> ABResult:
+    """The re-check's own pairing (``--recheck A2 B2``; ``apply_recheck`` judges its rows
+    at the first pair's floors), refused (InputError) where A2 and B2, or A2 and A, were
+    measured differently: a re-check at another caliber re-checks nothing. Replaying A's
+    autotuned configs (REPLAY_DIFFS) is no difference."""
+    again = pair_summaries(load_summary(dirs[0]), load_summary(dirs[1]))
+    runs_a = {r.rel: r for r in first.a.runs}
+    against_a = compare_run_pairs(
+        [(runs_a[r.rel], r) for r in again.a.runs if r.rel in runs_a], first.a.rows, again.a.rows
+    )
+    for report, what in (
+        (again.caliber, f"{dirs[0]} against {dirs[1]}"),
+        (against_a, f"{dirs[0]} against A"),
+    ):
+        report.drop(REPLAY_DIFFS)
+        if report.mismatch:
+            lines = caliber_lines(report)
+            if not allow_mismatch:
+                raise InputError(
+                    "\n".join(lines) + f"\nRefusing the re-check (--recheck): {what} were measured "
+                    "differently. Re-check with A's and B's settings, or pass --allow-caliber-mismatch."
+                )
+            click.echo("\n".join([f"--recheck {what}:", *lines]), err=True)
     return again
 
 
@@ -183,7 +199,7 @@ def print_ab(
     result = pair_summaries(summary_a, load_summary(b), floor, source, run_floors)
     warning = check_caliber(result, allow_mismatch)
     if recheck:
-        result = apply_recheck(result, pair_recheck(recheck, noise_floor_pct, history_db, allow_mismatch))
+        result = apply_recheck(result, pair_recheck(recheck, result, allow_mismatch))
     if result.same_run:
         # On stderr whatever the format: stdout may be going into a file.
         click.secho(same_run_warning(result), err=True, fg="red", bold=True)

@@ -6,14 +6,13 @@ from typing import Iterator, List
 
 from zlbench.summary.ab import (
     NOT_REPRODUCED,
-    RECHECK_OUTCOMES,
     SAME_RUN_WARNING,
     ABResult,
     GainRange,
     PairedRow,
     autotune_changes,
     capped_alone,
-    recheck_outcome,
+    recheck_counts,
     throttle_reasons,
 )
 from zlbench.summary.caliber import CaliberReport
@@ -99,7 +98,7 @@ def verdict_lines(result: ABResult) -> List[str]:
         )
     rechecked = [p for p in result.pairs if p.recheck]
     if rechecked:
-        counts = {w: sum(recheck_outcome(p) == w for p in rechecked) for w in RECHECK_OUTCOMES}
+        counts = recheck_counts(result)
         lines.append(
             f"Re-check in fresh processes of the {len(rechecked)} SLOWER/FASTER rows: "
             + ", ".join(f"{n} {w}" for w, n in counts.items() if n)
