@@ -2,6 +2,7 @@
 floor used by summary --ab, the state of an unfinished or all-failed screen, rows
 without run-level markers, compact shapes and tables that fit a terminal."""
 
+import csv
 import json
 import sqlite3
 
@@ -135,6 +136,13 @@ def test_a_recheck_keeps_the_verdicts_it_reproduces_and_makes_the_others_same(tm
     text = zlbench("summary", "--ab", a, b, "--recheck", a2, b2, check=True).stdout
     assert "Re-check in fresh processes of the 3 SLOWER/FASTER rows: 2 reproduced, 1 not reproduced (those 1 now SAME)." in text
     assert "Rows: 2 SLOWER, 0 FASTER, 2 SAME" in text
+    # The CSV carries the re-check too, a column of its own.
+    out = tmp_path / "ab.csv"
+    zlbench("summary", "--ab", a, b, "--recheck", a2, b2, "--out", out, check=True)
+    with open(out, newline="") as f:
+        rows = {(r["op"], r["shape"]): r for r in csv.DictReader(f)}
+    assert rows[("sum", SHAPES[1])]["recheck"].startswith("not reproduced")
+    assert rows[("abs", SHAPES[0])]["recheck"].startswith("reproduced") and rows[("sum", SHAPES[0])]["recheck"] == ""
     # The gate trips on what the re-check kept, not on what it did not reproduce.
     gate = zlbench("summary", "--ab", a, b, "--recheck", a2, b2, "--fail-on", "slower")
     assert gate.returncode == 1 and "GATE: 2 rows tripped it:" in gate.stderr

@@ -300,6 +300,7 @@ def _ab_csv_records(result: ABResult) -> Iterator[tuple]:
             "b_spread",
             "a_samples",
             "b_samples",
+            "recheck",
         )
     )
     for p in result.pairs:
@@ -324,6 +325,7 @@ def _ab_csv_records(result: ABResult) -> Iterator[tuple]:
                 _num(p.b.gems_spread),
                 p.a.gems_samples,
                 p.b.gems_samples,
+                p.recheck or "",
             )
         )
     for n in result.not_comparable:
@@ -341,12 +343,12 @@ def _ab_csv_records(result: ABResult) -> Iterator[tuple]:
                 "",
                 n.reason,
             )
-            + ("",) * 7
+            + ("",) * 8
         )
     for side, rows in (("only_a", result.only_a), ("only_b", result.only_b)):
         for r in rows:
             a_ms, b_ms = (r.gems_ms, "") if side == "only_a" else ("", r.gems_ms)
-            yield ((side, r.op, r.dtype, r.shape, a_ms, b_ms) + ("",) * 12)
+            yield ((side, r.op, r.dtype, r.shape, a_ms, b_ms) + ("",) * 13)
 
 
 def _num(value) -> str:
