@@ -10,6 +10,7 @@ import click
 from zlbench.atomic import write_chunks_atomic
 from zlbench.clihelp import InputError
 from zlbench.report import ReportUnavailable
+from zlbench.summary.command import RECHECK_OPTION
 from zlbench.summary.sources import SummaryInputError
 
 
@@ -128,15 +129,7 @@ def _history(summary, history_db: Optional[str]):
     metavar="PCT",
     help="With --ab: the A/A noise floor in percent (as in summary --ab).",
 )
-@click.option(
-    "--recheck",
-    nargs=2,
-    type=click.Path(),
-    default=None,
-    metavar="A2 B2",
-    help="With --ab: the re-check pair of runs that judges the SLOWER and FASTER rows again "
-    "(as in summary --ab; `zlbench ab` leaves them in <out>/A-recheck and B-recheck).",
-)
+@RECHECK_OPTION
 def report_command(
     path: str,
     ab: Optional[str],

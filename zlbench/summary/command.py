@@ -221,6 +221,19 @@ def print_ab(
         click.echo("GATE: passed (no row tripped it)", err=True)
 
 
+# `summary --ab` and `report --ab` alike.
+RECHECK_OPTION = click.option(
+    "--recheck",
+    nargs=2,
+    type=click.Path(),
+    default=None,
+    metavar="A2 B2",
+    help="With --ab: a second pair of runs of the SLOWER and FASTER rows' operators (A's "
+    "build and B's, fresh processes; `zlbench ab` leaves them in A-recheck and B-recheck): "
+    "such a verdict stands only where that pair gives it too, else the row is SAME (not "
+    "reproduced).",
+)
+
 # `summary --ab --fail-on/--max-slowdown`: some row tripped the gate.
 EXIT_GATE = 1
 
@@ -284,16 +297,7 @@ EXIT_GATE = 1
     help="With --ab: exit 1 when any row has one of these verdicts (missing: a row of A "
     "that B did not measure or that failed there), listing the rows on stderr.",
 )
-@click.option(
-    "--recheck",
-    nargs=2,
-    type=click.Path(),
-    default=None,
-    metavar="A2 B2",
-    help="With --ab: a second pair of runs of the SLOWER and FASTER rows' operators (A's "
-    "build and B's, fresh processes; `zlbench ab` makes them): such a verdict stands only "
-    "where that pair gives it too, else the row is SAME (not reproduced).",
-)
+@RECHECK_OPTION
 @click.option(
     "--max-slowdown",
     type=click.FloatRange(min=0),
