@@ -28,9 +28,9 @@ timer's own steps from row_stats.jsonl's cost_ms, the benchmark's work between t
 from gap_ms); the projected wall of the whole corpus on one device
 (per kind: the kind's mean x its operators; kinds outside the sample at the sample's
 mean; a session's first operator at the others' start-up, the library import it paid
-alone counted once, ``once_per_session``; the mean of passes a and b, each pass's too); the A/A of a and b (median |gain|,
-rows SAME, the others and their markers, before and after a re-check); the ratio of FlagGems' kernel-mode wall to
-zlbench's per operator.
+alone counted once, ``once_per_session``; the mean of passes a and b, each pass's too);
+the A/A of a and b (median |gain|, rows SAME, the others and their markers, before and
+after a re-check); the ratio of FlagGems' kernel-mode wall to zlbench's per operator.
 
 Usage (H200, FlagGems checkout in FLAGGEMS_DIR):
   python benchmarks/screen_throughput.py --out /tmp/st --passes warm,kernel
@@ -246,10 +246,11 @@ def session_openers(batch: Path) -> List[str]:
 def once_per_session(figures: Dict[str, dict], openers: List[str]) -> Tuple[Dict[str, dict], float]:
     """(the figures with each session opener's start-up cut to the other operators'
     median, the seconds cut). A session's first operator pays the library's import in
-    its own process (no spare was ready: about 4-5.6 s on an H200 host), once a night,
-    not once per operator: weighted as the other operators are, one opener of a
-    24-operator sample counted 44 times, 0.06 h of a 2.2 h projection. The seconds cut
-    are added to the projection once, as a phase of their own ("session start")."""
+    its own process (no spare was ready: 4.4 and 5.6 s on an H200 host), once a night,
+    not once per operator: weighted as the other operators are (about 44 corpus
+    operators each), the two openers of a 24-operator pass (one made by a resume) were
+    0.19 h of its 2.24 h projection. The seconds cut are added to the projection once, as
+    a phase of their own ("session start")."""
     others = [f["startup_s"] for op, f in figures.items() if op not in openers and f.get("startup_s") is not None]
     if not others:
         return figures, 0.0

@@ -158,7 +158,12 @@ def test_run_recheck_runs_the_operators_with_real_verdicts_on_both_sides_in_fres
     settings = knobs.resolve({"backend": "cpu", "dtypes": "float32", "isolate_tuner_cache": True},
                              {}, names=knobs.MEASURE_KNOBS)
     env_a, env_b = ab.side_envs("ZL_SAMPLE_SWITCH", {}, {})
-    sides = ab.run_recheck(root, settings, env_a, env_b, {"ops": None, "devices": None}, "s")
+
+    def shape_set(where):
+        return ab.ShapeSetResult("s", ab.SideResult("A", where / "A", env_a, 0),
+                                 ab.SideResult("B", where / "B", env_b, 0))
+
+    sides = ab.run_recheck(shape_set(root), settings, {"ops": None, "devices": None})
     assert sides is not None
     assert [(s.name, s.batch_dir.name, s.exit_code) for s in sides] == [("A", "A-recheck", 0), ("B", "B-recheck", 0)]
     for side, switch in zip(sides, ("0", "1")):
@@ -170,7 +175,7 @@ def test_run_recheck_runs_the_operators_with_real_verdicts_on_both_sides_in_fres
     same = tmp_path / "same"
     _batch(same / "A", lambda op, d, s: 0.1)
     _batch(same / "B", lambda op, d, s: 0.1)
-    assert ab.run_recheck(same, settings, env_a, env_b, {"ops": None, "devices": None}, "s") is None
+    assert ab.run_recheck(shape_set(same), settings, {"ops": None, "devices": None}) is None
     assert not (same / "A-recheck").exists()
 
 

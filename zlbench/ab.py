@@ -17,11 +17,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import click
 
 from . import knobs
+
+if TYPE_CHECKING:
+    from .summary.ab import ABResult
 
 # Set on every run of an A/B: keep the isolated Triton cache for the liveness check.
 KEEP_TRITON_CACHE_ENV = "ZL_KEEP_TRITON_CACHE"
@@ -47,6 +50,9 @@ class ShapeSetResult:
     verdict: str = "empty"
     # The re-check's sides (RECHECK_DIRS under the shape set's dir), where one ran.
     recheck: Optional[Tuple[SideResult, SideResult]] = None
+    # summary --ab of A and B (``pair_sides``), made once: the re-check's operators come
+    # from it, and it is what is printed.
+    paired: Optional["ABResult"] = None
 
 
 def parse_env_pairs(values: Sequence[str], flag: str) -> Dict[str, str]:
@@ -207,40 +213,48 @@ def run_ab(
         for line in [liveness_banner(verdict, _env_text(env_b), len(reports)), *lines]:
             click.echo(line)
         if recheck:
-            result.recheck = run_recheck(root, side_settings, env_a, env_b, batch_kwargs, label)
+            result.recheck = run_recheck(result, side_settings, batch_kwargs)
     return results
 
 
-def run_recheck(
-    root: Path,
-    settings: knobs.Settings,
-    env_a: Dict[str, str],
-    env_b: Dict[str, str],
-    batch_kwargs: dict,
-    label: str,
-) -> Optional[Tuple[SideResult, SideResult]]:
-    """The operators of A/B's SLOWER and FASTER rows (``summary.ab.recheck_ops``) once
-    more on each side, in fresh processes, both replaying A's configs (so both run A's
-    kernels as A and B did): the pair ``summary.ab.apply_recheck`` judges those verdicts
-    by. None when no row needs it (or A and B could not be paired: printing says why)."""
-    from .batch import BatchConfig, run_batch
-    from .summary import SummaryInputError, pair_summaries, summarize
-    from .summary.ab import recheck_ops
+def pair_sides(result: ShapeSetResult) -> "ABResult":
+    """summary --ab of the shape set's A and B, at the floor zlbench noise recorded for
+    this machine and caliber (as summary --ab), made once and kept on ``result``; raises
+    SummaryInputError when there is nothing to pair."""
+    from .summary import pair_summaries, summarize
     from .summary.command import resolve_floors
 
+    if result.paired is None:
+        side_a = summarize(str(result.a.batch_dir))
+        floor, source, run_floors = resolve_floors(side_a, None, None)
+        result.paired = pair_summaries(side_a, summarize(str(result.b.batch_dir)), floor, source, run_floors)
+    return result.paired
+
+
+def run_recheck(
+    result: ShapeSetResult, settings: knobs.Settings, batch_kwargs: dict
+) -> Optional[Tuple[SideResult, SideResult]]:
+    """The operators of A/B's SLOWER and FASTER rows (``summary.ab.recheck_ops``) once
+    more on each side (its environment), in fresh processes, both replaying A's configs
+    (so both run A's kernels as A and B did), into RECHECK_DIRS beside A and B: the pair
+    ``summary.ab.apply_recheck`` judges those verdicts by. None when no row needs it (or
+    A and B could not be paired: printing says why)."""
+    from .batch import BatchConfig, run_batch
+    from .summary import SummaryInputError
+    from .summary.ab import recheck_ops
+
     try:
-        side_a = summarize(str(root / "A"))
-        floor, source, run_floors = resolve_floors(side_a, None, None)  # as print_pairing judges
-        ops = recheck_ops(pair_summaries(side_a, summarize(str(root / "B")), floor, source, run_floors))
+        ops = recheck_ops(pair_sides(result))
     except SummaryInputError:
         return None
     if not ops:
         return None
+    root = result.a.batch_dir.parent
     click.echo(
-        f"== A/B {label}: re-check of {len(ops)} operators with SLOWER/FASTER rows: {','.join(ops)} =="
+        f"== A/B {result.label}: re-check of {len(ops)} operators with SLOWER/FASTER rows: {','.join(ops)} =="
     )
     sides = []
-    for name, env, where in (("A", env_a, RECHECK_DIRS[0]), ("B", env_b, RECHECK_DIRS[1])):
+    for name, env, where in (("A", result.a.env, RECHECK_DIRS[0]), ("B", result.b.env, RECHECK_DIRS[1])):
         kwargs = dict(batch_kwargs, ops=ops)
         res = run_batch(
             BatchConfig(
@@ -264,17 +278,14 @@ def _env_text(env: Mapping[str, str]) -> str:
 def print_pairing(result: ShapeSetResult, fmt_name: str, allow_mismatch: bool) -> bool:
     """Print summary --ab of one shape set; False when the calibers refuse it."""
     from .clihelp import InputError
-    from .summary import SummaryInputError, pair_summaries, summarize
+    from .summary import SummaryInputError
     from .summary.ab import apply_recheck
     from .summary.caliber import REPLAY_DIFFS
-    from .summary.command import caliber_lines, pair_recheck, resolve_floors
+    from .summary.command import caliber_lines, pair_recheck
     from .summary.render_ab import render_ab
 
     try:
-        side_a = summarize(str(result.a.batch_dir))
-        # The floor zlbench noise recorded for this machine and caliber, as summary --ab.
-        floor, source, run_floors = resolve_floors(side_a, None, None)
-        paired = pair_summaries(side_a, summarize(str(result.b.batch_dir)), floor, source, run_floors)
+        paired = pair_sides(result)
     except SummaryInputError as e:
         click.echo(f"zlbench ab: nothing to pair for {result.label}: {e}", err=True)
         return False
@@ -388,8 +399,8 @@ def ab_command(
 
     \b
     Exit codes: 0 paired, both sides measured and the switch shown live; 1 an operator
-    failed on a side or in its re-check, or the pairing was refused; 4 the switch could not be shown live
-    (identical kernels, inconclusive, or nothing to compare) unless
+    failed on a side or in its re-check, or the pairing was refused; 4 the switch could
+    not be shown live (identical kernels, inconclusive, or nothing to compare) unless
     --allow-unverified-switch; 2 could not start; 130 interrupted.
     """
     from . import rundir

@@ -28,9 +28,9 @@ before its pytest session began. Instead, as soon as an attempt has started, the
 forks the children of the next ones (*spares*, SPARES of them): each, in its own
 session, forks the benchmark process, which imports what the corpus' conftest imports,
 the library included, in the environment the last attempt's benchmark process had, and
-then waits. The next attempt goes to the oldest spare; its benchmark process is used only if the attempt's environment and
-directory equal the ones it imported in (per-run keys aside), else it is dropped and a
-plain fork takes its place. What the import printed goes to the attempt's output first.
+then waits. The next attempt goes to the oldest spare; its benchmark process is used
+only if the attempt's environment and directory equal the ones it imported in (per-run
+keys aside), else it is dropped and a plain fork takes its place. What the import printed goes to the attempt's output first.
 A spare holds a device context while the operators before it run (a few hundred MB).
 
 Each process role has its own module: this one (the worker and its loop),

@@ -41,14 +41,22 @@ class PairedRow:
     fallback: bool
     verdict: Verdict = Verdict(UNKNOWN, None, None, "not judged")
     # What a re-check in fresh processes made of a SLOWER or FASTER verdict
-    # (``apply_recheck``): one of RECHECK_OUTCOMES and what it read; None when not asked.
-    recheck: Optional[str] = None
+    # (``apply_recheck``): one of RECHECK_OUTCOMES (None when not asked) and what it read.
+    recheck_outcome: Optional[str] = None
+    recheck_read: str = ""
     # Which printing of its key this is (0 for the first): keys printed twice pair in order.
     occurrence: int = 0
 
     @property
     def key(self) -> Key:
         return self.a.key
+
+    @property
+    def recheck(self) -> Optional[str]:
+        """The re-check's outcome and what it read, as the views print it; None without one."""
+        if self.recheck_outcome is None:
+            return None
+        return f"{self.recheck_outcome} ({self.recheck_read})" if self.recheck_read else self.recheck_outcome
 
 
 def autotune_changes(p: PairedRow) -> List[str]:
@@ -400,18 +408,18 @@ def apply_recheck(result: ABResult, recheck: ABResult) -> ABResult:
             continue
         second = again.get(spelled(pair))
         if second is None:
-            pair.recheck = NOT_RECHECKED
+            pair.recheck_outcome = NOT_RECHECKED
             continue
         # Judged at the first pair's floor: a re-check must not pass on a lower threshold.
-        second.verdict = judge(second, result.floor_for(pair).value, False)
-        change = second.verdict.change
-        read = f"{second.verdict.status}" + ("" if change is None else f", {change * 100:+.2f}% latency")
-        if second.verdict.status == pair.verdict.status:
-            pair.recheck = f"{REPRODUCED} ({read})"
-        elif second.verdict.status == UNKNOWN:
-            pair.recheck = f"{INCONCLUSIVE} ({read}: {second.verdict.why})"
+        verdict = judge(second, result.floor_for(pair).value, False)
+        change = verdict.change
+        read = f"{verdict.status}" + ("" if change is None else f", {change * 100:+.2f}% latency")
+        if verdict.status == pair.verdict.status:
+            pair.recheck_outcome, pair.recheck_read = REPRODUCED, read
+        elif verdict.status == UNKNOWN:
+            pair.recheck_outcome, pair.recheck_read = INCONCLUSIVE, f"{read}: {verdict.why}"
         else:
-            pair.recheck = f"{NOT_REPRODUCED} ({read})"
+            pair.recheck_outcome, pair.recheck_read = NOT_REPRODUCED, read
             first = pair.verdict
             pair.verdict = first._replace(
                 status=SAME,
@@ -422,16 +430,9 @@ def apply_recheck(result: ABResult, recheck: ABResult) -> ABResult:
     return result
 
 
-def recheck_outcome(pair: PairedRow) -> Optional[str]:
-    """The RECHECK_OUTCOMES word of a pair's re-check, or None."""
-    if pair.recheck is None:
-        return None
-    return next((w for w in RECHECK_OUTCOMES if pair.recheck.startswith(w)), None)
-
-
 def recheck_counts(result: ABResult) -> Dict[str, int]:
     """Rows per RECHECK_OUTCOMES word, over the pairs a re-check judged."""
-    return {w: sum(recheck_outcome(p) == w for p in result.pairs if p.recheck) for w in RECHECK_OUTCOMES}
+    return {w: sum(p.recheck_outcome == w for p in result.pairs) for w in RECHECK_OUTCOMES}
 
 
 def pair_runs(a_path, b_path, noise_floor: float = DEFAULT_NOISE_FLOOR) -> ABResult:
