@@ -82,10 +82,13 @@ def test_a_worker_batch_over_flaggems_forks_every_operator(tmp_path):
     assert "WORKER_FORK_REFUSED" not in proc.stdout
     with open(out / "ops_status.csv", newline="") as f:
         rows = {r["operator"]: r for r in csv.DictReader(f)}
-    for op in ops:
+    for i, op in enumerate(ops):
         row = rows[op]
         assert (row["status"], row["run_mode"], row["timer"]) == ("ok", "worker", "graph")
-        assert float(row["overhead_s"]) < 5.0       # no interpreter, torch or plugin start-up
+        # No interpreter, torch or plugin start-up. The first operator finds no spare and
+        # imports flag_gems itself (3-5.6 s on H200 hosts: 5.5 s of overhead once); the
+        # others start in a spare that had imported it.
+        assert float(row["overhead_s"]) < (10.0 if i == 0 else 5.0), (op, row["overhead_s"])
         identity = json.loads((out / op / "run_identity.json").read_text())
         assert identity["pytest_plugins"]["autoload"] is False
         assert identity["plugins"]["graph_timer"]["rows_graph"] > 0

@@ -533,3 +533,50 @@ def test_placements_do_not_dominate_plain_replay_noise():
     # One placement 30% off among eight, tight replays: the median holds, nothing dominates.
     groups = [[1.0, 1.0001, 0.9999]] * 7 + [[1.3, 1.3001, 1.2999]]
     assert not timing.placements_dominate(groups, 0.005)
+
+
+class _Log(list):
+    """What a fake CUDA runtime was asked, in order."""
+
+
+def _fake_cuda(log: _Log):
+    import contextlib
+    import types
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            self.at = None
+
+        def record(self):
+            log.append("record")
+
+        def synchronize(self):
+            log.append("wait event")
+
+        def elapsed_time(self, end):
+            return 1.0
+
+    cuda = types.SimpleNamespace(Event=Event, stream=lambda s: contextlib.nullcontext())
+    return types.SimpleNamespace(cuda=cuda)
+
+
+def test_timed_replays_queue_behind_the_upload_with_no_host_wait_between():
+    # A replay queued on an idle device times its own launch: the first timed replay must
+    # follow the untimed upload on the stream, the host waiting only for the last one.
+    from zlbench.plugins.graph_timer import time_replays
+
+    log = _Log()
+
+    class Graph:
+        def replay(self):
+            log.append("replay")
+
+    class Stream:
+        def synchronize(self):
+            log.append("wait stream")
+
+    times = time_replays(_fake_cuda(log), Graph(), 3, Stream())
+    assert times == [1.0, 1.0, 1.0]
+    assert log[:2] == ["replay", "record"]  # upload, then the first timed replay's start
+    assert "wait stream" not in log
+    assert log.count("replay") == 4 and log[-1] == "wait event"

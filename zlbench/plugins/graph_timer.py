@@ -315,9 +315,14 @@ def queue_replays(torch, graph, replays: int) -> Callable[[], List[float]]:
 
 
 def time_replays(torch, graph, replays: int, stream) -> List[float]:
+    """``replays`` timed replays of ``graph`` (ms each), queued behind one untimed replay
+    that uploads it. The timed ones follow it on the stream with no wait on the host in
+    between: a replay queued on an idle device times its own launch too (the host walks
+    the graph's nodes after its start event ran). On an H200 the first of three replays
+    after a host wait read 0.26-1.37% over the other two (``benchmarks/first_replay.py``),
+    which took 377 of a sample pass's 998 graph timings into later rounds."""
     with torch.cuda.stream(stream):
-        graph.replay()  # the first replay uploads the graph
-        stream.synchronize()
+        graph.replay()  # uploads the graph; untimed, and the device is busy while the timed ones queue
         times = queue_replays(torch, graph, replays)
         _look()
         return times()
