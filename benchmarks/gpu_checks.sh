@@ -3,13 +3,15 @@
 # fit one 10-minute call on one CUDA GPU. Needs FLAGGEMS_DIR (a FlagGems checkout: the
 # parent of benchmark/, src/ beside it) and zlbench importable (PYTHONPATH=<repo>).
 #
-#   bash benchmarks/gpu_checks.sh plugins  OUT   # GPU tests of the timer/autotune plugins
+#   bash benchmarks/gpu_checks.sh plugins  OUT   # GPU tests of the timer/autotune plugins and workers
 #   bash benchmarks/gpu_checks.sh noise    OUT   # A/A noise per timer class, verdicts, 5% A/B
 #   bash benchmarks/gpu_checks.sh ab       OUT   # zlbench ab on a live and a dead switch
 #   bash benchmarks/gpu_checks.sh isolated OUT   # isolated vs shared tuner cache counts
 #   bash benchmarks/gpu_checks.sh screen   OUT   # the 24-operator sample: warm, A/A, re-check, kernel mode
 # noise and screen resume: after a call's time limit cut one, run the same command again
-# (screen stops a pass after PASS_LIMIT seconds, 250 by default, with exit 3).
+# (screen stops a pass after PASS_LIMIT seconds, 250 by default, with exit 3). Another timing
+# rule over the same warm caches: PASSES=a,b,recheck,report ZL_GRAPH_REPLAY_MS=0.5 (any ZL_
+# knob; the batches read them from the environment) with another OUT.
 # Several GPUs: benchmarks/multi_gpu.py (batch makespans per device set, warmup sweep).
 set -uo pipefail
 stage=${1:?stage: plugins, noise, ab, isolated or screen}
@@ -23,7 +25,8 @@ py=${PYTHON:-python3}
 case "$stage" in
 plugins)
     $py -m pytest -m gpu -v -p no:cacheprovider tests/test_plugin_graph_timer_gpu.py \
-        tests/test_plugin_flaggems_gpu.py tests/test_autotune_gpu.py 2>&1 | tee "$out/plugins.log"
+        tests/test_plugin_flaggems_gpu.py tests/test_autotune_gpu.py tests/test_batch_workers_gpu.py \
+        2>&1 | tee "$out/plugins.log"
     ;;
 noise)
     # Batches a1, a2 (graph + per-call direct), slow (SLOW_OP 5% slower), k1, k2 (kernel
