@@ -535,17 +535,14 @@ def test_placements_do_not_dominate_plain_replay_noise():
     assert not timing.placements_dominate(groups, 0.005)
 
 
-class _Log(list):
-    """What a fake CUDA runtime was asked, in order."""
-
-
-def _fake_cuda(log: _Log):
+def _fake_cuda(log: list):
+    """A torch whose CUDA events and streams write what they were asked to ``log``, in order."""
     import contextlib
     import types
 
     class Event:
         def __init__(self, enable_timing=True):
-            self.at = None
+            pass
 
         def record(self):
             log.append("record")
@@ -565,7 +562,7 @@ def test_timed_replays_queue_behind_the_upload_with_no_host_wait_between():
     # follow the untimed upload on the stream, the host waiting only for the last one.
     from zlbench.plugins.graph_timer import time_replays
 
-    log = _Log()
+    log: list = []
 
     class Graph:
         def replay(self):
