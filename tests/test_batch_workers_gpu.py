@@ -86,7 +86,7 @@ def test_a_worker_batch_over_flaggems_forks_every_operator(tmp_path):
         row = rows[op]
         assert (row["status"], row["run_mode"], row["timer"]) == ("ok", "worker", "graph")
         # No interpreter, torch or plugin start-up. The first operator finds no spare and
-        # imports flag_gems itself (3-5.6 s on H200 hosts: 5.5 s of overhead once); the
+        # imports flag_gems itself (3-5.7 s on H200 hosts: 5.5 s of overhead once); the
         # others start in a spare that had imported it.
         assert float(row["overhead_s"]) < (10.0 if i == 0 else 5.0), (op, row["overhead_s"])
         identity = json.loads((out / op / "run_identity.json").read_text())

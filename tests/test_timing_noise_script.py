@@ -78,8 +78,8 @@ def test_verdicts_call_the_slowed_operator_slower_and_the_rest_same(noise):
     # A quiet machine (A/A within the floor, no row starved of CPU): the rule must see it.
     assert ab["verdicts_per_op"]["abs"] == {"SLOWER": 2}, ab
     # A row left alone that moved further between the A/A and the third batch than any
-    # row moved within the A/A: the VM changed speed between batches (seen: 3.3% on a
-    # softmax row against an A/A max of 1.9%), which no verdict rule can tell from a change.
+    # row moved within the A/A: the VM changed speed between batches (seen: a float32 row
+    # 3.3% apart against an A/A max of 1.9%), which no verdict rule can tell from a change.
     drift = [w for w in ab["wrong"] if w["want"] == "SAME" and w["change_pct"] is not None
              and abs(w["change_pct"]) > aa_max]
     if drift:
