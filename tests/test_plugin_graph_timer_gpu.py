@@ -312,6 +312,41 @@ def test_a_probe_graph_of_the_plans_calls_is_the_real_one():
     assert small.cost["calls_per_graph"] > 100 and "probe_graph" not in small.cost, small.cost
 
 
+def test_a_tiled_graph_runs_every_copy_of_its_tile_in_order():
+    from zlbench.plugins.graph_tiles import Tiles, Tiling
+
+    tiling = Tiling(torch)
+    assert tiling.on, tiling.why_off
+    x = torch.zeros(1, device="cuda")
+    stream = graph_timer.side_stream(torch)
+    calls = []
+    graph = graph_timer.capture(torch, lambda: calls.append(x.mul_(2).add_(1)), 12, stream, None, tiles=Tiles(tiling, 3))
+    assert len(calls) == 3 and tiling.graphs == 1  # one tile of 3 calls captured, 4 copies
+    x.zero_()
+    with torch.cuda.stream(stream):
+        graph.replay()
+    stream.synchronize()
+    assert x.item() == 2**12 - 1  # x -> 2x + 1, twelve times: every call, in order
+
+
+@pytest.mark.parametrize("places", [1, 4])
+def test_a_tiny_rows_graphs_are_chained_tiles_and_time_what_captured_ones_do(places):
+    from zlbench.plugins.graph_tiles import Tiling
+
+    y = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+    tiled = graph_bench(lambda: torch.abs(y), 25, 100, None, None, "median", places=places, tiling=Tiling(torch))
+    plain = graph_bench(lambda: torch.abs(y), 25, 100, None, None, "median", places=places)
+    tile = tiled.cost["tile_calls"]
+    assert tiled.cost["calls_per_graph"] % tile == 0, tiled.cost
+    if places == 1:
+        assert tiled.cost["probe_graph"] is True  # the probe is the tile of the real graph
+    else:
+        assert tiled.cost["interleaved"] is True  # each graph a tile of every placement's segment
+    assert tiled.cost["calls_per_graph"] >= 2 * tile and "tile_calls" not in plain.cost
+    assert tiled.cost["capture"] < plain.cost["capture"] / 2, (tiled.cost, plain.cost)
+    assert abs(tiled.median_ms / plain.median_ms - 1) < 0.02, (tiled.median_ms, plain.median_ms)
+
+
 def test_a_capture_that_fails_after_an_rng_op_does_not_poison_torch_randn():
     x = torch.randn(64, device="cuda")
     before = torch.cuda.get_rng_state()

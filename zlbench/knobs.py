@@ -441,6 +441,19 @@ KNOBS: List[Knob] = [
         child=True,
     ),
     Knob(
+        "graph_tiles",
+        "ZL_GRAPH_TILES",
+        "--graph-tiles",
+        True,
+        _bool,
+        CALIBER,
+        "Graph timer, CUDA: 1 (default) builds a graph of many calls from one captured tile "
+        "of the probe's calls, chained as child graphs (the same kernels on the same "
+        "addresses, for the capture of one tile: a capture goes call by call through the "
+        "library's wrapper); 0 captures every call.",
+        child=True,
+    ),
+    Knob(
         "graph_noise",
         "ZL_GRAPH_NOISE",
         "--graph-noise",

@@ -530,6 +530,27 @@ def plan_graph(per_call_ms: float, rep_ms: float, replay_ms: float = TARGET_REPL
     return GraphPlan(calls, replays)
 
 
+# A plan of many calls is built from a captured tile of the probe's calls, chained
+# (``zlbench.plugins.graph_tiles``): a capture goes call by call through the library's
+# wrapper, a chained copy costs nothing. The plan then takes a whole number of tiles, at
+# least this many (fewer: its calls are captured as planned), its replays lasting
+# 0.8-1.33 times ZL_GRAPH_REPLAY_MS instead of about it.
+MIN_TILE_COPIES = 2
+
+
+def tiled_plan(plan: GraphPlan, per_call_ms: float, rep_ms: float, tile: int) -> GraphPlan:
+    """``plan`` with its calls rounded to the nearest whole number of ``tile``-call tiles
+    (its replays sized again to the rep budget); ``plan`` itself where that is fewer
+    than MIN_TILE_COPIES tiles."""
+    copies = int(plan.calls_per_graph / tile + 0.5) if tile >= 1 else 0
+    if copies < MIN_TILE_COPIES:
+        return plan
+    calls = tile * copies
+    per_call_ms = max(float(per_call_ms), 1e-6)
+    replays = int(min(MAX_REPLAYS, max(MIN_REPLAYS, round(max(float(rep_ms), 1e-3) / (calls * per_call_ms)))))
+    return GraphPlan(calls, replays)
+
+
 # --- warm-up: until it has done its job ------------------------------------------------
 
 WARMUP_WINDOW = 3  # consecutive batches that must agree

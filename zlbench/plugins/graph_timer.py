@@ -46,6 +46,7 @@ import pytest
 from zlbench import knobs
 from zlbench.plugins import print_line
 from zlbench.plugins.direct_timer import DirectSettings, DirectTimer, RowRecorder, TimerSession, call_options
+from zlbench.plugins.graph_tiles import Tiles, Tiling
 from zlbench.plugins.placement import Placements
 from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
@@ -74,6 +75,7 @@ from zlbench.timing import (
     probe_fits,
     probe_per_call,
     replays_per_placement,
+    tiled_plan,
     warmup_batch_size,
 )
 
@@ -212,18 +214,37 @@ def ensure_not_capturing(torch, stream) -> None:
                 raise ContextNotClean("a CUDA stream is still capturing after a failed capture")
 
 
-def capture(torch, fn: Callable, calls: int, stream, grad_to_none, before_call=None):
-    """Capture ``calls`` calls of fn into a new CUDAGraph; the capture always ends.
-    ``before_call(i)`` runs on the host before call i (an interleaved placement's move)."""
+def capture(
+    torch, fn: Callable, calls: int, stream, grad_to_none, before_call=None, tiles: Optional[Tiles] = None
+):
+    """A graph of ``calls`` calls of fn: where ``tiles`` makes them a whole number of
+    tiles, one tile captured and chained (``graph_tiles``), else every call captured.
+    ``before_call(i, n)`` runs on the host before call i of the n captured (an
+    interleaved placement's move: a tile holds every placement's segment)."""
+    copies = tiles.copies(calls) if tiles is not None else 0
+    if copies:
+        tile = capture_calls(
+            torch, fn, tiles.tile, stream, grad_to_none, before_call, tiles.tiling.new_tile()
+        )
+        try:
+            return tiles.tiling.chain(tile, copies)
+        except Exception as exc:  # noqa: BLE001 - the driver refused: capture every call from now on
+            tiles.tiling.off(f"{type(exc).__name__}: {exc}")
+        del tile
+    graph = tiles.tiling.new_tile() if tiles is not None and tiles.tiling.on else torch.cuda.CUDAGraph()
+    return capture_calls(torch, fn, calls, stream, grad_to_none, before_call, graph)
+
+
+def capture_calls(torch, fn: Callable, calls: int, stream, grad_to_none, before_call, graph):
+    """Capture ``calls`` calls of fn into ``graph`` (a new CUDAGraph); the capture always ends."""
     free_cached_memory(torch, when_short=True)
-    graph = torch.cuda.CUDAGraph()
     error: Optional[BaseException] = None
     with throwaway_rng(torch), torch.cuda.stream(stream):
         graph.capture_begin()
         try:
             for i in range(calls):
                 if before_call is not None:
-                    before_call(i)
+                    before_call(i, calls)
                 clear_grads(grad_to_none)
                 fn()
         except BaseException as exc:  # noqa: BLE001 - re-raised below after cleanup
@@ -271,19 +292,27 @@ def call_first(torch, exc: BaseException) -> bool:
     )
 
 
-def capture_moved(torch, fn: Callable, calls: int, stream, grad_to_none, cost: Optional[Cost] = None):
+def capture_moved(
+    torch,
+    fn: Callable,
+    calls: int,
+    stream,
+    grad_to_none,
+    cost: Optional[Cost] = None,
+    tiles: Optional[Tiles] = None,
+):
     """``capture`` at inputs moved to another placement; where it fails as ``call_first``
     says, fn is called once there, eagerly, and captured again (``cost_ms.called_first``
     counts such placements); a second failure is raised."""
     try:
-        return capture(torch, fn, calls, stream, grad_to_none)
+        return capture(torch, fn, calls, stream, grad_to_none, tiles=tiles)
     except Exception as exc:  # noqa: BLE001 - re-raised unless worth the eager call
         if not call_first(torch, exc):
             raise
     call_once(torch, fn, stream, grad_to_none)
     if cost is not None:
         cost.notes["called_first"] = cost.notes.get("called_first", 0) + 1
-    return capture(torch, fn, calls, stream, grad_to_none)
+    return capture(torch, fn, calls, stream, grad_to_none, tiles=tiles)
 
 
 # The power-cap watch of the timing under way (``timing.CapWatch``): every replay path
@@ -396,13 +425,15 @@ def graph_bench(
     device_ready: Optional[Callable[[], Optional[bool]]] = None,
     replay_ms: float = TARGET_REPLAY_MS,
     cap_watch: Optional[Callable[[], Optional[CapWatch]]] = None,
+    tiling: Optional[Tiling] = None,
 ) -> Measured:
     """Time fn by graph replay over up to ``places`` placements of its inputs
     (``zlbench.plugins.placement``): warm-up by ``warmup_rule`` (capped at ``warmup_ms``
     under "settle"), then replays by ``timing.ReplayRule(noise)`` within ``rep_ms``;
     where ``cap_watch()`` gives a watch and it saw the power cap while the work ran, the
     samples are those of a cap window instead (``cap_window``, stop "power_cap");
-    raises CaptureFailed(phase, error) on any failure."""
+    where ``tiling`` is on, graphs of many calls are chained copies of a tile of the
+    probe's calls (``graph_tiles``); raises CaptureFailed(phase, error) on any failure."""
     global _watch
     import torch
 
@@ -430,12 +461,17 @@ def graph_bench(
         cost.lap("warmup")
         phase = "capture"
         probe_calls = max(1, min(100, round(PROBE_TARGET_MS / max(eager_ms, 1e-6))))
-        graph = capture(torch, fn, probe_calls, stream, grad_to_none)
+        tiles = Tiles(tiling, probe_calls) if tiling is not None and tiling.on else None
+        graph = capture(torch, fn, probe_calls, stream, grad_to_none, tiles=tiles)
         cost.lap("capture")
         phase = "replay"
         per_call = probe_per_call(time_replays(torch, graph, PROBE_REPLAYS, stream), probe_calls)
         cost.lap("replay")
         plan = plan_graph(per_call, rep_ms, replay_ms)
+        if tiles is not None:
+            plan = tiled_plan(plan, per_call, rep_ms, probe_calls)
+            if tiles.copies(plan.calls_per_graph):
+                cost.notes["tile_calls"] = probe_calls
         # A cap already seen (the warm-up ran at it) sends the timing straight to the
         # window: the replays would be set aside.
         at_cap = watch is not None and watch.seen
@@ -451,7 +487,7 @@ def graph_bench(
             phase = "capture"
             try:
                 times, timed_placements, rounds, spent, graph_groups = replay_interleaved(
-                    torch, fn, placements, plan, rule, stream, grad_to_none, cost
+                    torch, fn, placements, plan, rule, stream, grad_to_none, cost, tiles
                 )
                 if len(graph_groups) > 1:
                     # Each interleaved graph's own median: how far new copies of the
@@ -467,13 +503,23 @@ def graph_bench(
                     free_cached_memory(torch, collect=True)
                 interleaved = False
         if not interleaved and not at_cap:
-            if graph is not None and probe_fits(probe_calls, plan.calls_per_graph):
+            copies = tiles.copies(plan.calls_per_graph) if tiles is not None and graph is not None else 0
+            chained = None
+            if copies:
+                try:
+                    chained = tiles.tiling.chain(graph, copies)  # the probe is the real graph's tile
+                except Exception as exc:  # noqa: BLE001 - the driver refused: capture every call from now on
+                    tiles.tiling.off(f"{type(exc).__name__}: {exc}")
+            if chained is not None:
+                graph = chained
+                cost.notes["probe_graph"] = True
+            elif graph is not None and probe_fits(probe_calls, plan.calls_per_graph):
                 plan = plan._replace(calls_per_graph=probe_calls)  # the probe is the real graph
                 cost.notes["probe_graph"] = True
             else:
                 graph = None  # free the probe's buffers before the real capture
                 phase = "capture"
-                graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none)
+                graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none, tiles=tiles)
                 cost.lap("capture")
             phase = "replay"
             # Each placement gets at least MIN_REPLAYS of the budget: no more placements than it holds.
@@ -500,6 +546,7 @@ def graph_bench(
                 cost,
                 kept,
                 groups,
+                tiles,
             )
             count = timed_placements
 
@@ -512,7 +559,16 @@ def graph_bench(
                     cost.lap("replay")
                 else:
                     got = recapture_round(
-                        torch, fn, placements, count, plan.calls_per_graph, more, stream, grad_to_none, cost
+                        torch,
+                        fn,
+                        placements,
+                        count,
+                        plan.calls_per_graph,
+                        more,
+                        stream,
+                        grad_to_none,
+                        cost,
+                        tiles,
                     )
                 if got is None:
                     return None
@@ -552,7 +608,7 @@ def graph_bench(
             kept.drop()
             placements.restore()  # the inputs' own placement; the copies go
             phase = "capture"
-            graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none)
+            graph = capture(torch, fn, plan.calls_per_graph, stream, grad_to_none, tiles=tiles)
             cost.lap("capture")
             phase = "replay"
             times = cap_window(torch, graph, plan.calls_per_graph, stream, watch, cost)
@@ -618,7 +674,17 @@ def interleaved_sets(count: int, graphs: int = INTERLEAVED_GRAPHS) -> List[List[
     return [list(range(g, count, graphs)) for g in range(graphs)]
 
 
-def replay_interleaved(torch, fn, placements: Placements, plan, rule: ReplayRule, stream, grad_to_none, cost):
+def replay_interleaved(
+    torch,
+    fn,
+    placements: Placements,
+    plan,
+    rule: ReplayRule,
+    stream,
+    grad_to_none,
+    cost,
+    tiles: Optional[Tiles] = None,
+):
     """The placements in INTERLEAVED_GRAPHS graphs (``interleaved_sets``), each of
     ``plan.calls_per_graph`` calls in equal segments, one per placement it takes; every
     replay of a graph is one sample over its placements. Returns (per-call times pooled,
@@ -630,18 +696,20 @@ def replay_interleaved(torch, fn, placements: Placements, plan, rule: ReplayRule
     cost.lap("move")
     calls = plan.calls_per_graph
     current = [0]
+    if tiles is not None and tiles.tile < MIN_SEGMENT * len(interleaved_sets(count)[0]):
+        tiles = None  # a tile too short for a segment at each placement: every call captured
 
     def capture_set(indices: List[int]):
         current[0] = 0  # the inputs are at their own placement when a capture begins
 
-        def before_call(i: int) -> None:
-            index = indices[i * len(indices) // calls]
+        def before_call(i: int, n: int) -> None:
+            index = indices[i * len(indices) // n]
             if index != current[0]:
                 placements.move(index)
                 current[0] = index
 
         try:
-            return capture(torch, fn, calls, stream, grad_to_none, before_call)
+            return capture(torch, fn, calls, stream, grad_to_none, before_call, tiles)
         finally:
             placements.move(0)  # current[0] keeps where a failed capture was
 
@@ -704,6 +772,7 @@ def replay_round(
     cost: Cost,
     kept: Optional["KeptGraphs"] = None,
     groups: Optional[Dict[int, List[float]]] = None,
+    tiles: Optional[Tiles] = None,
 ) -> int:
     """Replays at each placement of ``indices`` in turn, appended to ``times`` (and under
     the placement's index in ``groups``); returns the placements timed so far (1 + the
@@ -714,7 +783,7 @@ def replay_round(
     for index in indices:
         try:
             got = replay_elsewhere(
-                torch, fn, placements, index, calls, replays, stream, grad_to_none, cost, kept
+                torch, fn, placements, index, calls, replays, stream, grad_to_none, cost, kept, tiles
             )
             times += got
             if groups is not None:
@@ -744,6 +813,7 @@ def recapture_round(
     stream,
     grad_to_none,
     cost: Cost,
+    tiles: Optional[Tiles] = None,
 ) -> Optional[Dict[int, List[float]]]:
     """A later round where the graphs were not kept: every placement captured again and
     replayed, its samples by placement. They count only if every placement completes, so the pool stays
@@ -754,7 +824,7 @@ def recapture_round(
     for index in range(count):
         try:
             got[index] = replay_elsewhere(
-                torch, fn, placements, index, calls, replays, stream, grad_to_none, cost
+                torch, fn, placements, index, calls, replays, stream, grad_to_none, cost, tiles=tiles
             )
         except ContextNotClean:
             raise
@@ -781,13 +851,14 @@ def replay_elsewhere(
     grad_to_none,
     cost: Optional[Cost] = None,
     kept: Optional["KeptGraphs"] = None,
+    tiles: Optional[Tiles] = None,
 ) -> List[float]:
     """Per-call times of ``replays`` replays with the inputs at placement ``index``."""
     placements.move(index)
     stream.wait_stream(torch.cuda.current_stream())  # the copies are made there
     if cost is not None:
         cost.lap("move")
-    graph = capture_moved(torch, fn, calls, stream, grad_to_none, cost)
+    graph = capture_moved(torch, fn, calls, stream, grad_to_none, cost, tiles)
     if cost is not None:
         cost.lap("capture")
     # time_replays synchronises the stream: the copies outlive every replay that reads them.
@@ -874,6 +945,7 @@ class GraphTimer:
             self.noise = knobs.env_value("graph_noise") / 100.0
             self.replay_ms = knobs.env_value("graph_replay_ms")
             self.warmup_rule = knobs.env_value("warmup_rule")
+            self.tiles_wanted = knobs.env_value("graph_tiles")
         except knobs.KnobError as e:
             raise pytest.UsageError(f"{PLUGIN}: {e}") from None
         self.replay_stops: Dict[str, int] = {}  # timings per how their replays ended
@@ -885,6 +957,18 @@ class GraphTimer:
         self.timings_graph = 0
         self.timings_fallback = 0
         self.fallbacks: List[dict] = []
+        self.tiling: Optional[Tiling] = None  # made at the first timing (it needs torch)
+
+    def tiling_for(self) -> Optional[Tiling]:
+        if self.tiles_wanted and self.tiling is None:
+            import torch
+
+            self.tiling = Tiling(torch)
+            if not self.tiling.on:
+                print_line(
+                    f"zlbench graph timer: every call captured, no tiled graphs ({self.tiling.why_off})"
+                )
+        return self.tiling
 
     def measure(self, original: Callable, fn: Callable, args: tuple, kwargs: dict) -> Any:
         timing = self.row_context.current()
@@ -906,6 +990,7 @@ class GraphTimer:
                 self.recorder.device_ready,
                 replay_ms=self.replay_ms,
                 cap_watch=self.recorder.cap_watch,
+                tiling=self.tiling_for(),
             )
         except CaptureFailed as failed:
             decision = fallback_decision(failed.phase, failed.error)
@@ -971,6 +1056,7 @@ class GraphTimer:
             "warmup_stops": dict(self.warmup_stops),
             "noise_target_pct": round(self.noise * 100, 4),
             "replay_ms": self.replay_ms,
+            "tiled_graphs": self.tiling.report() if self.tiling is not None else {"on": False, "graphs": 0},
             "replay_stops": dict(self.replay_stops),
             "placements_wanted": self.places,
             "timings_per_placements": {str(k): v for k, v in sorted(self.placement_counts.items())},
