@@ -39,7 +39,9 @@ On CPU (the bundled sample corpus, a smoke run): --backend cpu --ops abs,add --p
 
 With --pass-limit S a batch pass is interrupted after S seconds as Ctrl-C would stop it,
 the later passes are not run (exit 3), and the same command with the same --out resumes
-it: a pass dir with a plan is resumed, the kernel pass skips what it timed.
+it: a pass dir with a plan is resumed, the kernel pass skips what it timed. --time-limit S
+is the same for all the passes together (a pass gets what the earlier ones left), so a
+run fits a machine lent for a fixed time.
 """
 
 from __future__ import annotations
@@ -117,6 +119,19 @@ def kernel_operators(ops: List[str], kinds: Dict[str, dict], n: int) -> List[str
     return picked[:n]
 
 
+def pass_seconds(args) -> Optional[float]:
+    """The seconds the next pass may take: --pass-limit, and what --time-limit has left."""
+    left = None if args.deadline is None else max(0.0, args.deadline - time.monotonic())
+    limits = [x for x in (args.pass_limit, left) if x is not None]
+    return min(limits) if limits else None
+
+
+def limit_reached(args) -> str:
+    if args.deadline is not None and time.monotonic() >= args.deadline - 1:
+        return f"--time-limit {args.time_limit:.0f} s reached"
+    return f"--pass-limit {args.pass_limit:.0f} s reached"
+
+
 def run_batch(args, ops: List[str], out: Path, timeout: float) -> bool:
     """One pass as a batch. A pass dir that has a plan is resumed (a pass cut short by
     --pass-limit goes on where it stopped); --pass-limit interrupts the batch as Ctrl-C
@@ -139,7 +154,7 @@ def run_batch(args, ops: List[str], out: Path, timeout: float) -> bool:
     finished = True
     stopped = None
     try:
-        text, _ = proc.communicate(timeout=args.pass_limit)
+        text, _ = proc.communicate(timeout=pass_seconds(args))
     except (subprocess.TimeoutExpired, KeyboardInterrupt) as stop:
         # At --pass-limit, and when this script is stopped (Ctrl-C, or SIGTERM from
         # `timeout`, raised here as KeyboardInterrupt): the batch runs in a session of
@@ -156,7 +171,7 @@ def run_batch(args, ops: List[str], out: Path, timeout: float) -> bool:
             text, _ = proc.communicate()
         for sig, handler in held.items():
             signal.signal(sig, handler)
-        why = "stopped" if stopped else f"--pass-limit {args.pass_limit:.0f} s reached"
+        why = "stopped" if stopped else limit_reached(args)
         text += f"\n(screen_throughput: {why}, batch interrupted)\n"
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "screen_throughput.log", "a") as log:
@@ -191,12 +206,13 @@ def run_kernel_mode(args, ops: List[str], out: Path) -> bool:
 
     done = out / "kernel_mode.json"
     walls = json.loads(done.read_text()) if done.is_file() else {}  # a pass cut short goes on
-    began = time.monotonic()
+    seconds = pass_seconds(args)
+    ends = None if seconds is None else time.monotonic() + seconds
     for op in ops:
         if op in walls:
             continue
-        if args.pass_limit and time.monotonic() - began > args.pass_limit:
-            print(f"   kernel mode: --pass-limit {args.pass_limit:.0f} s reached", flush=True)
+        if ends is not None and time.monotonic() > ends:
+            print(f"   kernel mode: {limit_reached(args)}", flush=True)
             return False
         target = resolve_node(Path(args.flaggems_dir), op, None, None)
         started = time.monotonic()
@@ -669,9 +685,12 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="per operator and pass")
     parser.add_argument("--pass-limit", type=float, default=None,
                         help="seconds for one batch pass; then it is interrupted, and the next run resumes it")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds for all the passes of this run together; as --pass-limit at the end")
     parser.add_argument("--out", type=Path, default=Path(f"runs/screen-throughput-{time.strftime('%Y%m%d-%H%M%S')}"))
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    args.deadline = None if args.time_limit is None else time.monotonic() + args.time_limit
 
     corpus = corpus_operators(args)
     kinds = operator_kinds(args.flaggems_dir)
@@ -685,6 +704,9 @@ def main() -> int:
     print(f"{len(ops)} operators: {', '.join(ops)}; corpus has {len(corpus)}", flush=True)
     passes = [p for p in args.passes.split(",") if p]
     for name in passes:
+        if name != "report" and args.deadline is not None and pass_seconds(args) < 1:
+            print(f"pass {name} not started: {limit_reached(args)}; run again with --out {args.out}", flush=True)
+            return 3
         if name in ("warm", "a", "b"):
             if not run_batch(args, ops, args.out / name, args.timeout):
                 # A later pass on a half-warm cache, or a report on half a pass, would mislead.

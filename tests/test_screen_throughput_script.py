@@ -34,6 +34,32 @@ def test_the_sample_is_the_smallest_hashes_of_the_largest_kinds_every_time(tmp_p
     assert st.sample(list(reversed(corpus)), kinds, 2, 3) == picked  # the corpus' order does not matter
 
 
+def test_the_time_limit_is_shared_by_the_passes_and_the_pass_limit_caps_each():
+    import argparse
+    import time
+
+    st = load_script("screen_throughput")
+    now = time.monotonic()
+    args = argparse.Namespace(pass_limit=None, time_limit=None, deadline=None)
+    assert st.pass_seconds(args) is None  # no limit: a pass runs to its end
+    args.pass_limit = 300.0
+    assert st.pass_seconds(args) == 300.0 and "--pass-limit" in st.limit_reached(args)
+    args.time_limit, args.deadline = 500.0, now + 120  # 380 s of the run's 500 already spent
+    assert 110 < st.pass_seconds(args) <= 120
+    args.deadline = now - 5
+    assert st.pass_seconds(args) == 0.0 and "--time-limit 500 s reached" in st.limit_reached(args)
+
+
+def test_a_run_whose_time_limit_is_spent_starts_no_pass_and_says_how_to_go_on(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "FLAGGEMS_DIR"}
+    run = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--ops", "abs", "--passes", "a,report",
+                          "--time-limit", "0", "--out", str(tmp_path / "st")],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert "pass a not started: --time-limit 0 s reached" in run.stdout
+    assert not (tmp_path / "st" / "a").exists()  # no batch began
+
+
 def test_kernel_mode_takes_one_operator_of_each_kind_first():
     st = load_script("screen_throughput")
     kinds = {f"{k}{i}": {"kind": k} for k in ("Math", "Tensor", "BLAS") for i in range(3)}
