@@ -8,7 +8,13 @@ interleaved, and prints per graph: the tiled graph's per-call time over the unro
 one's (median over rounds, and the rounds' spread of that ratio), and each way's capture
 wall time.
 
-  python benchmarks/graph_tiles.py [--trials 30] [--replays 5] [--json OUT]
+``--sweep``: does a tile's size move a row? A graph of 160 calls unrolled and built from
+tiles of 4 to 80 calls, each timed as above, for rows of one kernel and of several
+(cumsum of a 1024x1024 float32: FlagGems' scan kernels); per tile size, per-call time
+over the unrolled graph's. The graph timer keeps each row's tile per device
+(``graph_tiles.TileSizes``) because of what this shows.
+
+  python benchmarks/graph_tiles.py [--sweep] [--trials 30] [--replays 5] [--json OUT]
 """
 
 from __future__ import annotations
@@ -51,11 +57,64 @@ def cases(torch):
     return out
 
 
+SWEEP_CALLS = 160
+SWEEP_TILES = (4, 5, 8, 10, 16, 20, 32, 40, 80)
+
+
+def sweep_cases(torch):
+    dev = "cuda"
+    c = torch.randn(1024, 1024, device=dev, dtype=torch.float32)
+    y = torch.randn(64, 64, device=dev, dtype=torch.float16)
+    out = [("torch cumsum f32 1024x1024", lambda: torch.cumsum(c, 1), contextlib.nullcontext),
+           ("torch abs f16 64x64", lambda: torch.abs(y), contextlib.nullcontext)]
+    try:
+        import flag_gems
+
+        out += [("flag_gems cumsum f32 1024x1024", lambda: torch.cumsum(c, 1), flag_gems.use_gems),
+                ("flag_gems abs f16 64x64", lambda: torch.abs(y), flag_gems.use_gems)]
+    except Exception as e:  # noqa: BLE001 - torch cases alone
+        print(f"FlagGems cases left out: {type(e).__name__}: {e}", flush=True)
+    return out
+
+
+def time_ways(torch, gt, graphs, calls, trials, replays, stream):
+    """Per way, the median over ``trials`` interleaved rounds of its replays' median, per call."""
+    per_call = {w: [] for w in graphs}
+    for _ in range(trials):
+        for w, g in graphs.items():
+            per_call[w].append(statistics.median(gt.time_replays(torch, g, replays, stream)) / calls)
+    return {w: statistics.median(v) for w, v in per_call.items()}, per_call
+
+
+def sweep(torch, gt, tiling, Tiles, args) -> dict:
+    stream = gt.side_stream(torch)
+    result = {}
+    for name, fn, ctx in sweep_cases(torch):
+        with ctx():
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            graphs = {"unrolled": gt.capture(torch, fn, SWEEP_CALLS, stream, None)}
+            for tile in SWEEP_TILES:
+                graphs[f"tiles of {tile}"] = gt.capture(torch, fn, SWEEP_CALLS, stream, None, tiles=Tiles(tiling, tile))
+            torch.cuda.synchronize()
+            medians, per_call = time_ways(torch, gt, graphs, SWEEP_CALLS, args.trials, args.replays, stream)
+        base = medians["unrolled"]
+        row = {"unrolled_us": round(1000 * base, 4),
+               "over_unrolled": {w: round(m / base, 5) for w, m in medians.items() if w != "unrolled"},
+               "rounds_spread": {w: round((max(v) - min(v)) / statistics.median(v), 5) for w, v in per_call.items()}}
+        result[name] = row
+        print(name, json.dumps(row), flush=True)
+        del graphs
+    return result
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=30)
     p.add_argument("--replays", type=int, default=5)
     p.add_argument("--json", type=Path)
+    p.add_argument("--sweep", action="store_true", help="per tile size, against the unrolled graph")
     args = p.parse_args()
     import torch
 
@@ -69,6 +128,11 @@ def main() -> int:
     if not tiling.on:
         print(f"no tiled graphs here: {tiling.why_off}", file=sys.stderr)
         return 2
+    if args.sweep:
+        result = sweep(torch, gt, tiling, Tiles, args)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1))
+        return 0
     stream = gt.side_stream(torch)
     result = {}
     for name, fn, calls, tile, ctx in cases(torch):

@@ -4,6 +4,7 @@ fakes here; tests/test_plugin_graph_timer_gpu.py runs the real ones."""
 
 import contextlib
 import ctypes
+import json
 import types
 
 import pytest
@@ -190,3 +191,68 @@ def test_a_refused_chain_says_which_call_and_still_frees_the_graph():
         graph_tiles._Driver(lib).chain(0xC0DE, 2)
     assert [name for name, _ in lib.log][-1] == "cuGraphDestroy"
 
+
+
+# --- each row's tile, kept per device (graph_tiles.TileSizes) ---------------------------
+
+
+def _row(shape="[torch.Size([1024, 1024]), 1]", side="gems", op="cumsum_"):
+    return timing.TimedRow(op, "torch.float32", shape, side)
+
+
+def test_a_rows_first_tile_is_kept_and_a_later_process_builds_from_it(tmp_path):
+    first = graph_tiles.TileSizes(tmp_path, "NVIDIA H100 80GB HBM3")
+    assert first.tile(_row(), 5) == (5, False)
+    assert first.tile(_row(side="torch"), 12) == (12, False)
+    # The next batch's process: its probe took 4 calls, the row is built from 5 as before.
+    later = graph_tiles.TileSizes(tmp_path, "NVIDIA H100 80GB HBM3")
+    assert later.tile(_row(), 4) == (5, True)
+    assert later.tile(_row(side="torch"), 16) == (12, True)
+    assert later.tile(_row(shape="[torch.Size([64, 64]), 1]"), 9) == (9, False)  # a row not seen yet
+    assert later.report()["timings_kept_tile"] == 2 and later.report()["tiles_kept_now"] == 1
+    data = json.loads((tmp_path / "NVIDIA_H100_80GB_HBM3" / "cumsum_.json").read_text())
+    assert data["format"] == graph_tiles.TILE_SIZES_FORMAT and len(data["tiles"]) == 3
+    # Another device keeps its own.
+    assert graph_tiles.TileSizes(tmp_path, "NVIDIA H200").tile(_row(), 4) == (4, False)
+
+
+def test_a_tile_another_process_kept_first_wins(tmp_path):
+    mine = graph_tiles.TileSizes(tmp_path, "gpu")
+    assert mine.tile(_row(shape="other"), 3) == (3, False)  # this op's file loaded and written
+    graph_tiles.TileSizes(tmp_path, "gpu").tile(_row(), 7)  # another process, meanwhile
+    assert mine.tile(_row(), 5) == (7, False)
+    assert graph_tiles.TileSizes(tmp_path, "gpu").tile(_row(shape="other"), 9) == (3, True)  # nothing lost
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"format": 99, "tiles": {}}', '{"format": 1, "tiles": {"gems|torch.float32|x": 0}}'])
+def test_an_unreadable_tile_file_is_started_again_and_says_so(tmp_path, text):
+    path = tmp_path / "gpu" / "cumsum_.json"
+    path.parent.mkdir()
+    path.write_text(text)
+    sizes = graph_tiles.TileSizes(tmp_path, "gpu")
+    assert sizes.tile(_row(shape="x"), 6) == (6, False)  # a tile of 0 calls is no tile
+    assert json.loads(path.read_text())["tiles"] == {"gems|torch.float32|x": 6}
+    if text.startswith("{not") or "99" in text:
+        assert "cumsum_" in sizes.report()["files_started_again"]
+
+
+def test_a_cache_that_cannot_be_written_leaves_every_tile_the_probes(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    sizes = graph_tiles.TileSizes(blocker / "tiles", "gpu")  # its parent is a file
+    assert sizes.tile(_row(), 5) == (5, False)
+    assert sizes.tile(_row(), 4) == (4, False)  # off for the process: no second try
+    assert "cannot keep tiles" in sizes.report()["why_off"]
+    off = graph_tiles.TileSizes(None, "gpu")
+    assert off.tile(_row(), 5) == (5, False) and off.report()["why_off"] == "ZL_GRAPH_TILE_CACHE=off"
+    assert graph_tiles.TileSizes(tmp_path, "gpu").tile(timing.TimedRow(None, None, None, "gems"), 5) == (5, False)
+
+
+def test_the_tile_cache_knob_takes_a_dir_or_off_and_defaults_beside_the_users_caches(tmp_path):
+    from zlbench import knobs
+
+    assert knobs.env_value("graph_tile_cache", {}) is None
+    assert knobs.env_value("graph_tile_cache", {"ZL_GRAPH_TILE_CACHE": "off"}) == "off"
+    assert knobs.env_value("graph_tile_cache", {"ZL_GRAPH_TILE_CACHE": "0"}) == "off"
+    assert knobs.env_value("graph_tile_cache", {"ZL_GRAPH_TILE_CACHE": str(tmp_path)}) == str(tmp_path)
+    assert graph_tiles.default_tile_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "zlbench" / "graph_tiles"

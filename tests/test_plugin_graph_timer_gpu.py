@@ -354,6 +354,28 @@ def test_a_tiny_rows_graphs_are_chained_tiles_and_time_what_captured_ones_do(pla
     assert abs(tiled.median_ms / bracket - 1) < 0.02, timings
 
 
+def test_a_rows_kept_tile_builds_its_graphs_in_a_later_timing(tmp_path):
+    from zlbench.plugins.graph_tiles import TileSizes, Tiling
+
+    tiling = Tiling(torch)
+    y = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+    row = timing.TimedRow("abs", "torch.float16", "[torch.Size([64, 64])]", "torch")
+
+    def timed(sizes):
+        return graph_bench(lambda: torch.abs(y), 25, 100, None, None, "median", places=1, tiling=tiling,
+                           tile_size=lambda fresh: sizes.tile(row, fresh))
+
+    first = timed(TileSizes(tmp_path, "gpu"))
+    assert first.cost["tile_kept"] is False and first.cost["tile_calls"] >= 2, first.cost
+    later = timed(TileSizes(tmp_path, "gpu"))  # as another process would
+    assert later.cost["tile_kept"] is True and later.cost["tile_calls"] == first.cost["tile_calls"]
+    # A tile kept by an earlier run is the one built from, whatever this probe's calls.
+    other = TileSizes(tmp_path, "other-gpu")
+    other.tile(row, 7)
+    kept = timed(TileSizes(tmp_path, "other-gpu"))
+    assert kept.cost["tile_calls"] == 7 and kept.cost["calls_per_graph"] % 7 == 0, kept.cost
+
+
 def test_a_capture_that_fails_after_an_rng_op_does_not_poison_torch_randn():
     x = torch.randn(64, device="cuda")
     before = torch.cuda.get_rng_state()

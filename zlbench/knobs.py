@@ -128,6 +128,14 @@ def _replay_ms(knob: "Knob", raw: str) -> float:
     return value
 
 
+def _dir_or_off(knob: "Knob", raw: str) -> Optional[str]:
+    """A directory, or "off" (also 0, false, no); blank: the knob's default place."""
+    value = raw.strip()
+    if value.lower() in ("off", "0", "false", "no"):
+        return "off"
+    return os.path.expanduser(value) or None
+
+
 def _choice(choices: Tuple[str, ...]) -> Callable[["Knob", str], str]:
     def parse(knob: "Knob", raw: str) -> str:
         value = raw.strip().lower()
@@ -452,6 +460,22 @@ KNOBS: List[Knob] = [
         "addresses, for the capture of one tile: a capture goes call by call through the "
         "library's wrapper); 0 captures every call.",
         child=True,
+    ),
+    Knob(
+        "graph_tile_cache",
+        "ZL_GRAPH_TILE_CACHE",
+        "--graph-tile-cache",
+        None,
+        _dir_or_off,
+        BATCH,
+        "Graph timer, tiled graphs: where each row's tile size is kept, per device and operator, "
+        "so that every run on the host builds a row's graphs from tiles of one size (the other "
+        "batch of an A/A, both sides of an A/B, the next night): the probe's calls follow the "
+        "host's time per call, which moves from process to process, and a tile's size moves a "
+        "row of several kernels by up to 5%. Default: $XDG_CACHE_HOME/zlbench/graph_tiles "
+        "(~/.cache/...); off: every timing's tile is its probe's.",
+        child=True,
+        metavar="DIR|off",
     ),
     Knob(
         "graph_noise",

@@ -13,14 +13,24 @@ CUDA only: the driver API through ctypes (``libcuda.so.1`` comes with the driver
 torch's ``CUDAGraph(keep_graph=True).raw_cuda_graph()``. Elsewhere, or once the driver
 refuses, ``Tiling.on`` is False and the timer captures every call as before;
 ``Tiling.why_off`` says why (plugins/graph_timer.json).
+
+A row's tile is the probe's calls, which follow a call's wall time in the warm-up; for a
+row bound by the library's wrapper that time moves from process to process, and a tile's
+size moves a row of several kernels (``TileSizes``): each row's first tile on a device
+is kept on disk, and every later timing of the row there builds its graphs from it.
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable, NamedTuple, Optional
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
-from zlbench.timing import MIN_TILE_COPIES
+from zlbench.atomic import write_json_atomic
+from zlbench.timing import MIN_TILE_COPIES, TimedRow
 
 
 class Tiles(NamedTuple):
@@ -159,3 +169,126 @@ class Tiling:
 
     def report(self) -> dict:
         return {"on": self.on, "graphs": self.graphs, **({"why_off": self.why_off} if self.why_off else {})}
+
+
+# --- each row's tile, kept per device --------------------------------------------------
+
+TILE_SIZES_FORMAT = 1
+MAX_TILE = 100  # the probe's most calls (graph_timer.graph_bench)
+
+
+def default_tile_dir(environ: Optional[Dict[str, str]] = None) -> Path:
+    """Where tiles are kept unless ZL_GRAPH_TILE_CACHE says: beside the other caches of
+    the user's (``$XDG_CACHE_HOME``, else ``~/.cache``), as Triton keeps its kernels."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "zlbench" / "graph_tiles"
+
+
+def _slug(text: str) -> str:
+    """A file name for ``text``: cumsum_ and cumsum stay apart, no name starts with a dot."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).lstrip(".") or "_"
+
+
+class TileSizes:
+    """Each row's tile size, kept per device and operator under ``root``
+    (``<root>/<device>/<op>.json``), so that every run on a host builds a row's graphs from
+    tiles of one size: the other batch of an A/A, both sides of an A/B, tomorrow's screen.
+
+    Why: the probe's calls (the tile) follow a call's wall time in the warm-up, which for
+    a row bound by the library's wrapper is host time and moves from process to process
+    (an H100 A/A of the sample: 382 of 533 tiled rows took another tile in the second
+    batch, 10 calls against 16 say), and a tile's size moves a row of several kernels:
+    FlagGems' cumsum_ float32 1024x1024 read 5.47 us with tiles of 5 and 5.76 us with
+    tiles of 4, its eight placements agreeing within 1% in each batch. Tiled rows whose
+    tiles differed moved a median 0.074% between the batches, those whose tiles agreed
+    0.047%, as much as rows captured call by call.
+
+    ``tile(row, fresh)``: the kept tile of ``row``, else ``fresh`` (the probe's calls),
+    kept from now on. A file that cannot be read is started again; a directory that
+    cannot be written turns keeping off for the process (``why_off``), and every tile is
+    the probe's again. Never raises.
+    """
+
+    def __init__(self, root: Optional[Path], device: str):
+        self.root = root
+        self.device = _slug(device)
+        self.why_off: Optional[str] = None if root is not None else "ZL_GRAPH_TILE_CACHE=off"
+        self.kept = 0  # timings that took a kept tile
+        self.new = 0  # timings whose tile was kept now
+        self.restarted: Dict[str, str] = {}  # op -> why its file was started again
+        self._ops: Dict[str, Dict[str, int]] = {}
+
+    def path(self, op: str) -> Path:
+        assert self.root is not None
+        return self.root / self.device / f"{_slug(op)}.json"
+
+    @staticmethod
+    def key(row: TimedRow) -> str:
+        return f"{row.side}|{row.dtype}|{row.shape}"
+
+    def tile(self, row: TimedRow, fresh: int) -> Tuple[int, bool]:
+        """(the tile to build this row's graphs from, whether it was kept from before)."""
+        if self.why_off is not None or not row.op:
+            return fresh, False
+        tiles = self._load(row.op)
+        key = self.key(row)
+        kept = tiles.get(key)
+        if kept is not None:
+            self.kept += 1
+            return kept, True
+        tiles[key] = fresh
+        return self._save(row.op, key, fresh), False
+
+    def _read(self, path: Path, op: str) -> Dict[str, int]:
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            self.restarted[op] = f"{type(exc).__name__}: {exc}"[:200]
+            return {}
+        tiles = (
+            data.get("tiles") if isinstance(data, dict) and data.get("format") == TILE_SIZES_FORMAT else None
+        )
+        if not isinstance(tiles, dict):
+            self.restarted[op] = "not a tile file of this format"
+            return {}
+        return {k: v for k, v in tiles.items() if isinstance(v, int) and 1 <= v <= MAX_TILE}
+
+    def _load(self, op: str) -> Dict[str, int]:
+        if op not in self._ops:
+            self._ops[op] = self._read(self.path(op), op)
+        return self._ops[op]
+
+    def _save(self, op: str, key: str, tile: int) -> int:
+        """Add one tile to the op's file: read again under a lock (another process on
+        the host may have kept tiles of this op since), merged, replaced whole. Returns
+        the tile kept for ``key``: one another process kept first wins."""
+        path = self.path(op)
+        try:
+            from filelock import FileLock
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(path) + ".lock", timeout=10):
+                tiles = self._read(path, op)
+                tiles.setdefault(key, tile)
+                write_json_atomic(path, {"format": TILE_SIZES_FORMAT, "device": self.device, "tiles": tiles})
+            self._ops[op] = tiles
+            self.new += 1
+            return tiles[key]
+        except Exception as exc:  # noqa: BLE001 - an unwritable cache costs only the keeping
+            self.why_off = f"cannot keep tiles in {path.parent}: {type(exc).__name__}: {exc}"[:300]
+            return tile
+
+    def report(self) -> dict:
+        out: dict = {
+            "dir": None if self.root is None else str(self.root / self.device),
+            "timings_kept_tile": self.kept,
+            "tiles_kept_now": self.new,
+        }
+        if self.why_off:
+            out["why_off"] = self.why_off
+        if self.restarted:
+            out["files_started_again"] = dict(self.restarted)
+        return out

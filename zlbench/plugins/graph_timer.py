@@ -39,6 +39,7 @@ import statistics
 import time
 import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
@@ -46,7 +47,7 @@ import pytest
 from zlbench import knobs
 from zlbench.plugins import print_line
 from zlbench.plugins.direct_timer import DirectSettings, DirectTimer, RowRecorder, TimerSession, call_options
-from zlbench.plugins.graph_tiles import Tiles, Tiling
+from zlbench.plugins.graph_tiles import MAX_TILE, Tiles, TileSizes, Tiling, default_tile_dir
 from zlbench.plugins.placement import Placements
 from zlbench.plugins.row_context import RowContext
 from zlbench.timing import (
@@ -183,6 +184,14 @@ def free_cached_memory(torch, collect: bool = False, when_short: bool = False) -
         except Exception:  # noqa: BLE001 - no query: empty it, as torch.cuda.graph does
             pass
     torch.cuda.empty_cache()
+
+
+def device_name(torch) -> str:
+    """The current device's name (``NVIDIA H100 80GB HBM3``): kept tiles are per device."""
+    try:
+        return str(torch.cuda.get_device_name(torch.cuda.current_device()))
+    except Exception:  # noqa: BLE001 - unnamed: one shelf for all
+        return "unknown-device"
 
 
 def l2_bytes(torch) -> Optional[int]:
@@ -426,6 +435,7 @@ def graph_bench(
     replay_ms: float = TARGET_REPLAY_MS,
     cap_watch: Optional[Callable[[], Optional[CapWatch]]] = None,
     tiling: Optional[Tiling] = None,
+    tile_size: Optional[Callable[[int], Tuple[int, bool]]] = None,
 ) -> Measured:
     """Time fn by graph replay over up to ``places`` placements of its inputs
     (``zlbench.plugins.placement``): warm-up by ``warmup_rule`` (capped at ``warmup_ms``
@@ -433,7 +443,9 @@ def graph_bench(
     where ``cap_watch()`` gives a watch and it saw the power cap while the work ran, the
     samples are those of a cap window instead (``cap_window``, stop "power_cap");
     where ``tiling`` is on, graphs of many calls are chained copies of a tile of the
-    probe's calls (``graph_tiles``); raises CaptureFailed(phase, error) on any failure."""
+    probe's calls (``graph_tiles``), or of the tile ``tile_size(probe's calls)`` gives
+    (``TileSizes.tile``: the row's tile kept from an earlier timing); raises
+    CaptureFailed(phase, error) on any failure."""
     global _watch
     import torch
 
@@ -460,8 +472,13 @@ def graph_bench(
             on_warm()
         cost.lap("warmup")
         phase = "capture"
-        probe_calls = max(1, min(100, round(PROBE_TARGET_MS / max(eager_ms, 1e-6))))
-        tiles = Tiles(tiling, probe_calls) if tiling is not None and tiling.on else None
+        probe_calls = max(1, min(MAX_TILE, round(PROBE_TARGET_MS / max(eager_ms, 1e-6))))
+        tiles = None
+        if tiling is not None and tiling.on:
+            if tile_size is not None:
+                probe_calls, kept_tile = tile_size(probe_calls)
+                cost.notes["tile_kept"] = kept_tile
+            tiles = Tiles(tiling, probe_calls)
         graph = capture(torch, fn, probe_calls, stream, grad_to_none, tiles=tiles)
         cost.lap("capture")
         phase = "replay"
@@ -946,8 +963,10 @@ class GraphTimer:
             self.replay_ms = knobs.env_value("graph_replay_ms")
             self.warmup_rule = knobs.env_value("warmup_rule")
             self.tiles_wanted = knobs.env_value("graph_tiles")
+            tile_dir = knobs.env_value("graph_tile_cache")
         except knobs.KnobError as e:
             raise pytest.UsageError(f"{PLUGIN}: {e}") from None
+        self.tile_dir = None if tile_dir == "off" else Path(tile_dir) if tile_dir else default_tile_dir()
         self.replay_stops: Dict[str, int] = {}  # timings per how their replays ended
         self.warmup_stops: Dict[str, int] = {}  # timings per how their warm-up ended
         self.placement_counts: Dict[int, int] = {}  # timings per placements timed over
@@ -958,6 +977,7 @@ class GraphTimer:
         self.timings_fallback = 0
         self.fallbacks: List[dict] = []
         self.tiling: Optional[Tiling] = None  # made at the first timing (it needs torch)
+        self.tile_sizes: Optional[TileSizes] = None  # ... with the tiling, where it is on
 
     def tiling_for(self) -> Optional[Tiling]:
         if self.tiles_wanted and self.tiling is None:
@@ -968,7 +988,16 @@ class GraphTimer:
                 print_line(
                     f"zlbench graph timer: every call captured, no tiled graphs ({self.tiling.why_off})"
                 )
+            else:
+                self.tile_sizes = TileSizes(self.tile_dir, device_name(torch))
         return self.tiling
+
+    def tile_size(self, timing) -> Optional[Callable[[int], Tuple[int, bool]]]:
+        """The kept-tile lookup for this timing's row (``TileSizes``), once tiling is on."""
+        if self.tile_sizes is None or timing is None:
+            return None
+        sizes, row = self.tile_sizes, timing.row
+        return lambda fresh: sizes.tile(row, fresh)
 
     def measure(self, original: Callable, fn: Callable, args: tuple, kwargs: dict) -> Any:
         timing = self.row_context.current()
@@ -991,6 +1020,7 @@ class GraphTimer:
                 replay_ms=self.replay_ms,
                 cap_watch=self.recorder.cap_watch,
                 tiling=self.tiling_for(),
+                tile_size=self.tile_size(timing),
             )
         except CaptureFailed as failed:
             decision = fallback_decision(failed.phase, failed.error)
@@ -1057,6 +1087,7 @@ class GraphTimer:
             "noise_target_pct": round(self.noise * 100, 4),
             "replay_ms": self.replay_ms,
             "tiled_graphs": self.tiling.report() if self.tiling is not None else {"on": False, "graphs": 0},
+            **({"tile_sizes": self.tile_sizes.report()} if self.tile_sizes is not None else {}),
             "replay_stops": dict(self.replay_stops),
             "placements_wanted": self.places,
             "timings_per_placements": {str(k): v for k, v in sorted(self.placement_counts.items())},
