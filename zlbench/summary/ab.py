@@ -215,6 +215,24 @@ def at_power_cap(row: Row) -> bool:
     return any(m.name == POWER_CAP_WINDOW and m.get("side", "gems") == "gems" for m in row.markers)
 
 
+def cap_clocks(pair: PairedRow) -> str:
+    """For a row both of whose gems figures are power-cap windows: the SM clock each ran
+    at (the window's median), so a person can see how much of a change the cap's clock
+    moved ("both at the power cap: A 1455 MHz, B 1485 MHz"); "" otherwise. The verdict
+    stands: at the cap a build that draws less power also earns a higher clock."""
+    clocks = []
+    for row in (pair.a, pair.b):
+        mhz = [
+            m.get("median_mhz")
+            for m in row.markers
+            if m.name == POWER_CAP_WINDOW and m.get("side", "gems") == "gems"
+        ]
+        if not mhz:
+            return ""
+        clocks.append(mhz[0] or "?")
+    return f"both at the power cap: A {clocks[0]} MHz, B {clocks[1]} MHz"
+
+
 def capped_alone(pair: PairedRow) -> Optional[str]:
     """ "A" or "B" when that side alone has its gems figure at the power cap
     (``at_power_cap``); None when both or neither do."""

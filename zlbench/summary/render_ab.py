@@ -11,6 +11,7 @@ from zlbench.summary.ab import (
     GainRange,
     PairedRow,
     autotune_changes,
+    cap_clocks,
     capped_alone,
     recheck_counts,
     throttle_reasons,
@@ -181,6 +182,7 @@ def _pair_row(p: PairedRow) -> tuple:
     notes = [
         "direct fallback" if p.fallback else "",
         p.verdict.why if p.verdict.status == UNKNOWN or p.verdict.threshold is None else "",
+        cap_clocks(p),
         "autotune picked other configs" if autotune_changes(p) else "",
         f"re-check: {p.recheck}" if p.recheck else "",
     ]
