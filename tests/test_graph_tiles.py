@@ -3,9 +3,10 @@ tile chained, and the fall back to capturing every call. The driver and torch ar
 fakes here; tests/test_plugin_graph_timer_gpu.py runs the real ones."""
 
 import contextlib
-import ctypes
 import json
+import os
 import types
+from pathlib import Path
 
 import pytest
 
@@ -86,7 +87,13 @@ def test_a_plan_of_whole_tiles_captures_one_tile_and_chains_it(no_rng):
     calls, moves = [], []
     tiling = _FakeTiling()
     graph = graph_timer.capture(
-        _torch(), lambda: calls.append(1), 800, None, None, lambda i, n: moves.append((i, n)), Tiles(tiling, 100)
+        _torch(),
+        lambda: calls.append(1),
+        800,
+        None,
+        None,
+        lambda i, n: moves.append((i, n)),
+        Tiles(tiling, 100),
     )
     assert len(calls) == 100  # one tile captured, not 800 calls
     assert graph[0] == "tiled" and graph[2] == 8 and graph[1].kept
@@ -131,7 +138,9 @@ def test_tiling_is_off_with_its_reason_where_torch_or_the_driver_lacks_it():
         def raw_cuda_graph(self):
             return 0
 
-    new = types.SimpleNamespace(version=types.SimpleNamespace(cuda="13.0"), cuda=types.SimpleNamespace(CUDAGraph=Graph))
+    new = types.SimpleNamespace(
+        version=types.SimpleNamespace(cuda="13.0"), cuda=types.SimpleNamespace(CUDAGraph=Graph)
+    )
 
     def no_driver():
         raise OSError("libcuda.so.1: cannot open shared object file")
@@ -182,7 +191,10 @@ def test_the_driver_chains_copies_one_after_another_and_frees_the_graph_it_built
         assert n.value == 1 and deps[0] == before  # each copy after the one before
     graph = [args[0]._obj.value for name, args in lib.log if name == "cuGraphCreate"][0]
     assert [args[0].value for name, args in lib.log if name == "cuGraphDestroy"] == [graph]
-    assert executable == [args[0]._obj.value for name, args in lib.log if name == "cuGraphInstantiateWithFlags"][0]
+    assert (
+        executable
+        == [args[0]._obj.value for name, args in lib.log if name == "cuGraphInstantiateWithFlags"][0]
+    )
 
 
 def test_a_refused_chain_says_which_call_and_still_frees_the_graph():
@@ -190,7 +202,6 @@ def test_a_refused_chain_says_which_call_and_still_frees_the_graph():
     with pytest.raises(RuntimeError, match="cuGraphInstantiateWithFlags failed with CUresult 999"):
         graph_tiles._Driver(lib).chain(0xC0DE, 2)
     assert [name for name, _ in lib.log][-1] == "cuGraphDestroy"
-
 
 
 # --- each row's tile, kept per device (graph_tiles.TileSizes) ---------------------------
@@ -220,11 +231,20 @@ def test_a_tile_another_process_kept_first_wins(tmp_path):
     mine = graph_tiles.TileSizes(tmp_path, "gpu")
     assert mine.tile(_row(shape="other"), 3) == (3, False)  # this op's file loaded and written
     graph_tiles.TileSizes(tmp_path, "gpu").tile(_row(), 7)  # another process, meanwhile
-    assert mine.tile(_row(), 5) == (7, False)
+    assert mine.tile(_row(), 5) == (7, True)
+    assert mine.report()["tiles_kept_now"] == 1  # only "other": the row's was theirs
     assert graph_tiles.TileSizes(tmp_path, "gpu").tile(_row(shape="other"), 9) == (3, True)  # nothing lost
 
 
-@pytest.mark.parametrize("text", ["{not json", '{"format": 99, "tiles": {}}', '{"format": 1, "tiles": {"gems|torch.float32|x": 0}}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        '{"format": "1", "tiles": {}}',
+        '{"format": 1, "tiles": {"gems|torch.float32|x": 0}}',
+        '{"format": 1, "tiles": {"gems|torch.float32|x": true}}',
+    ],
+)
 def test_an_unreadable_tile_file_is_started_again_and_says_so(tmp_path, text):
     path = tmp_path / "gpu" / "cumsum_.json"
     path.parent.mkdir()
@@ -232,8 +252,18 @@ def test_an_unreadable_tile_file_is_started_again_and_says_so(tmp_path, text):
     sizes = graph_tiles.TileSizes(tmp_path, "gpu")
     assert sizes.tile(_row(shape="x"), 6) == (6, False)  # a tile of 0 calls is no tile
     assert json.loads(path.read_text())["tiles"] == {"gems|torch.float32|x": 6}
-    if text.startswith("{not") or "99" in text:
+    if text.startswith("{not") or '"1"' in text:
         assert "cumsum_" in sizes.report()["files_started_again"]
+
+
+def test_a_tile_file_of_a_newer_format_is_left_alone(tmp_path):
+    path = tmp_path / "gpu" / "cumsum_.json"
+    path.parent.mkdir()
+    text = '{"format": 99, "tiles": {"whatever": {"calls": 5}}}'
+    path.write_text(text)
+    sizes = graph_tiles.TileSizes(tmp_path, "gpu")
+    assert sizes.tile(_row(), 6) == (6, False)
+    assert path.read_text() == text and sizes.report()["newer_format_left_alone"] == {"cumsum_": 99}
 
 
 def test_a_cache_that_cannot_be_written_leaves_every_tile_the_probes(tmp_path):
@@ -242,10 +272,42 @@ def test_a_cache_that_cannot_be_written_leaves_every_tile_the_probes(tmp_path):
     sizes = graph_tiles.TileSizes(blocker / "tiles", "gpu")  # its parent is a file
     assert sizes.tile(_row(), 5) == (5, False)
     assert sizes.tile(_row(), 4) == (4, False)  # off for the process: no second try
-    assert "cannot keep tiles" in sizes.report()["why_off"]
+    assert "cannot keep tiles" in sizes.report()["why_not_written"]
     off = graph_tiles.TileSizes(None, "gpu")
     assert off.tile(_row(), 5) == (5, False) and off.report()["why_off"] == "ZL_GRAPH_TILE_CACHE=off"
-    assert graph_tiles.TileSizes(tmp_path, "gpu").tile(timing.TimedRow(None, None, None, "gems"), 5) == (5, False)
+    assert graph_tiles.TileSizes(tmp_path, "gpu").tile(timing.TimedRow(None, None, None, "gems"), 5) == (
+        5,
+        False,
+    )
+
+
+def test_an_unwritable_cache_still_serves_the_tiles_it_holds(tmp_path, monkeypatch):
+    graph_tiles.TileSizes(tmp_path, "gpu").tile(_row(), 7)
+    graph_tiles.TileSizes(tmp_path, "gpu").tile(_row(op="abs"), 9)
+    sizes = graph_tiles.TileSizes(tmp_path, "gpu")
+
+    def refuse(*_a, **_k):
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(graph_tiles, "write_json_atomic", refuse)
+    assert sizes.tile(_row(shape="new"), 5) == (5, False)  # cannot be kept ...
+    assert sizes.tile(_row(), 4) == (7, True) and sizes.tile(_row(op="abs"), 4) == (
+        9,
+        True,
+    )  # ... kept ones read
+    assert "read-only" in sizes.report()["why_not_written"]
+
+
+def test_rows_without_a_key_of_their_own_or_with_a_stale_tile_take_the_probes(tmp_path):
+    sizes = graph_tiles.TileSizes(tmp_path, "gpu")
+    # No shape recorded: its key would stand for every such row of the operator.
+    assert sizes.tile(timing.TimedRow("cumsum_", "torch.float32", None, "gems"), 5) == (5, False)
+    assert not (tmp_path / "gpu" / "cumsum_.json").exists()
+    assert sizes.tile(_row(), 40) == (40, False)
+    later = graph_tiles.TileSizes(tmp_path, "gpu")
+    assert later.tile(_row(), 12) == (40, True)  # a few times the probe's: the row's own tile
+    assert later.tile(_row(), 9) == (9, False)  # over STALE_RATIO times: its call got slower
+    assert later.report()["stale"] == 1
 
 
 def test_the_tile_cache_knob_takes_a_dir_or_off_and_defaults_beside_the_users_caches(tmp_path):
@@ -255,4 +317,18 @@ def test_the_tile_cache_knob_takes_a_dir_or_off_and_defaults_beside_the_users_ca
     assert knobs.env_value("graph_tile_cache", {"ZL_GRAPH_TILE_CACHE": "off"}) == "off"
     assert knobs.env_value("graph_tile_cache", {"ZL_GRAPH_TILE_CACHE": "0"}) == "off"
     assert knobs.env_value("graph_tile_cache", {"ZL_GRAPH_TILE_CACHE": str(tmp_path)}) == str(tmp_path)
-    assert graph_tiles.default_tile_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "zlbench" / "graph_tiles"
+    # Absolute where it is read: the benchmark process' cwd is the corpus root.
+    assert knobs.env_value("graph_tile_cache", {"ZL_GRAPH_TILE_CACHE": "tiles"}) == os.path.abspath("tiles")
+    assert (
+        graph_tiles.default_tile_dir({"XDG_CACHE_HOME": str(tmp_path)})
+        == tmp_path / "zlbench" / "graph_tiles"
+    )
+
+
+def test_a_parallel_warmup_shard_keeps_no_tile():
+    # Its timings are a sweep's (1 ms warm-up on a host busy compiling): the run's own
+    # timings set the tiles.
+    from zlbench import benchenv, knobs
+
+    env = benchenv.sweep_shard_env({"ZL_GRAPH_TILE_CACHE": "/cache"}, Path("/tmp/shard"), 4)
+    assert knobs.env_value("graph_tile_cache", env) == "off"

@@ -210,10 +210,10 @@ def test_a_row_at_the_cap_on_both_sides_shows_each_sides_clock():
     from zlbench.summary.render_ab import _pair_row
 
     a, b = _row(0.077, "gems"), _row(0.074, "gems")
-    a.markers[0].fields["median_mhz"], b.markers[0].fields["median_mhz"] = "1455", "1485"
+    a.markers[0].fields["median_mhz"], b.markers[0].fields["median_mhz"] = "1455.0", "1485.5"
     pair = PairedRow(a, b, 0.0, True)
     pair.verdict = judge(pair, 0.02, False)
     assert pair.verdict.status != UNKNOWN  # the verdict stands; the note says why it may move
-    assert cap_clocks(pair) == "both at the power cap: A 1455 MHz, B 1485 MHz"
-    assert any("A 1455 MHz, B 1485 MHz" in str(cell) for cell in _pair_row(pair))
+    assert cap_clocks(pair) == "both at the power cap: A 1455 MHz, B 1486 MHz"
+    assert any("A 1455 MHz, B 1486 MHz" in str(cell) for cell in _pair_row(pair))
     assert cap_clocks(PairedRow(a, _row(0.074), 0.0, True)) == ""  # one side alone: judged UNKNOWN instead

@@ -118,6 +118,9 @@ def sweep_shard_env(environ: Mapping[str, str], shard_dir: Path, shards: int = 1
         env.pop(env_of(name), None)
     env[RUN_DIR] = str(shard_dir)
     env[AUTOTUNE_MODE] = "record"
+    # Its timings are a sweep's (1 ms warm-up, a host busy compiling): no tile they
+    # probe is kept for the run's own.
+    env[env_of("graph_tile_cache")] = "off"
     env[HOST_RUNS] = str(host_runs(environ) * max(1, shards))
     return env
 

@@ -133,7 +133,8 @@ def _dir_or_off(knob: "Knob", raw: str) -> Optional[str]:
     value = raw.strip()
     if value.lower() in ("off", "0", "false", "no"):
         return "off"
-    return os.path.expanduser(value) or None
+    # Absolute here: the benchmark process runs in the corpus' root, not the caller's cwd.
+    return os.path.abspath(os.path.expanduser(value)) if value else None
 
 
 def _choice(choices: Tuple[str, ...]) -> Callable[["Knob", str], str]:

@@ -175,6 +175,9 @@ class Tiling:
 
 TILE_SIZES_FORMAT = 1
 MAX_TILE = 100  # the probe's most calls (graph_timer.graph_bench)
+# A kept tile this many times the probe's calls is the tile of another row (its call has
+# become that much slower since): the probe's own is taken instead.
+STALE_RATIO = 4
 
 
 def default_tile_dir(environ: Optional[Dict[str, str]] = None) -> Path:
@@ -205,17 +208,24 @@ class TileSizes:
     0.047%, as much as rows captured call by call.
 
     ``tile(row, fresh)``: the kept tile of ``row``, else ``fresh`` (the probe's calls),
-    kept from now on. A file that cannot be read is started again; a directory that
-    cannot be written turns keeping off for the process (``why_off``), and every tile is
-    the probe's again. Never raises.
+    kept from now on. A row without a dtype or shape keeps none (its key would stand for
+    other rows), nor does one whose kept tile is over ``STALE_RATIO`` times the probe's
+    calls. A file that cannot be read is started again, one of a newer format left
+    alone; a directory that cannot be written stops the keeping of new tiles for the
+    process (``why_not_written``) while kept ones are still read, and a lock not had in
+    10 s leaves that one tile unkept. Never raises.
     """
 
     def __init__(self, root: Optional[Path], device: str):
         self.root = root
         self.device = _slug(device)
         self.why_off: Optional[str] = None if root is not None else "ZL_GRAPH_TILE_CACHE=off"
+        self.why_not_written: Optional[str] = None
         self.kept = 0  # timings that took a kept tile
         self.new = 0  # timings whose tile was kept now
+        self.stale = 0  # timings whose kept tile was over STALE_RATIO times the probe's
+        self.lock_timeouts = 0
+        self.newer: Dict[str, int] = {}  # op -> the newer format its file is in
         self.restarted: Dict[str, str] = {}  # op -> why its file was started again
         self._ops: Dict[str, Dict[str, int]] = {}
 
@@ -229,16 +239,20 @@ class TileSizes:
 
     def tile(self, row: TimedRow, fresh: int) -> Tuple[int, bool]:
         """(the tile to build this row's graphs from, whether it was kept from before)."""
-        if self.why_off is not None or not row.op:
+        if self.why_off is not None or not row.op or not row.dtype or not row.shape:
             return fresh, False
         tiles = self._load(row.op)
         key = self.key(row)
         kept = tiles.get(key)
         if kept is not None:
+            if kept > STALE_RATIO * fresh:
+                self.stale += 1
+                return fresh, False
             self.kept += 1
             return kept, True
-        tiles[key] = fresh
-        return self._save(row.op, key, fresh), False
+        if self.why_not_written is not None or row.op in self.newer:
+            return fresh, False
+        return self._save(row.op, key, fresh)
 
     def _read(self, path: Path, op: str) -> Dict[str, int]:
         try:
@@ -248,38 +262,53 @@ class TileSizes:
         except (OSError, ValueError) as exc:
             self.restarted[op] = f"{type(exc).__name__}: {exc}"[:200]
             return {}
-        tiles = (
-            data.get("tiles") if isinstance(data, dict) and data.get("format") == TILE_SIZES_FORMAT else None
-        )
+        fmt = data.get("format") if isinstance(data, dict) else None
+        if type(fmt) is int and fmt > TILE_SIZES_FORMAT:
+            self.newer[op] = fmt  # a later zlbench's: read nothing, write nothing
+            return {}
+        tiles = data.get("tiles") if fmt == TILE_SIZES_FORMAT else None
         if not isinstance(tiles, dict):
             self.restarted[op] = "not a tile file of this format"
             return {}
-        return {k: v for k, v in tiles.items() if isinstance(v, int) and 1 <= v <= MAX_TILE}
+        return {k: v for k, v in tiles.items() if type(v) is int and 1 <= v <= MAX_TILE}
 
     def _load(self, op: str) -> Dict[str, int]:
         if op not in self._ops:
             self._ops[op] = self._read(self.path(op), op)
         return self._ops[op]
 
-    def _save(self, op: str, key: str, tile: int) -> int:
+    def _save(self, op: str, key: str, tile: int) -> Tuple[int, bool]:
         """Add one tile to the op's file: read again under a lock (another process on
         the host may have kept tiles of this op since), merged, replaced whole. Returns
-        the tile kept for ``key``: one another process kept first wins."""
+        the tile kept for ``key`` (one another process kept first wins, and is then a
+        kept tile) and whether it was kept before."""
         path = self.path(op)
         try:
-            from filelock import FileLock
+            from filelock import FileLock, Timeout
 
             path.parent.mkdir(parents=True, exist_ok=True)
             with FileLock(str(path) + ".lock", timeout=10):
                 tiles = self._read(path, op)
-                tiles.setdefault(key, tile)
-                write_json_atomic(path, {"format": TILE_SIZES_FORMAT, "device": self.device, "tiles": tiles})
+                if op in self.newer:
+                    return tile, False
+                theirs = tiles.get(key)
+                if theirs is None:
+                    tiles[key] = tile
+                    write_json_atomic(
+                        path, {"format": TILE_SIZES_FORMAT, "device": self.device, "tiles": tiles}
+                    )
             self._ops[op] = tiles
-            self.new += 1
-            return tiles[key]
+        except Timeout:
+            self.lock_timeouts += 1
+            return tile, False
         except Exception as exc:  # noqa: BLE001 - an unwritable cache costs only the keeping
-            self.why_off = f"cannot keep tiles in {path.parent}: {type(exc).__name__}: {exc}"[:300]
-            return tile
+            self.why_not_written = f"cannot keep tiles in {path.parent}: {type(exc).__name__}: {exc}"[:300]
+            return tile, False
+        if theirs is not None:
+            self.kept += 1
+            return theirs, True
+        self.new += 1
+        return tile, False
 
     def report(self) -> dict:
         out: dict = {
@@ -289,6 +318,13 @@ class TileSizes:
         }
         if self.why_off:
             out["why_off"] = self.why_off
+        if self.why_not_written:
+            out["why_not_written"] = self.why_not_written
+        for name, value in (("stale", self.stale), ("lock_timeouts", self.lock_timeouts)):
+            if value:
+                out[name] = value
+        if self.newer:
+            out["newer_format_left_alone"] = dict(self.newer)
         if self.restarted:
             out["files_started_again"] = dict(self.restarted)
         return out

@@ -229,7 +229,10 @@ def cap_clocks(pair: PairedRow) -> str:
         ]
         if not mhz:
             return ""
-        clocks.append(mhz[0] or "?")
+        try:
+            clocks.append(f"{float(mhz[0] or ''):.0f}")
+        except ValueError:
+            clocks.append("?")
     return f"both at the power cap: A {clocks[0]} MHz, B {clocks[1]} MHz"
 
 

@@ -395,6 +395,7 @@ def ab_json_chunks(result: ABResult) -> Iterator[str]:
                 "threshold": p.verdict.threshold,
                 "why": p.verdict.why,
                 "measured_throttled": p.verdict.throttled,
+                "at_power_cap": cap_clocks(p) or None,
                 "floor": result.floor_for(p).value,
                 "a_spread": p.a.gems_spread,
                 "b_spread": p.b.gems_spread,
