@@ -221,7 +221,8 @@ def test_shard_env_records_on_its_device_without_recursion():
            "PARALLEL_WARMUP_GPUS": "2", "CUDA_VISIBLE_DEVICES": "6", "KEEP": "1"}
     out = w.shard_env(env, Path("/r/warmup/shard-1"), "CUDA_VISIBLE_DEVICES", "7")
     assert out == {"ZL_RUN_DIR": "/r/warmup/shard-1", "ZL_AUTOTUNE_MODE": "record",
-                   "CUDA_VISIBLE_DEVICES": "7", "KEEP": "1", "ZL_HOST_RUNS": "1"}
+                   "CUDA_VISIBLE_DEVICES": "7", "KEEP": "1", "ZL_HOST_RUNS": "1",
+                   "ZL_GRAPH_TILE_CACHE": "off"}  # a sweep's timings keep no tile
     assert env["REPLAY_FROM"] == "/old"  # the caller's mapping is left alone
     assert w.sqlite_dir(out) is None
     # The shards run at once: each compile pool takes its share of the run's CPUs.
