@@ -206,7 +206,7 @@ def test_the_ab_views_name_the_side_at_the_cap():
 
 
 def test_a_row_at_the_cap_on_both_sides_shows_each_sides_clock():
-    from zlbench.summary.ab import cap_clocks
+    from zlbench.summary.ab import cap_clocks, cap_mhz
     from zlbench.summary.render_ab import _pair_row
 
     a, b = _row(0.077, "gems"), _row(0.074, "gems")
@@ -217,3 +217,6 @@ def test_a_row_at_the_cap_on_both_sides_shows_each_sides_clock():
     assert cap_clocks(pair) == "both at the power cap: A 1455 MHz, B 1486 MHz"
     assert any("A 1455 MHz, B 1486 MHz" in str(cell) for cell in _pair_row(pair))
     assert cap_clocks(PairedRow(a, _row(0.074), 0.0, True)) == ""  # one side alone: judged UNKNOWN instead
+    assert cap_mhz(pair) == {"A": 1455.0, "B": 1485.5} and cap_mhz(PairedRow(a, _row(0.074), 0.0, True)) is None
+    b.markers[0].fields["median_mhz"] = ""
+    assert cap_clocks(pair) == "both at the power cap: A 1455 MHz, B ? MHz" and cap_mhz(pair)["B"] is None

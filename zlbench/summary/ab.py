@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from zlbench.corpus.results import canonical_shape
-from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_UNTRACED, NO_DEVICE_WORK, POWER_CAP_WINDOW
+from zlbench.markers import DEVICE_THROTTLED, DIRECT_TIMER_UNTRACED, NO_DEVICE_WORK, POWER_CAP_WINDOW, Marker
 from zlbench.runlog import Row
 from zlbench.stats import geomean, quantile
 from zlbench.summary.caliber import CaliberReport, compare_run_pairs
@@ -209,31 +209,43 @@ def throttle_reasons(pair: PairedRow) -> Dict[str, List[str]]:
     return out
 
 
+def _cap_window(row: Row) -> Optional[Marker]:
+    """The row's POWER_CAP_WINDOW marker for its gems figure, if it was timed so."""
+    return next(
+        (m for m in row.markers if m.name == POWER_CAP_WINDOW and m.get("side", "gems") == "gems"), None
+    )
+
+
 def at_power_cap(row: Row) -> bool:
     """Was the row's gems figure taken over a cap window (POWER_CAP_WINDOW): a sustained
     figure at the device's power cap rather than FlagGems' ``rep`` of replays?"""
-    return any(m.name == POWER_CAP_WINDOW and m.get("side", "gems") == "gems" for m in row.markers)
+    return _cap_window(row) is not None
+
+
+def cap_mhz(pair: PairedRow) -> Optional[Dict[str, Optional[float]]]:
+    """For a row both of whose gems figures are power-cap windows: the SM clock each side
+    ran at there (the window's median; None where unrecorded); None otherwise. The
+    verdict stands: at the cap a build that draws less power also earns a higher clock,
+    so the clocks are shown beside the change, not taken out of it."""
+    out: Dict[str, Optional[float]] = {}
+    for side, row in (("A", pair.a), ("B", pair.b)):
+        window = _cap_window(row)
+        if window is None:
+            return None
+        try:
+            out[side] = float(window.get("median_mhz") or "")
+        except ValueError:
+            out[side] = None
+    return out
 
 
 def cap_clocks(pair: PairedRow) -> str:
-    """For a row both of whose gems figures are power-cap windows: the SM clock each ran
-    at (the window's median), so a person can see how much of a change the cap's clock
-    moved ("both at the power cap: A 1455 MHz, B 1485 MHz"); "" otherwise. The verdict
-    stands: at the cap a build that draws less power also earns a higher clock."""
-    clocks = []
-    for row in (pair.a, pair.b):
-        mhz = [
-            m.get("median_mhz")
-            for m in row.markers
-            if m.name == POWER_CAP_WINDOW and m.get("side", "gems") == "gems"
-        ]
-        if not mhz:
-            return ""
-        try:
-            clocks.append(f"{float(mhz[0] or ''):.0f}")
-        except ValueError:
-            clocks.append("?")
-    return f"both at the power cap: A {clocks[0]} MHz, B {clocks[1]} MHz"
+    """``cap_mhz`` as the A/B table's note: "both at the power cap: A 1455 MHz, B 1485 MHz"."""
+    mhz = cap_mhz(pair)
+    if mhz is None:
+        return ""
+    a, b = ("?" if v is None else f"{v:.0f}" for v in (mhz["A"], mhz["B"]))
+    return f"both at the power cap: A {a} MHz, B {b} MHz"
 
 
 def capped_alone(pair: PairedRow) -> Optional[str]:
