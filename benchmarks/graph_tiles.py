@@ -11,8 +11,9 @@ wall time.
 ``--sweep``: does a tile's size move a row? A graph of 160 calls unrolled and built from
 tiles of 4 to 80 calls, each timed as above, for rows of one kernel and of several
 (cumsum of a 1024x1024 float32: FlagGems' scan kernels); per tile size, per-call time
-over the unrolled graph's. The graph timer keeps each row's tile per device
-(``graph_tiles.TileSizes``) because of what this shows.
+over the unrolled graph's. On an H100 every size read within 0.5% of the unrolled graph
+(rounds' spreads 0.4-0.5% for FlagGems' cumsum): the size of the tile the graph timer
+keeps per row (``graph_tiles.TileSizes``) does not move a row.
 
   python benchmarks/graph_tiles.py [--sweep] [--trials 30] [--replays 5] [--json OUT]
 """

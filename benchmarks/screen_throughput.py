@@ -30,7 +30,9 @@ from gap_ms); the projected wall of the whole corpus on one device
 mean; a session's first operator at the others' start-up, the library import it paid
 alone counted once, ``once_per_session``; the mean of passes a and b, each pass's too);
 the A/A of a and b (median |gain|, rows SAME, the others and their markers, before and
-after a re-check); the ratio of FlagGems' kernel-mode wall to zlbench's per operator.
+after a re-check; ``operator_shifts``: how much of it moves whole operators, that is whole
+processes); the ratio of FlagGems' kernel-mode wall to zlbench's per operator, zlbench's
+with the library's import once a session as a night pays it (the raw walls' ratio beside).
 
 Usage (H200, FlagGems checkout in FLAGGEMS_DIR):
   python benchmarks/screen_throughput.py --out /tmp/st --passes warm,kernel
@@ -69,7 +71,7 @@ TIMER_STEPS = {"graph": ("warmup", "capture", "replay", "move", "cap window"),
 # An operator's wall, split as ops_status.csv splits it (<phase>_s), and its teardown:
 # overhead_s (the wall outside the pytest session) less startup_s.
 PHASES = ("startup", "collect", "first_call", "measure")
-GOALS = {"efficiency": 1.2, "pointwise_wall_s": 6.0, "corpus_h": 1.5, "vs_kernel": 4.0,
+GOALS = {"efficiency": 1.2, "pointwise_wall_s": 6.0, "corpus_h": 1.5, "vs_kernel": 4.0, "vs_kernel_ops": 6,
          "aa_median_pct": 0.05, "aa_same_share": 0.98}
 
 
@@ -391,6 +393,28 @@ def layout(pairs, cache: Dict[str, dict]) -> dict:
             "rows_equal_as_printed": sum(1 for g in gains if g == 0.0)}
 
 
+def operator_shifts(pairs, top: int = 5) -> dict:
+    """How much of the A/A moves whole operators. Each operator runs in its own process
+    per batch, so a shift every row of it shares (its rows' median signed gain) lies
+    between processes; the rows' median |gain| once their operator's shift is taken out
+    is what the timer itself leaves. Rows compared on device time only, operators of 3
+    rows or more; ``largest``: the operators of the largest shifts."""
+    by_op: Dict[str, List[float]] = {}
+    for p in pairs:
+        if p.gain is not None and p.verdict.threshold is not None:
+            by_op.setdefault(str(p.key[0]), []).append(p.gain)
+    by_op = {op: g for op, g in by_op.items() if len(g) >= 3}
+    shift = {op: statistics.median(g) for op, g in by_op.items()}
+    within = [abs(x - shift[op]) for op, g in by_op.items() for x in g]
+    largest = sorted(shift, key=lambda op: -abs(shift[op]))[:top]
+    return {"operators": len(shift),
+            "median_abs_shift_pct": round(100 * statistics.median(abs(v) for v in shift.values()), 4)
+            if shift else None,
+            "median_abs_gain_pct_within": round(100 * statistics.median(within), 4) if within else None,
+            "largest": [{"op": op, "shift_pct": round(100 * shift[op], 3), "rows": len(by_op[op])}
+                        for op in largest]}
+
+
 def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
     """The A/A of passes a and b; with ``recheck`` (a-recheck, b-recheck), its
     SLOWER and FASTER verdicts judged again by that pair (``apply_recheck``), the
@@ -475,6 +499,7 @@ def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
                 "rechecked": sum(1 for p in result.pairs if p.recheck),
                 "outcomes": recheck_counts(result)},
             "layout": layout(result.pairs, cache),
+            "operator_shifts": operator_shifts(result.pairs),
             "not_same": others}
 
 
@@ -556,9 +581,12 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
     by_pass: Dict[str, Tuple[float, Dict[str, float]]] = {}
     parts = []
     session_s: Dict[str, float] = {}
+    night: Dict[str, List[float]] = {}  # per operator, its wall per pass with the import once a session
     for name, measured in runs.items():
         # The session openers at the start-up of the others; what that cuts counts once.
         r, session_s[name] = once_per_session(measured, session_openers(args.out / name))
+        for op in ok:
+            night.setdefault(op, []).append(r[op]["wall_s"])
         pass_walls = {op: (r.get(op) or {}).get("wall_s") for op in ops}
         pass_walls = {op: w for op, w in pass_walls.items() if w}
         hours, means = projection(pass_walls, counts, kinds)
@@ -584,7 +612,12 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
     kpath = args.out / "kernel" / "kernel_mode.json"
     if kpath.is_file():
         kernel = json.loads(kpath.read_text())
-    ratios = {op: round(kernel[op]["wall_s"] / walls[op], 2) for op in kernel if op in walls}
+    # Kernel mode pays FlagGems' import in every operator's pytest; a night of zlbench pays
+    # it once a session, so each operator is set against its wall with the import once a
+    # session (as the projection counts it); the raw walls' ratios beside them.
+    night_walls = {op: statistics.mean(w) for op, w in night.items()}
+    ratios = {op: round(kernel[op]["wall_s"] / night_walls[op], 2) for op in kernel if op in night_walls}
+    raw_ratios = {op: round(kernel[op]["wall_s"] / walls[op], 2) for op in kernel if op in walls}
     figures = {
         "sample": ops, "ok_in_every_pass": len(ok), "corpus_operators": len(corpus),
         "per_operator": {op: {name: r.get(op) for name, r in runs.items()} for op in ops},
@@ -618,8 +651,10 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         "projected_cold_corpus_h": None if cold_h is None else round(cold_h, 2),
         # Left out of the cold figures: not finished, or finished after an interrupt.
         "cold_left_out": sorted(op for op in ops if op not in cold_walls) if cold else [],
-        "kernel_mode": kernel, "kernel_over_zlbench": ratios,
+        "kernel_mode": kernel, "kernel_over_zlbench": ratios, "kernel_over_zlbench_raw": raw_ratios,
         "kernel_over_zlbench_median": statistics.median(ratios.values()) if ratios else None,
+        # How many operators kernel mode takes at least GOALS["vs_kernel"] times as long for.
+        "kernel_at_goal_ops": sum(v >= GOALS["vs_kernel"] for v in ratios.values()) if ratios else None,
     }
     if "a" in runs and "b" in runs:
         rechecked = tuple(args.out / name for name in RECHECK_PASSES)
@@ -636,9 +671,9 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
     for key in ("measure_efficiency_median", "measure_efficiency_median_by_pass", "measure_efficiency_max",
                 "pointwise_wall_median_s", "wall_median_s",
                 "projected_corpus_h", "projected_corpus_h_by_pass", "projected_by_phase_h", "projected_by_step_h",
-                "projected_cold_corpus_h", "kernel_over_zlbench_median"):
+                "projected_cold_corpus_h", "kernel_over_zlbench_median", "kernel_at_goal_ops"):
         print(f"{key:<32} {figures[key]}")
-    print(f"kernel mode / zlbench per operator: {ratios}")
+    print(f"kernel mode / zlbench per operator: {ratios} (raw walls, the import in the opener's: {raw_ratios})")
     if figures["unfinished"]:
         print(f"projected_corpus_h is a lower bound: {', '.join(figures['unfinished'])} did not finish "
               "(counted at their wall so far)")
@@ -647,7 +682,8 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         ("measure efficiency median", figures["measure_efficiency_median"], GOALS["efficiency"], "<="),
         ("pointwise wall median (s)", figures["pointwise_wall_median_s"], GOALS["pointwise_wall_s"], "<="),
         ("projected corpus (h)", figures["projected_corpus_h"], GOALS["corpus_h"], "<="),
-        ("kernel mode / zlbench median", figures["kernel_over_zlbench_median"], GOALS["vs_kernel"], ">="),
+        (f"operators kernel mode takes >= {GOALS['vs_kernel']:g}x as long for", figures["kernel_at_goal_ops"],
+         GOALS["vs_kernel_ops"], ">="),
         ("A/A median |gain| (%)", aa_fig.get("median_abs_gain_pct"), GOALS["aa_median_pct"], "<="),
         ("A/A median |gain| of the rows compared on device time (%)", aa_fig.get("median_abs_gain_pct_compared"),
          GOALS["aa_median_pct"], "<="),

@@ -116,6 +116,30 @@ def test_a_session_opener_pays_the_library_import_once_not_once_per_operator(tmp
     assert st.session_openers(tmp_path / "none") == []
 
 
+def test_the_operator_shifts_split_the_aa_into_whole_processes_and_what_is_left_within():
+    from types import SimpleNamespace
+
+    st = load_script("screen_throughput")
+
+    def pair(op, gain, threshold=0.01):
+        return SimpleNamespace(key=(op, "torch.float16", "[64]"), gain=gain,
+                               verdict=SimpleNamespace(threshold=threshold))
+
+    # lstsq's rows all 0.6% off (its process), within 0.02% of that; add's rows about
+    # zero; max has too few rows for a shift of its own; host-time rows do not count.
+    pairs = ([pair("lstsq", g) for g in (0.0058, 0.006, 0.0062, 0.0061)]
+             + [pair("add", g) for g in (-0.0003, 0.0001, 0.0004)]
+             + [pair("max", 0.01), pair("max", 0.01), pair("add", 0.2, threshold=None), pair("add", None)])
+    got = st.operator_shifts(pairs, top=1)
+    assert got["operators"] == 2
+    assert got["median_abs_shift_pct"] == pytest.approx(100 * (0.00605 + 0.0001) / 2)
+    within = sorted([0.00025, 0.00005, 0.00015, 0.00005, 0.0004, 0.0, 0.0003])
+    assert got["median_abs_gain_pct_within"] == pytest.approx(100 * within[3])
+    assert got["largest"] == [{"op": "lstsq", "shift_pct": 0.605, "rows": 4}]
+    assert st.operator_shifts([]) == {"operators": 0, "median_abs_shift_pct": None,
+                                      "median_abs_gain_pct_within": None, "largest": []}
+
+
 @pytest.mark.slow
 def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_path):
     env = {**os.environ}
@@ -167,6 +191,27 @@ def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_
     cold = json.loads((tmp_path / "st.json").read_text())
     assert cold["cold_wall_s"] == {"abs": figures["per_operator"]["abs"]["a"]["wall_s"]}, proc.stdout
     assert cold["projected_cold_corpus_h"] == pytest.approx(11 * cold["cold_wall_s"]["abs"] / 3600, abs=0.01)
+    # Kernel mode against each operator's wall with the import once a session (the
+    # session opener's start-up cut as in the projection), the raw walls' ratio beside it.
+    (out / "kernel").mkdir()
+    (out / "kernel" / "kernel_mode.json").write_text(json.dumps({"abs": {"wall_s": 40.0}, "add": {"wall_s": 0.5}}))
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--ops", "abs,add",
+                           "--passes", "report", "--out", str(out), "--json", str(tmp_path / "st.json")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    got = json.loads((tmp_path / "st.json").read_text())
+    st = load_script("screen_throughput")
+    night = {op: [st.once_per_session(st.op_figures(out / p), st.session_openers(out / p))[0][op]["wall_s"]
+                  for p in ("a", "b")] for op in ("abs", "add")}
+    raw = {op: [figures["per_operator"][op][p]["wall_s"] for p in ("a", "b")] for op in ("abs", "add")}
+    for op, kernel_s in (("abs", 40.0), ("add", 0.5)):
+        assert got["kernel_over_zlbench"][op] == pytest.approx(kernel_s / (sum(night[op]) / 2), abs=0.01)
+        assert got["kernel_over_zlbench_raw"][op] == pytest.approx(kernel_s / (sum(raw[op]) / 2), abs=0.01)
+    # A session opener slower to start than the rest is set against a shorter wall.
+    assert all(sum(night[op]) <= sum(raw[op]) for op in night)
+    if any(v > 0 for v in got["session_start_s_by_pass"].values()):
+        assert any(sum(night[op]) < sum(raw[op]) for op in night)
+    assert got["kernel_at_goal_ops"] == sum(v >= 4 for v in got["kernel_over_zlbench"].values())
+    assert "operators kernel mode takes >= 4x as long for >= 6: NOT MET" in proc.stdout
 
 
 def test_the_aa_counts_a_throttled_row_explained_and_a_bare_change_not(tmp_path):

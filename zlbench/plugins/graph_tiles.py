@@ -201,11 +201,11 @@ class TileSizes:
     Why: the probe's calls (the tile) follow a call's wall time in the warm-up, which for
     a row bound by the library's wrapper is host time and moves from process to process
     (an H100 A/A of the sample: 382 of 533 tiled rows took another tile in the second
-    batch, 10 calls against 16 say), and a tile's size moves a row of several kernels:
-    FlagGems' cumsum_ float32 1024x1024 read 5.47 us with tiles of 5 and 5.76 us with
-    tiles of 4, its eight placements agreeing within 1% in each batch. Tiled rows whose
-    tiles differed moved a median 0.074% between the batches, those whose tiles agreed
-    0.047%, as much as rows captured call by call.
+    batch, 10 calls against 16 say). Keeping it takes the graph's build out of what
+    differs between two runs. It does not steady a row by itself: a tile's size did not
+    move a row (``benchmarks/graph_tiles.py --sweep``: within 0.5% from 4 to 80 calls on
+    an H100), and FlagGems' cumsum_ float32 1024x1024 read 5.49-5.73 us over five batches
+    with the same kept tile.
 
     ``tile(row, fresh)``: the kept tile of ``row``, else ``fresh`` (the probe's calls),
     kept from now on. A row without a dtype or shape keeps none (its key would stand for
