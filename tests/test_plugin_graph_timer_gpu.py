@@ -257,8 +257,12 @@ def test_a_view_captures_an_empty_graph_and_its_second_timing_skips_the_trace():
     second = timer._percall(lambda: x.transpose(0, 1), opts, ("transpose", "gems"))
     for measured, clock, untraced in (first, second):
         assert clock == "torch.cuda.Event" and untraced.kind == NO_DEVICE_WORK and measured.median_ms > 0
-        # Host time settles on its fastest calls, well inside FlagGems' second.
-        assert measured.cost["warmup_stop"] == "settled", measured.cost
+        # A host-time warm-up ends by HOST_TIME_WARMUP_CAP_MS, not FlagGems' second: settled
+        # on its fastest calls, or at that cap where the host is noisy (an H100 machine just
+        # started: 103 ms, "cap"); the batch under way when it is reached runs past it.
+        assert measured.cost["warmup_stop"] in ("settled", "cap"), measured.cost
+        cap = timing.HOST_TIME_WARMUP_CAP_MS + 2 * timing.DIRECT_WARMUP_BATCH_MS
+        assert measured.cost["warmup"] < cap, measured.cost
     assert "earlier empty graph" in str(second[2]) and timer.timings_untraced_by_empty_graph == 1
 
 
