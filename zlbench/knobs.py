@@ -472,8 +472,8 @@ KNOBS: List[Knob] = [
         "Graph timer, tiled graphs: where each row's tile size is kept, per device and operator, "
         "so that every run on the host builds a row's graphs from tiles of one size (the other "
         "batch of an A/A, both sides of an A/B, the next night): the probe's calls follow the "
-        "host's time per call, which moves from process to process, and a tile's size moves a "
-        "row of several kernels by up to 5%. Default: $XDG_CACHE_HOME/zlbench/graph_tiles "
+        "host's time per call, which moves from process to process; kept, the graph's build is "
+        "one thing less that differs between runs. Default: $XDG_CACHE_HOME/zlbench/graph_tiles "
         "(~/.cache/...); off: every timing's tile is its probe's.",
         child=True,
         metavar="DIR|off",

@@ -15,9 +15,9 @@ refuses, ``Tiling.on`` is False and the timer captures every call as before;
 ``Tiling.why_off`` says why (plugins/graph_timer.json).
 
 A row's tile is the probe's calls, which follow a call's wall time in the warm-up; for a
-row bound by the library's wrapper that time moves from process to process, and a tile's
-size moves a row of several kernels (``TileSizes``): each row's first tile on a device
-is kept on disk, and every later timing of the row there builds its graphs from it.
+row bound by the library's wrapper that time moves from process to process, so each
+row's first tile on a device is kept on disk (``TileSizes``) and every later timing of
+the row there builds its graphs from it: the same graph in every run on the host.
 """
 
 from __future__ import annotations
