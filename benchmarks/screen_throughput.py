@@ -393,26 +393,41 @@ def layout(pairs, cache: Dict[str, dict]) -> dict:
             "rows_equal_as_printed": sum(1 for g in gains if g == 0.0)}
 
 
-def operator_shifts(pairs, top: int = 5) -> dict:
+def operator_shifts(pairs, cache: Dict[str, dict], top: int = 5) -> dict:
     """How much of the A/A moves whole operators. Each operator runs in its own process
     per batch, so a shift every row of it shares (its rows' median signed gain) lies
     between processes; the rows' median |gain| once their operator's shift is taken out
     is what the timer itself leaves. Rows compared on device time only, operators of 3
-    rows or more; ``largest``: the operators of the largest shifts."""
+    rows or more; ``largest``: the operators of the largest shifts, each with how much
+    faster B's SMs ran than A's (``clock_pct``: its graph rows' median of the ratio of
+    the clocks the spins measured, ``cost_ms.sm_mhz_spin``; None where a batch has none)."""
     by_op: Dict[str, List[float]] = {}
+    clocks: Dict[str, List[float]] = {}
     for p in pairs:
         if p.gain is not None and p.verdict.threshold is not None:
-            by_op.setdefault(str(p.key[0]), []).append(p.gain)
+            op = str(p.key[0])
+            by_op.setdefault(op, []).append(p.gain)
+            spins = [gems_costs(side.run_dir, cache).get(p.a.key, {}).get("sm_mhz_spin") for side in (p.a, p.b)]
+            if all(isinstance(v, (int, float)) and v > 0 for v in spins):
+                clocks.setdefault(op, []).append(spins[1] / spins[0] - 1)
     by_op = {op: g for op, g in by_op.items() if len(g) >= 3}
     shift = {op: statistics.median(g) for op, g in by_op.items()}
     within = [abs(x - shift[op]) for op, g in by_op.items() for x in g]
     largest = sorted(shift, key=lambda op: -abs(shift[op]))[:top]
+
+    def clock_pct(op: str) -> Optional[float]:
+        return round(100 * statistics.median(clocks[op]), 3) if clocks.get(op) else None
+
     return {"operators": len(shift),
             "median_abs_shift_pct": round(100 * statistics.median(abs(v) for v in shift.values()), 4)
             if shift else None,
             "median_abs_gain_pct_within": round(100 * statistics.median(within), 4) if within else None,
-            "largest": [{"op": op, "shift_pct": round(100 * shift[op], 3), "rows": len(by_op[op])}
-                        for op in largest]}
+            "largest": [{"op": op, "shift_pct": round(100 * shift[op], 3), "rows": len(by_op[op]),
+                         "clock_pct": clock_pct(op)} for op in largest],
+            # Every operator's shift beside its clocks' (a faster clock reads as a
+            # negative gain on compute-bound rows: B took less time).
+            "by_operator": {op: {"shift_pct": round(100 * shift[op], 3), "clock_pct": clock_pct(op)}
+                            for op in sorted(shift)}}
 
 
 def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
@@ -499,7 +514,7 @@ def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
                 "rechecked": sum(1 for p in result.pairs if p.recheck),
                 "outcomes": recheck_counts(result)},
             "layout": layout(result.pairs, cache),
-            "operator_shifts": operator_shifts(result.pairs),
+            "operator_shifts": operator_shifts(result.pairs, cache),
             "not_same": others}
 
 

@@ -121,23 +121,37 @@ def test_the_operator_shifts_split_the_aa_into_whole_processes_and_what_is_left_
 
     st = load_script("screen_throughput")
 
-    def pair(op, gain, threshold=0.01):
-        return SimpleNamespace(key=(op, "torch.float16", "[64]"), gain=gain,
-                               verdict=SimpleNamespace(threshold=threshold))
+    def pair(op, gain, threshold=0.01, shape="[64]"):
+        key = (op, "torch.float16", shape)
+        return SimpleNamespace(key=key, gain=gain, verdict=SimpleNamespace(threshold=threshold),
+                               a=SimpleNamespace(run_dir="A", key=key), b=SimpleNamespace(run_dir="B", key=key))
 
     # lstsq's rows all 0.6% off (its process), within 0.02% of that; add's rows about
     # zero; max has too few rows for a shift of its own; host-time rows do not count.
-    pairs = ([pair("lstsq", g) for g in (0.0058, 0.006, 0.0062, 0.0061)]
-             + [pair("add", g) for g in (-0.0003, 0.0001, 0.0004)]
+    pairs = ([pair("lstsq", g, shape=f"[{i}]") for i, g in enumerate((0.0058, 0.006, 0.0062, 0.0061))]
+             + [pair("add", g, shape=f"[{i}]") for i, g in enumerate((-0.0003, 0.0001, 0.0004))]
              + [pair("max", 0.01), pair("max", 0.01), pair("add", 0.2, threshold=None), pair("add", None)])
-    got = st.operator_shifts(pairs, top=1)
+    # The clocks each gems row's spins measured (cost_ms.sm_mhz_spin): lstsq's B process
+    # ran one 15 MHz step slower; one of add's rows has no reading on a side.
+    costs = {"A": {}, "B": {}}
+    for i in range(4):
+        costs["A"][("lstsq", "torch.float16", f"[{i}]")] = {"sm_mhz_spin": 1980.0}
+        costs["B"][("lstsq", "torch.float16", f"[{i}]")] = {"sm_mhz_spin": 1965.0}
+    for i in range(3):
+        costs["A"][("add", "torch.float16", f"[{i}]")] = {"sm_mhz_spin": 1980.0}
+        costs["B"][("add", "torch.float16", f"[{i}]")] = {"sm_mhz_spin": None if i == 2 else 1980.0}
+    got = st.operator_shifts(pairs, costs, top=1)
     assert got["operators"] == 2
     assert got["median_abs_shift_pct"] == pytest.approx(100 * (0.00605 + 0.0001) / 2)
     within = sorted([0.00025, 0.00005, 0.00015, 0.00005, 0.0004, 0.0, 0.0003])
     assert got["median_abs_gain_pct_within"] == pytest.approx(100 * within[3])
-    assert got["largest"] == [{"op": "lstsq", "shift_pct": 0.605, "rows": 4}]
-    assert st.operator_shifts([]) == {"operators": 0, "median_abs_shift_pct": None,
-                                      "median_abs_gain_pct_within": None, "largest": []}
+    assert got["largest"] == [{"op": "lstsq", "shift_pct": 0.605, "rows": 4, "clock_pct": -0.758}]
+    assert got["by_operator"] == {"add": {"shift_pct": 0.01, "clock_pct": 0.0},
+                                  "lstsq": {"shift_pct": 0.605, "clock_pct": -0.758}}
+    # Batches recorded before the spins: no clocks to set beside the shifts.
+    assert st.operator_shifts(pairs, {"A": {}, "B": {}}, top=1)["largest"][0]["clock_pct"] is None
+    assert st.operator_shifts([], {}) == {"operators": 0, "median_abs_shift_pct": None,
+                                          "median_abs_gain_pct_within": None, "largest": [], "by_operator": {}}
 
 
 @pytest.mark.slow
