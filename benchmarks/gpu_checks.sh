@@ -11,7 +11,8 @@
 # noise and screen resume: after a call's time limit cut one, run the same command again
 # (screen stops a pass after PASS_LIMIT seconds, 250 by default, with exit 3). Another timing
 # rule over the same warm caches: PASSES=a,b,recheck,report ZL_GRAPH_REPLAY_MS=0.5 (any ZL_
-# knob; the batches read them from the environment) with another OUT.
+# knob; the batches read them from the environment) with another OUT. Whole processes'
+# shifts against their clocks: PASSES=warm,a,b,repeat,report (--repeats 4 more batches).
 # Several GPUs: benchmarks/multi_gpu.py (batch makespans per device set, warmup sweep).
 set -uo pipefail
 stage=${1:?stage: plugins, noise, ab, isolated or screen}

@@ -13,6 +13,10 @@ Passes (``--passes``, in this order, each a batch dir under --out):
   warm     a batch that fills the kernel and tuner caches; on a fresh machine's empty
            caches its walls are the cold ones (the cold projection)
   a, b     two batches of the same build: the measured figures, and their A/A
+  repeat   --repeats more fresh batches of the same build (r1, r2, ...): each operator's
+           process in every batch against its process in a (``process_shifts``): how
+           far whole processes move, and how much of it the SMs' measured clock and the
+           same process's torch rows account for
   recheck  the re-check `zlbench ab` makes: the operators of a/b's SLOWER and FASTER
            rows once more in two fresh batches (a-recheck, b-recheck); the A/A then
            judges those verdicts by them, its verdicts before kept beside
@@ -185,6 +189,21 @@ def run_batch(args, ops: List[str], out: Path, timeout: float) -> bool:
 
 
 RECHECK_PASSES = ("a-recheck", "b-recheck")
+REPEAT_PREFIX = "r"  # the repeat pass's batches: r1, r2, ...
+
+
+def run_repeats(args, ops: List[str]) -> bool:
+    """--repeats fresh batches r1..rN after a and b (each resumed or passed over as a and b are)."""
+    return all(run_batch(args, ops, args.out / f"{REPEAT_PREFIX}{i}", args.timeout)
+               for i in range(1, args.repeats + 1))
+
+
+def repeat_batches(out: Path) -> List[Path]:
+    """a, b and the repeat pass's batches that exist under ``out``, in the order they ran."""
+    found = [out / "a", out / "b"] + sorted(
+        (p for p in out.glob(f"{REPEAT_PREFIX}*") if p.name[len(REPEAT_PREFIX):].isdigit()),
+        key=lambda p: int(p.name[len(REPEAT_PREFIX):]))
+    return [p for p in found if p.is_dir()]
 
 
 def run_recheck(args) -> bool:
@@ -428,6 +447,61 @@ def operator_shifts(pairs, cache: Dict[str, dict], top: int = 5) -> dict:
             # negative gain on compute-bound rows: B took less time).
             "by_operator": {op: {"shift_pct": round(100 * shift[op], 3), "clock_pct": clock_pct(op)}
                             for op in sorted(shift)}}
+
+
+def process_shifts(batches: List[Path], min_rows: int = 3) -> dict:
+    """Each operator's process in each later batch against its process in the first:
+    the median change of latency (later / first - 1: positive is slower; the A/A's
+    ``gain`` has the other sign) of its gems rows (``gems_pct``), of its torch rows
+    (``torch_pct``) and of the SM clock its gems rows' spins measured (``clock_pct``,
+    ``cost_ms.sm_mhz_spin``), over the rows the A/B of the two batches compares on
+    device time (a threshold; host-time rows move with the host, not the device). Two
+    readings of what is left once a cause is taken out: ``after_clock_pct``, the change
+    at equal clocks (a compute-bound row's time goes as 1/clock; a memory-bound row's
+    does not, so this over-corrects those), and ``after_torch_pct``, the change of the
+    speedup over torch (torch's rows are the same code in both batches, timed in the same
+    process). Operators with fewer than ``min_rows`` such rows are left out."""
+    from zlbench.summary.ab import pair_runs
+
+    cache: Dict[str, dict] = {}
+
+    def med(values: List[float]) -> Optional[float]:
+        return statistics.median(values) if values else None
+
+    points = []
+    for batch in batches[1:]:
+        by_op: Dict[str, Dict[str, List[float]]] = {}
+        for p in pair_runs(batches[0], batch).pairs:
+            if p.gain is None or p.verdict.threshold is None:
+                continue
+            seen = by_op.setdefault(str(p.key[0]), {"gems": [], "torch": [], "clock": []})
+            seen["gems"].append(p.b.gems_ms / p.a.gems_ms - 1)
+            if p.a.torch_ms and p.b.torch_ms:
+                seen["torch"].append(p.b.torch_ms / p.a.torch_ms - 1)
+            spins = [gems_costs(side.run_dir, cache).get(p.a.key, {}).get("sm_mhz_spin") for side in (p.a, p.b)]
+            if all(isinstance(v, (int, float)) and v > 0 for v in spins):
+                seen["clock"].append(spins[1] / spins[0] - 1)
+        for op, seen in sorted(by_op.items()):
+            if len(seen["gems"]) < min_rows:
+                continue
+            gems, torch, clock = med(seen["gems"]), med(seen["torch"]), med(seen["clock"])
+            points.append({
+                "op": op, "batch": batch.name, "rows": len(seen["gems"]),
+                "gems_pct": round(100 * gems, 3),
+                "torch_pct": None if torch is None else round(100 * torch, 3),
+                "clock_pct": None if clock is None else round(100 * clock, 3),
+                "after_clock_pct": None if clock is None else round(100 * ((1 + gems) * (1 + clock) - 1), 3),
+                "after_torch_pct": None if torch is None else round(100 * ((1 + gems) / (1 + torch) - 1), 3)})
+
+    def median_abs(field: str) -> Optional[float]:
+        values = [abs(p[field]) for p in points if p[field] is not None]
+        return round(statistics.median(values), 4) if values else None
+
+    return {"batches": [b.name for b in batches], "points": points,
+            # Over the operator-batch points: how far whole processes move, and how far
+            # once the clock or the torch rows are taken out.
+            "median_abs_pct": {} if len(batches) < 2 else
+            {f: median_abs(f) for f in ("gems_pct", "after_clock_pct", "after_torch_pct")}}
 
 
 def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
@@ -675,6 +749,7 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         rechecked = tuple(args.out / name for name in RECHECK_PASSES)
         figures["aa"] = aa(args.out / "a", args.out / "b",
                            rechecked if all(d.is_dir() for d in rechecked) else None)
+        figures["process_shifts"] = process_shifts(repeat_batches(args.out))
     print(f"\n{'operator':<28} {'kind':<14} {'st':<7} {'wall':>6} {'first':>6} {'meas':>6} {'budget':>6} "
           f"{'eff':>5} {'timer':>6} {'gap':>5}")
     for op in ops:
@@ -717,6 +792,11 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         print(f"A/A: {json.dumps({k: v for k, v in figures['aa'].items() if k != 'not_same'})}")
         for row in figures["aa"]["not_same"]:
             print(f"   not SAME: {row}")
+        shifts = figures["process_shifts"]
+        print(f"whole processes against pass a ({', '.join(shifts['batches'][1:])}): median |%| "
+              f"{json.dumps(shifts['median_abs_pct'])}")
+        for point in shifts["points"]:
+            print(f"   {point}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
     return figures
@@ -732,6 +812,7 @@ def main() -> int:
     parser.add_argument("--kinds", type=int, default=KINDS)
     parser.add_argument("--per-kind", type=int, default=PER_KIND)
     parser.add_argument("--passes", default="warm,a,b,recheck,kernel,report")
+    parser.add_argument("--repeats", type=int, default=4, help="fresh batches the repeat pass runs after a and b")
     parser.add_argument("--kernel-ops", type=int, default=6, help="operators FlagGems' kernel mode runs")
     parser.add_argument("--timeout", type=float, default=120.0, help="per operator and pass")
     parser.add_argument("--pass-limit", type=float, default=None,
@@ -762,6 +843,10 @@ def main() -> int:
             if not run_batch(args, ops, args.out / name, args.timeout):
                 # A later pass on a half-warm cache, or a report on half a pass, would mislead.
                 print(f"pass {name} not finished: run again with --out {args.out} to resume it", flush=True)
+                return 3
+        elif name == "repeat":
+            if not run_repeats(args, ops):
+                print(f"repeat pass not finished: run again with --out {args.out} to resume it", flush=True)
                 return 3
         elif name == "recheck":
             if not run_recheck(args):

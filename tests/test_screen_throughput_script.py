@@ -154,16 +154,71 @@ def test_the_operator_shifts_split_the_aa_into_whole_processes_and_what_is_left_
                                           "median_abs_gain_pct_within": None, "largest": [], "by_operator": {}}
 
 
+def test_the_repeat_pass_sets_each_process_shift_beside_its_clock_and_its_torch_rows(tmp_path):
+    from summary_logwriter import SESSION_START, identity, session_end, table_text, write_run
+
+    from zlbench import rowstats
+
+    st = load_script("screen_throughput")
+    shapes = [f"[torch.Size([{n}])]" for n in (64, 128, 256, 512)]
+
+    def batch(name, lstsq_gems=1.0, lstsq_torch=1.0, lstsq_mhz=1980.0):
+        # lstsq: four rows, its gems timings with their spins' clock; add: three rows and
+        # no spins (a batch recorded before them); max: two rows, too few for a shift.
+        for op, n, gems, torch, mhz in (("lstsq", 4, 0.1 * lstsq_gems, 0.2 * lstsq_torch, lstsq_mhz),
+                                        ("add", 3, 0.01, 0.02, None), ("max", 2, 0.05, 0.05, None)):
+            rows = [{"shape": shape, "torch_ms": torch, "gems_ms": gems} for shape in shapes[:n]]
+            text = (SESSION_START.format(n=1) + f"benchmark/test_{op}.py "
+                    + table_text(op, "torch.float16", rows) + "." + session_end(1))
+            run_dir = write_run(tmp_path / name / op, text, identity())
+            for shape in shapes[:n]:
+                for side in ("torch", "gems"):
+                    rowstats.append(run_dir, {"op": op, "dtype": "torch.float16", "shape": shape, "side": side,
+                                              "timer": "graph", "samples": 200, "spread": 0.002,
+                                              "cost_ms": {"sm_mhz_spin": mhz} if side == "gems" and mhz else {}})
+        return tmp_path / name
+
+    # r1: lstsq's process 0.6% slower with its SMs 0.6% slower, its torch rows 0.5%
+    # slower with them; r2 as a.
+    a, r1, r2 = batch("a"), batch("r1", 1.006, 1.005, 1980 * 0.994), batch("r2")
+    got = st.process_shifts([a, r1, r2])
+    assert got["batches"] == ["a", "r1", "r2"]
+    points = {(p["op"], p["batch"]): p for p in got["points"]}
+    assert set(points) == {("lstsq", "r1"), ("lstsq", "r2"), ("add", "r1"), ("add", "r2")}
+    slow = points[("lstsq", "r1")]
+    assert slow["rows"] == 4 and slow["gems_pct"] == pytest.approx(0.6) and slow["torch_pct"] == pytest.approx(0.5)
+    assert slow["clock_pct"] == pytest.approx(-0.6)
+    assert slow["after_clock_pct"] == pytest.approx(100 * (1.006 * 0.994 - 1), abs=1e-3)
+    assert slow["after_torch_pct"] == pytest.approx(100 * (1.006 / 1.005 - 1), abs=1e-3)
+    assert points[("add", "r2")] == {"op": "add", "batch": "r2", "rows": 3, "gems_pct": 0.0, "torch_pct": 0.0,
+                                     "clock_pct": None, "after_clock_pct": None, "after_torch_pct": 0.0}
+    # Over the points: lstsq's r1 shift is the one that moved; the clock takes it out
+    # (lstsq at r1 0.004% at equal clocks, at r2 0).
+    assert got["median_abs_pct"] == {"gems_pct": 0.0, "after_clock_pct": 0.002,
+                                     "after_torch_pct": 0.0}
+    # The repeat pass's batches in the order they ran (r10 after r2).
+    for name in ("b", "r10", "rx"):
+        (tmp_path / name).mkdir()
+    assert [p.name for p in st.repeat_batches(tmp_path)] == ["a", "b", "r1", "r2", "r10"]
+    assert st.process_shifts([a]) == {"batches": ["a"], "points": [], "median_abs_pct": {}}
+
+
 @pytest.mark.slow
 def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_path):
     env = {**os.environ}
     env.pop("FLAGGEMS_DIR", None)
     out = tmp_path / "st"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--ops", "abs,add",
-                           "--passes", "a,b,report", "--out", str(out), "--json", str(tmp_path / "st.json")],
+                           "--passes", "a,b,repeat,report", "--repeats", "1", "--out", str(out),
+                           "--json", str(tmp_path / "st.json")],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     figures = json.loads((tmp_path / "st.json").read_text())
+    # The repeat pass's batch r1 is a third process per operator, set against a's.
+    shifts = figures["process_shifts"]
+    assert shifts["batches"] == ["a", "b", "r1"]
+    assert {(p["op"], p["batch"]) for p in shifts["points"]} == {(op, b) for op in ("abs", "add") for b in ("b", "r1")}
+    assert "whole processes against pass a (b, r1)" in proc.stdout
     assert figures["ok_in_every_pass"] == 2 and figures["corpus_operators"] == 11
     with open(out / "a" / "ops_status.csv", newline="") as f:
         status = {r["operator"]: r for r in csv.DictReader(f)}
