@@ -412,6 +412,15 @@ def layout(pairs, cache: Dict[str, dict]) -> dict:
             "rows_equal_as_printed": sum(1 for g in gains if g == 0.0)}
 
 
+def clock_change(p, cache: Dict[str, dict]) -> Optional[float]:
+    """B's SM clock over A's - 1 for a pair's gems timings, as their spins measured it
+    (``cost_ms.sm_mhz_spin``); None where either side has none (recorded before the spins)."""
+    spins = [gems_costs(side.run_dir, cache).get(p.a.key, {}).get("sm_mhz_spin") for side in (p.a, p.b)]
+    if all(isinstance(v, (int, float)) and v > 0 for v in spins):
+        return spins[1] / spins[0] - 1
+    return None
+
+
 def operator_shifts(pairs, cache: Dict[str, dict], top: int = 5) -> dict:
     """How much of the A/A moves whole operators. Each operator runs in its own process
     per batch, so a shift every row of it shares (its rows' median signed gain) lies
@@ -426,9 +435,9 @@ def operator_shifts(pairs, cache: Dict[str, dict], top: int = 5) -> dict:
         if p.gain is not None and p.verdict.threshold is not None:
             op = str(p.key[0])
             by_op.setdefault(op, []).append(p.gain)
-            spins = [gems_costs(side.run_dir, cache).get(p.a.key, {}).get("sm_mhz_spin") for side in (p.a, p.b)]
-            if all(isinstance(v, (int, float)) and v > 0 for v in spins):
-                clocks.setdefault(op, []).append(spins[1] / spins[0] - 1)
+            clock = clock_change(p, cache)
+            if clock is not None:
+                clocks.setdefault(op, []).append(clock)
     by_op = {op: g for op, g in by_op.items() if len(g) >= 3}
     shift = {op: statistics.median(g) for op, g in by_op.items()}
     within = [abs(x - shift[op]) for op, g in by_op.items() for x in g]
@@ -478,9 +487,9 @@ def process_shifts(batches: List[Path], min_rows: int = 3) -> dict:
             seen["gems"].append(p.b.gems_ms / p.a.gems_ms - 1)
             if p.a.torch_ms and p.b.torch_ms:
                 seen["torch"].append(p.b.torch_ms / p.a.torch_ms - 1)
-            spins = [gems_costs(side.run_dir, cache).get(p.a.key, {}).get("sm_mhz_spin") for side in (p.a, p.b)]
-            if all(isinstance(v, (int, float)) and v > 0 for v in spins):
-                seen["clock"].append(spins[1] / spins[0] - 1)
+            clock = clock_change(p, cache)
+            if clock is not None:
+                seen["clock"].append(clock)
         for op, seen in sorted(by_op.items()):
             if len(seen["gems"]) < min_rows:
                 continue
