@@ -12,7 +12,7 @@
 # (screen stops a pass after PASS_LIMIT seconds, 250 by default, with exit 3). Another timing
 # rule over the same warm caches: PASSES=a,b,recheck,report ZL_GRAPH_REPLAY_MS=0.5 (any ZL_
 # knob; the batches read them from the environment) with another OUT. Whole processes'
-# shifts against their clocks: PASSES=warm,a,b,repeat,report (--repeats 4 more batches).
+# shifts: PASSES=warm,a,b,repeat,report (--repeats 4 more batches of the same build).
 # Several GPUs: benchmarks/multi_gpu.py (batch makespans per device set, warmup sweep).
 set -uo pipefail
 stage=${1:?stage: plugins, noise, ab, isolated or screen}

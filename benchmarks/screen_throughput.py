@@ -15,8 +15,8 @@ Passes (``--passes``, in this order, each a batch dir under --out):
   a, b     two batches of the same build: the measured figures, and their A/A
   repeat   --repeats more fresh batches of the same build (r1, r2, ...): each operator's
            process in every batch against its process in a (``process_shifts``): how
-           far whole processes move, and how much of it the SMs' measured clock and the
-           same process's torch rows account for
+           far whole processes move, and how much of it the same process's torch
+           rows account for
   recheck  the re-check `zlbench ab` makes: the operators of a/b's SLOWER and FASTER
            rows once more in two fresh batches (a-recheck, b-recheck); the A/A then
            judges those verdicts by them, its verdicts before kept beside
@@ -412,67 +412,39 @@ def layout(pairs, cache: Dict[str, dict]) -> dict:
             "rows_equal_as_printed": sum(1 for g in gains if g == 0.0)}
 
 
-def clock_change(p, cache: Dict[str, dict]) -> Optional[float]:
-    """B's SM clock over A's - 1 for a pair's gems timings, as their spins measured it
-    (``cost_ms.sm_mhz_spin``); None where either side has none (recorded before the spins)."""
-    spins = [gems_costs(side.run_dir, cache).get(p.a.key, {}).get("sm_mhz_spin") for side in (p.a, p.b)]
-    if all(isinstance(v, (int, float)) and v > 0 for v in spins):
-        return spins[1] / spins[0] - 1
-    return None
-
-
-def operator_shifts(pairs, cache: Dict[str, dict], top: int = 5) -> dict:
+def operator_shifts(pairs, top: int = 5) -> dict:
     """How much of the A/A moves whole operators. Each operator runs in its own process
     per batch, so a shift every row of it shares (its rows' median signed gain) lies
     between processes; the rows' median |gain| once their operator's shift is taken out
     is what the timer itself leaves. Rows compared on device time only, operators of 3
-    rows or more; ``largest``: the operators of the largest shifts, each with how much
-    faster B's SMs ran than A's (``clock_pct``: its graph rows' median of the ratio of
-    the clocks the spins measured, ``cost_ms.sm_mhz_spin``; None where a batch has none)."""
+    rows or more; ``largest``: the operators of the largest shifts."""
     by_op: Dict[str, List[float]] = {}
-    clocks: Dict[str, List[float]] = {}
     for p in pairs:
         if p.gain is not None and p.verdict.threshold is not None:
-            op = str(p.key[0])
-            by_op.setdefault(op, []).append(p.gain)
-            clock = clock_change(p, cache)
-            if clock is not None:
-                clocks.setdefault(op, []).append(clock)
+            by_op.setdefault(str(p.key[0]), []).append(p.gain)
     by_op = {op: g for op, g in by_op.items() if len(g) >= 3}
     shift = {op: statistics.median(g) for op, g in by_op.items()}
     within = [abs(x - shift[op]) for op, g in by_op.items() for x in g]
     largest = sorted(shift, key=lambda op: -abs(shift[op]))[:top]
-
-    def clock_pct(op: str) -> Optional[float]:
-        return round(100 * statistics.median(clocks[op]), 3) if clocks.get(op) else None
-
     return {"operators": len(shift),
             "median_abs_shift_pct": round(100 * statistics.median(abs(v) for v in shift.values()), 4)
             if shift else None,
             "median_abs_gain_pct_within": round(100 * statistics.median(within), 4) if within else None,
-            "largest": [{"op": op, "shift_pct": round(100 * shift[op], 3), "rows": len(by_op[op]),
-                         "clock_pct": clock_pct(op)} for op in largest],
-            # Every operator's shift beside its clocks' (a faster clock reads as a
-            # negative gain on compute-bound rows: B took less time).
-            "by_operator": {op: {"shift_pct": round(100 * shift[op], 3), "clock_pct": clock_pct(op)}
-                            for op in sorted(shift)}}
+            "largest": [{"op": op, "shift_pct": round(100 * shift[op], 3), "rows": len(by_op[op])}
+                        for op in largest],
+            "by_operator": {op: round(100 * shift[op], 3) for op in sorted(shift)}}
 
 
 def process_shifts(batches: List[Path], min_rows: int = 3) -> dict:
     """Each operator's process in each later batch against its process in the first:
     the median change of latency (later / first - 1: positive is slower; the A/A's
-    ``gain`` has the other sign) of its gems rows (``gems_pct``), of its torch rows
-    (``torch_pct``) and of the SM clock its gems rows' spins measured (``clock_pct``,
-    ``cost_ms.sm_mhz_spin``), over the rows the A/B of the two batches compares on
-    device time (a threshold; host-time rows move with the host, not the device). Two
-    readings of what is left once a cause is taken out: ``after_clock_pct``, the change
-    at equal clocks (a compute-bound row's time goes as 1/clock; a memory-bound row's
-    does not, so this over-corrects those), and ``after_torch_pct``, the change of the
-    speedup over torch (torch's rows are the same code in both batches, timed in the same
-    process). Operators with fewer than ``min_rows`` such rows are left out."""
+    ``gain`` has the other sign) of its gems rows (``gems_pct``) and of its torch rows
+    (``torch_pct``), over the rows the A/B of the two batches compares on device time (a
+    threshold; host-time rows move with the host, not the device), and the change of the
+    speedup over torch (``after_torch_pct``: torch's rows are the same code in both
+    batches, timed in the same process, so what moves both is the process's, not the
+    code's). Operators with fewer than ``min_rows`` such rows are left out."""
     from zlbench.summary.ab import pair_runs
-
-    cache: Dict[str, dict] = {}
 
     def med(values: List[float]) -> Optional[float]:
         return statistics.median(values) if values else None
@@ -483,23 +455,18 @@ def process_shifts(batches: List[Path], min_rows: int = 3) -> dict:
         for p in pair_runs(batches[0], batch).pairs:
             if p.gain is None or p.verdict.threshold is None:
                 continue
-            seen = by_op.setdefault(str(p.key[0]), {"gems": [], "torch": [], "clock": []})
+            seen = by_op.setdefault(str(p.key[0]), {"gems": [], "torch": []})
             seen["gems"].append(p.b.gems_ms / p.a.gems_ms - 1)
             if p.a.torch_ms and p.b.torch_ms:
                 seen["torch"].append(p.b.torch_ms / p.a.torch_ms - 1)
-            clock = clock_change(p, cache)
-            if clock is not None:
-                seen["clock"].append(clock)
         for op, seen in sorted(by_op.items()):
             if len(seen["gems"]) < min_rows:
                 continue
-            gems, torch, clock = med(seen["gems"]), med(seen["torch"]), med(seen["clock"])
+            gems, torch = med(seen["gems"]), med(seen["torch"])
             points.append({
                 "op": op, "batch": batch.name, "rows": len(seen["gems"]),
                 "gems_pct": round(100 * gems, 3),
                 "torch_pct": None if torch is None else round(100 * torch, 3),
-                "clock_pct": None if clock is None else round(100 * clock, 3),
-                "after_clock_pct": None if clock is None else round(100 * ((1 + gems) * (1 + clock) - 1), 3),
                 "after_torch_pct": None if torch is None else round(100 * ((1 + gems) / (1 + torch) - 1), 3)})
 
     def median_abs(field: str) -> Optional[float]:
@@ -508,9 +475,9 @@ def process_shifts(batches: List[Path], min_rows: int = 3) -> dict:
 
     return {"batches": [b.name for b in batches], "points": points,
             # Over the operator-batch points: how far whole processes move, and how far
-            # once the clock or the torch rows are taken out.
+            # once the torch rows are taken out.
             "median_abs_pct": {} if len(batches) < 2 else
-            {f: median_abs(f) for f in ("gems_pct", "after_clock_pct", "after_torch_pct")}}
+            {f: median_abs(f) for f in ("gems_pct", "after_torch_pct")}}
 
 
 def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
@@ -597,7 +564,7 @@ def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
                 "rechecked": sum(1 for p in result.pairs if p.recheck),
                 "outcomes": recheck_counts(result)},
             "layout": layout(result.pairs, cache),
-            "operator_shifts": operator_shifts(result.pairs, cache),
+            "operator_shifts": operator_shifts(result.pairs),
             "not_same": others}
 
 

@@ -123,38 +123,25 @@ def test_the_operator_shifts_split_the_aa_into_whole_processes_and_what_is_left_
 
     def pair(op, gain, threshold=0.01, shape="[64]"):
         key = (op, "torch.float16", shape)
-        return SimpleNamespace(key=key, gain=gain, verdict=SimpleNamespace(threshold=threshold),
-                               a=SimpleNamespace(run_dir="A", key=key), b=SimpleNamespace(run_dir="B", key=key))
+        return SimpleNamespace(key=key, gain=gain, verdict=SimpleNamespace(threshold=threshold))
 
     # lstsq's rows all 0.6% off (its process), within 0.02% of that; add's rows about
     # zero; max has too few rows for a shift of its own; host-time rows do not count.
     pairs = ([pair("lstsq", g, shape=f"[{i}]") for i, g in enumerate((0.0058, 0.006, 0.0062, 0.0061))]
              + [pair("add", g, shape=f"[{i}]") for i, g in enumerate((-0.0003, 0.0001, 0.0004))]
              + [pair("max", 0.01), pair("max", 0.01), pair("add", 0.2, threshold=None), pair("add", None)])
-    # The clocks each gems row's spins measured (cost_ms.sm_mhz_spin): lstsq's B process
-    # ran one 15 MHz step slower; one of add's rows has no reading on a side.
-    costs = {"A": {}, "B": {}}
-    for i in range(4):
-        costs["A"][("lstsq", "torch.float16", f"[{i}]")] = {"sm_mhz_spin": 1980.0}
-        costs["B"][("lstsq", "torch.float16", f"[{i}]")] = {"sm_mhz_spin": 1965.0}
-    for i in range(3):
-        costs["A"][("add", "torch.float16", f"[{i}]")] = {"sm_mhz_spin": 1980.0}
-        costs["B"][("add", "torch.float16", f"[{i}]")] = {"sm_mhz_spin": None if i == 2 else 1980.0}
-    got = st.operator_shifts(pairs, costs, top=1)
+    got = st.operator_shifts(pairs, top=1)
     assert got["operators"] == 2
     assert got["median_abs_shift_pct"] == pytest.approx(100 * (0.00605 + 0.0001) / 2)
     within = sorted([0.00025, 0.00005, 0.00015, 0.00005, 0.0004, 0.0, 0.0003])
     assert got["median_abs_gain_pct_within"] == pytest.approx(100 * within[3])
-    assert got["largest"] == [{"op": "lstsq", "shift_pct": 0.605, "rows": 4, "clock_pct": -0.758}]
-    assert got["by_operator"] == {"add": {"shift_pct": 0.01, "clock_pct": 0.0},
-                                  "lstsq": {"shift_pct": 0.605, "clock_pct": -0.758}}
-    # Batches recorded before the spins: no clocks to set beside the shifts.
-    assert st.operator_shifts(pairs, {"A": {}, "B": {}}, top=1)["largest"][0]["clock_pct"] is None
-    assert st.operator_shifts([], {}) == {"operators": 0, "median_abs_shift_pct": None,
+    assert got["largest"] == [{"op": "lstsq", "shift_pct": 0.605, "rows": 4}]
+    assert got["by_operator"] == {"add": 0.01, "lstsq": 0.605}
+    assert st.operator_shifts([]) == {"operators": 0, "median_abs_shift_pct": None,
                                           "median_abs_gain_pct_within": None, "largest": [], "by_operator": {}}
 
 
-def test_the_repeat_pass_sets_each_process_shift_beside_its_clock_and_its_torch_rows(tmp_path):
+def test_the_repeat_pass_sets_each_process_shift_beside_its_torch_rows(tmp_path):
     from summary_logwriter import SESSION_START, identity, session_end, table_text, write_run
 
     from zlbench import rowstats
@@ -162,11 +149,10 @@ def test_the_repeat_pass_sets_each_process_shift_beside_its_clock_and_its_torch_
     st = load_script("screen_throughput")
     shapes = [f"[torch.Size([{n}])]" for n in (64, 128, 256, 512)]
 
-    def batch(name, lstsq_gems=1.0, lstsq_torch=1.0, lstsq_mhz=1980.0):
-        # lstsq: four rows, its gems timings with their spins' clock; add: three rows and
-        # no spins (a batch recorded before them); max: two rows, too few for a shift.
-        for op, n, gems, torch, mhz in (("lstsq", 4, 0.1 * lstsq_gems, 0.2 * lstsq_torch, lstsq_mhz),
-                                        ("add", 3, 0.01, 0.02, None), ("max", 2, 0.05, 0.05, None)):
+    def batch(name, lstsq_gems=1.0, lstsq_torch=1.0):
+        # lstsq: four rows; add: three rows; max: two rows, too few for a shift.
+        for op, n, gems, torch in (("lstsq", 4, 0.1 * lstsq_gems, 0.2 * lstsq_torch),
+                                   ("add", 3, 0.01, 0.02), ("max", 2, 0.05, 0.05)):
             rows = [{"shape": shape, "torch_ms": torch, "gems_ms": gems} for shape in shapes[:n]]
             text = (SESSION_START.format(n=1) + f"benchmark/test_{op}.py "
                     + table_text(op, "torch.float16", rows) + "." + session_end(1))
@@ -174,28 +160,27 @@ def test_the_repeat_pass_sets_each_process_shift_beside_its_clock_and_its_torch_
             for shape in shapes[:n]:
                 for side in ("torch", "gems"):
                     rowstats.append(run_dir, {"op": op, "dtype": "torch.float16", "shape": shape, "side": side,
-                                              "timer": "graph", "samples": 200, "spread": 0.002,
-                                              "cost_ms": {"sm_mhz_spin": mhz} if side == "gems" and mhz else {}})
+                                              "timer": "graph", "samples": 200, "spread": 0.002})
         return tmp_path / name
 
-    # r1: lstsq's process 0.6% slower with its SMs 0.6% slower, its torch rows 0.5%
-    # slower with them; r2 as a.
-    a, r1, r2 = batch("a"), batch("r1", 1.006, 1.005, 1980 * 0.994), batch("r2")
+    # r1: lstsq's process 0.6% slower, its torch rows 0.5% slower with it; r2: lstsq's
+    # FlagGems rows 0.3% faster, its torch rows as in a.
+    a, r1, r2 = batch("a"), batch("r1", 1.006, 1.005), batch("r2", 0.997)
     got = st.process_shifts([a, r1, r2])
     assert got["batches"] == ["a", "r1", "r2"]
     points = {(p["op"], p["batch"]): p for p in got["points"]}
     assert set(points) == {("lstsq", "r1"), ("lstsq", "r2"), ("add", "r1"), ("add", "r2")}
     slow = points[("lstsq", "r1")]
     assert slow["rows"] == 4 and slow["gems_pct"] == pytest.approx(0.6) and slow["torch_pct"] == pytest.approx(0.5)
-    assert slow["clock_pct"] == pytest.approx(-0.6)
-    assert slow["after_clock_pct"] == pytest.approx(100 * (1.006 * 0.994 - 1), abs=1e-3)
     assert slow["after_torch_pct"] == pytest.approx(100 * (1.006 / 1.005 - 1), abs=1e-3)
     assert points[("add", "r2")] == {"op": "add", "batch": "r2", "rows": 3, "gems_pct": 0.0, "torch_pct": 0.0,
-                                     "clock_pct": None, "after_clock_pct": None, "after_torch_pct": 0.0}
-    # Over the points: lstsq's r1 shift is the one that moved; the clock takes it out
-    # (lstsq at r1 0.004% at equal clocks, at r2 0).
-    assert got["median_abs_pct"] == {"gems_pct": 0.0, "after_clock_pct": 0.002,
                                      "after_torch_pct": 0.0}
+    assert points[("lstsq", "r2")]["gems_pct"] == pytest.approx(-0.3)
+    assert points[("lstsq", "r2")]["after_torch_pct"] == pytest.approx(-0.3)
+    # Over the points (0.6, 0.3, 0, 0): the median of |gems| is 0.15; the torch rows take
+    # most of r1's out (0.1, 0.3, 0, 0: 0.05).
+    assert got["median_abs_pct"]["gems_pct"] == pytest.approx(0.15)
+    assert got["median_abs_pct"]["after_torch_pct"] == pytest.approx(0.05, abs=1e-3)
     # The repeat pass's batches in the order they ran (r10 after r2).
     for name in ("b", "r10", "rx"):
         (tmp_path / name).mkdir()
@@ -217,7 +202,11 @@ def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_
     # The repeat pass's batch r1 is a third process per operator, set against a's.
     shifts = figures["process_shifts"]
     assert shifts["batches"] == ["a", "b", "r1"]
-    assert {(p["op"], p["batch"]) for p in shifts["points"]} == {(op, b) for op in ("abs", "add") for b in ("b", "r1")}
+    # A row timed while this host ran slow is UNKNOWN, not compared, so an operator left
+    # with fewer than three compared rows in a batch has no point there.
+    assert {(p["op"], p["batch"]) for p in shifts["points"]} <= {(op, b) for op in ("abs", "add") for b in ("b", "r1")}
+    assert all(set(p) == {"op", "batch", "rows", "gems_pct", "torch_pct", "after_torch_pct"} and p["rows"] >= 3
+               for p in shifts["points"])
     assert "whole processes against pass a (b, r1)" in proc.stdout
     assert figures["ok_in_every_pass"] == 2 and figures["corpus_operators"] == 11
     with open(out / "a" / "ops_status.csv", newline="") as f:

@@ -577,22 +577,3 @@ def test_timed_replays_queue_behind_the_upload_with_no_host_wait_between():
     assert log[:2] == ["replay", "record"]  # upload, then the first timed replay's start
     assert "wait stream" not in log
     assert log.count("replay") == 4 and log[-1] == "wait event"
-
-
-def test_the_clock_from_two_spins_cancels_what_a_launch_costs():
-    # A spin of c cycles at f MHz lasts c / f / 1000 ms, plus a fixed cost of its launch
-    # and events; the difference of two spins leaves the clock alone.
-    def spin(cycles, mhz, fixed_ms):
-        return cycles, fixed_ms + cycles / mhz / 1000.0
-
-    short, long = timing.SPIN_CYCLES
-    assert timing.clock_from_spins([spin(short, 1980, 0.004), spin(long, 1980, 0.004)]) == 1980.0
-    # One slower clock reads slower, whatever the fixed cost (which alone would read 1584).
-    assert timing.clock_from_spins([spin(short, 1965, 0.05), spin(long, 1965, 0.05)]) == 1965.0
-    assert timing.clock_from_spins([spin(long, 1980, 0.0), spin(short, 1980, 0.0)]) == 1980.0  # any order
-    # No clock: one spin, the same cycles twice, a longer spin that took no longer, or a
-    # counter far off any SM clock (one at a fixed 100 kHz, say).
-    assert timing.clock_from_spins([spin(long, 1980, 0.0)]) is None
-    assert timing.clock_from_spins([(short, 0.3), (short, 0.4)]) is None
-    assert timing.clock_from_spins([(short, 0.3), (long, 0.3)]) is None
-    assert timing.clock_from_spins([spin(short, 0.1, 0.0), spin(long, 0.1, 0.0)]) is None

@@ -273,30 +273,6 @@ def working_clock(sample: dict, reference_mhz: Optional[float]) -> Optional[bool
     return bool(sample.get("throttle"))
 
 
-# The SM clock a timing ran at, measured on the device: NVML's reading is the clock the
-# driver asks for at one instant, and in an H100 A/A of the sample whole operators moved
-# 0.1-0.7% on both sides (torch's rows with FlagGems'), compute- and latency-bound ones,
-# while NVML read 1980 MHz for every row of both batches. Two spins of a fixed number of
-# SM cycles (torch.cuda._sleep) timed by events; their difference cancels what a launch
-# and its events cost, so cycles / time is the clock the SMs ran at.
-SPIN_CYCLES = (500_000, 2_500_000)  # 0.25 and 1.25 ms at 2 GHz
-SPIN_MHZ_RANGE = (50.0, 10_000.0)  # outside it the counter is not the SM clock
-
-
-def clock_from_spins(spins: Sequence[Tuple[int, float]]) -> Optional[float]:
-    """The clock in MHz from ``(cycles, elapsed_ms)`` of two spins (the difference of the
-    longest and the shortest); None where they do not give one inside SPIN_MHZ_RANGE
-    (a counter at another rate, a spin the device did not run)."""
-    if len(spins) < 2:
-        return None
-    (c0, t0), (c1, t1) = min(spins), max(spins)
-    if c1 <= c0 or t1 <= t0:
-        return None
-    mhz = (c1 - c0) / (t1 - t0) / 1000.0
-    low, high = SPIN_MHZ_RANGE
-    return round(mhz, 2) if low <= mhz <= high else None
-
-
 # --- the power cap: a timing that reaches it is taken over the cap's own period ---------
 
 # Under its power cap a device's clock is not one number: on an H200 at its 700 W cap a

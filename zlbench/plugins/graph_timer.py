@@ -56,7 +56,6 @@ from zlbench.timing import (
     MAX_REPLAYS,
     MIN_REPLAYS,
     PROBE_REPLAYS,
-    SPIN_CYCLES,
     TARGET_REPLAY_MS,
     CapWatch,
     Cost,
@@ -66,7 +65,6 @@ from zlbench.timing import (
     cap_window_done,
     cap_window_spread,
     clear_grads,
-    clock_from_spins,
     fallback_decision,
     fallback_marker,
     is_fatal_error,
@@ -186,28 +184,6 @@ def free_cached_memory(torch, collect: bool = False, when_short: bool = False) -
         except Exception:  # noqa: BLE001 - no query: empty it, as torch.cuda.graph does
             pass
     torch.cuda.empty_cache()
-
-
-def spin_clock_mhz(torch, stream) -> Optional[float]:
-    """The SM clock the device runs at, measured by spins of SPIN_CYCLES on ``stream``
-    (``timing.clock_from_spins``); None where torch has no spin or it fails (the row is
-    timed as it would be without it)."""
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if sleep is None:
-        return None
-    try:
-        spins = []
-        with torch.cuda.stream(stream):
-            for cycles in SPIN_CYCLES:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                sleep(cycles)
-                end.record()
-                spins.append((cycles, start, end))
-        stream.synchronize()
-        return clock_from_spins([(cycles, start.elapsed_time(end)) for cycles, start, end in spins])
-    except Exception:  # noqa: BLE001 - a dead context surfaces at the next synchronize
-        return None
 
 
 def device_name(torch) -> str:
@@ -492,8 +468,6 @@ def graph_bench(
         )
         warm_ms = wall_ms if warm_stop == "settled" else None
         cost.notes.update(warmup_stop=warm_stop, warmup_batches=batches, rep_ms=rep_ms)
-        # The clock the row is timed at, as the SMs count it (NVML gives the driver's).
-        cost.notes["sm_mhz_spin"] = spin_clock_mhz(torch, stream)
         if on_warm is not None:
             on_warm()
         cost.lap("warmup")
