@@ -207,6 +207,9 @@ def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_
     assert {(p["op"], p["batch"]) for p in shifts["points"]} <= {(op, b) for op in ("abs", "add") for b in ("b", "r1")}
     assert all(set(p) == {"op", "batch", "rows", "gems_pct", "torch_pct", "after_torch_pct"} and p["rows"] >= 3
                for p in shifts["points"])
+    # What the report wrote is what process_shifts makes of the batches it left.
+    st = load_script("screen_throughput")
+    assert shifts == json.loads(json.dumps(st.process_shifts(st.repeat_batches(out))))
     assert "whole processes against pass a (b, r1)" in proc.stdout
     assert figures["ok_in_every_pass"] == 2 and figures["corpus_operators"] == 11
     with open(out / "a" / "ops_status.csv", newline="") as f:
