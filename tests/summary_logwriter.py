@@ -94,12 +94,13 @@ def write_run(run_dir: Path, log: str, ident: Optional[Dict] = None,
 
 
 def op_log(op: str, dtypes: Iterable[str], shapes: List[str], latency,
-           prefix: str = "") -> str:
-    """A whole pytest -s log of one operator; latency(op, dtype, shape) -> gems ms."""
+           prefix: str = "", torch_latency=None) -> str:
+    """A whole pytest -s log of one operator; latency(op, dtype, shape) -> gems ms, and
+    torch_latency the same for torch's (0.05 ms without one)."""
     text = SESSION_START.format(n=1) + f"benchmark/test_{op}.py " + prefix
     for dtype in dtypes:
-        rows = [{"shape": s, "torch_ms": 0.05, "gems_ms": latency(op, dtype, s)}
-                for s in shapes]
+        rows = [{"shape": s, "torch_ms": torch_latency(op, dtype, s) if torch_latency else 0.05,
+                 "gems_ms": latency(op, dtype, s)} for s in shapes]
         text += table_text(op, dtype, rows)
     return text + "." + session_end(1)
 

@@ -27,15 +27,16 @@ def _fallback(op, shape):
 
 
 def _batch(root, latency, spread=0.002, throttled=(), ops=("abs", "sum"), no_spread=(), fallback=(),
-           **ident):
+           torch_latency=None, **ident):
     """A batch-like dir: ops x float16 x SHAPES with row_stats; ``throttled`` lists the
     (op, shape) rows this side measured slowed down, ``fallback`` those the graph timer
-    left to the direct timer, ``no_spread`` the ops whose timer recorded no spread."""
+    left to the direct timer, ``no_spread`` the ops whose timer recorded no spread;
+    ``torch_latency`` as ``latency`` for torch's rows (0.05 ms without one)."""
     for op in ops:
         prefix = "".join(_throttled(o, s) for o, s in throttled if o == op)
         prefix += "".join(_fallback(o, s) for o, s in fallback if o == op)
         prefix += "RUN_PHASE phase=session_start t=1796154807.193\n"
-        run_dir = write_run(root / op, op_log(op, ["torch.float16"], SHAPES, latency, prefix),
+        run_dir = write_run(root / op, op_log(op, ["torch.float16"], SHAPES, latency, prefix, torch_latency),
                             identity(**{"backend": "cpu", "device": {"index": 0, "model": "cpu"}, **ident}))
         for shape in SHAPES:
             for side in ("torch", "gems"):
@@ -63,6 +64,35 @@ def test_a_throttled_row_is_unknown_never_slower_and_counted_apart(tmp_path):
     text = zlbench("summary", "--ab", a, b, check=True).stdout
     assert "Rows: 1 SLOWER, 0 FASTER, 2 SAME, 1 UNKNOWN (measured throttled)" in text
     assert "1 slower, 1 throttled" in text
+
+
+def test_an_operator_whose_torch_rows_moved_with_it_says_so(tmp_path):
+    # B: every abs row 0.6% slower and its torch rows as much (the machine between the
+    # runs); sum's gems rows 0.6% slower with its torch rows where they were.
+    a = _batch(tmp_path / "a", _ms())
+    b = _batch(tmp_path / "b", lambda op, d, s: 0.1006,
+               torch_latency=lambda op, d, s: 0.0503 if op == "abs" else 0.05)
+    text = zlbench("summary", "--ab", a, b, check=True).stdout
+    ranges = {line.split()[0]: line for line in text.split("Ranges per operator")[1].splitlines()[3:6]}
+    assert ranges["abs"].rstrip().endswith("torch rows -0.6% too")
+    assert "torch rows" not in ranges["sum"]
+    assert ("Torch rows moved in 1 operators (abs -0.6%): FlagGems' torch reference runs in the same "
+            "process and A and B ran the same torch (2.11.0), so a shift of that size") in text
+    # Another torch on B: its own change, not only the machine's.
+    other = _batch(tmp_path / "other", lambda op, d, s: 0.1006, torch_latency=lambda op, d, s: 0.0503,
+                   versions={"python": "3.11.7", "torch": "2.12.0", "triton": "3.6.0"})
+    text = zlbench("summary", "--ab", a, other, "--allow-caliber-mismatch", check=True).stdout
+    assert "Torch rows moved in 2 operators" in text
+    assert "A ran torch 2.11.0 and B 2.12.0: torch's own change moved them, perhaps the machine too." in text
+    doc = json.loads(zlbench("summary", "--ab", a, b, "--format", "json", check=True).stdout)
+    by_op = {r["name"]: r for r in doc["by_op"]}
+    assert by_op["abs"]["torch_gain"] == pytest.approx(0.05 / 0.0503 - 1)
+    assert by_op["sum"]["torch_gain"] == 0.0
+    # A row without device time compared (throttled) says nothing of the torch rows.
+    c = _batch(tmp_path / "c", lambda op, d, s: 0.1006, torch_latency=lambda op, d, s: 0.0503,
+               throttled=[(op, s) for op in ("abs", "sum") for s in SHAPES])
+    doc = json.loads(zlbench("summary", "--ab", a, c, "--format", "json", check=True).stdout)
+    assert {r["name"]: r["torch_gain"] for r in doc["by_op"]} == {"abs": None, "sum": None}
 
 
 # -- 6. the gate ------------------------------------------------------------------------
@@ -268,6 +298,87 @@ def test_noise_pools_every_pair_of_its_batches(tmp_path):
     with sqlite3.connect(db) as conn:
         (batches,) = conn.execute("SELECT batches FROM noise_floors").fetchone()
     assert json.loads(batches) == [str(d.resolve()) for d in dirs]
+
+
+def test_a_row_that_moves_between_batches_keeps_its_own_floor_and_no_other_row_gets_it(tmp_path):
+    db = tmp_path / "history.sqlite"
+    big = SHAPES[1]
+
+    def levels(moved, jump):
+        # Every row but sum 4096 1% off in ``moved``; sum 4096 sits at another level (+6%).
+        return lambda op, d, s: 0.106 if (op, s) == ("sum", big) and jump else (0.101 if moved else 0.1)
+
+    dirs = [_batch(tmp_path / "a1", levels(False, False)), _batch(tmp_path / "a2", levels(True, True)),
+            _batch(tmp_path / "a3", levels(False, False))]
+    args = [x for d in dirs for x in ("--from", d)]
+    noise = zlbench("noise", *args, "--db", db, "--quantile", "80", check=True).stdout
+    # The machine's floor is the other rows' 1% less their spreads; sum 4096 moved 6%.
+    assert "noise floor 0.7% for machine" in noise
+    assert ("1 rows moved beyond it and keep their own floor (1.5 x the largest excess seen), "
+            "largest: sum torch.float16 [[4096,4096]] 8.6%") in noise
+    with sqlite3.connect(db) as conn:
+        ((op, shape, floor, seen),) = conn.execute("SELECT op, shape, floor, seen FROM row_floors").fetchall()
+    assert (op, shape) == ("sum", "[[4096,4096]]")
+    assert seen == pytest.approx(0.06 - 0.002 * 2 ** 0.5) and floor == pytest.approx(1.5 * seen)
+
+    # B: sum 4096 and abs 4096 both 6% slower. sum 4096 moves that much between batches of
+    # one build: SAME at its own floor; abs 4096 does not: SLOWER at the machine's.
+    a = _batch(tmp_path / "a", _ms())
+    b = _batch(tmp_path / "b", lambda op, d, s: 0.106 if s == big else 0.1)
+    doc = json.loads(zlbench("summary", "--ab", a, b, "--format", "json", "--history-db", db,
+                             check=True).stdout)
+    got = {(p["op"], p["shape"]): (p["verdict"], p["floor"]) for p in doc["pairs"]}
+    assert got[("sum", big)] == ("SAME", pytest.approx(floor))
+    assert got[("abs", big)][0] == "SLOWER" and got[("abs", big)][1] < 0.01
+    assert [(f["per_row"], f["rows"]) for f in doc["noise_floors"]] == [(False, 3), (True, 1)]
+    text = zlbench("summary", "--ab", a, b, "--history-db", db, check=True).stdout
+    assert "1 rows at their own A/A floors, up to 8.6% (source: the row's own A/A in zlbench noise of" in text
+    # Its own floor does not hide a change beyond it.
+    b12 = _batch(tmp_path / "b12", lambda op, d, s: 0.112 if (op, s) == ("sum", big) else 0.1)
+    doc = json.loads(zlbench("summary", "--ab", a, b12, "--format", "json", "--history-db", db,
+                             check=True).stdout)
+    assert {p["verdict"] for p in doc["pairs"] if (p["op"], p["shape"]) == ("sum", big)} == {"SLOWER"}
+
+
+def test_a_floor_recorded_before_rows_had_their_own_still_serves(tmp_path):
+    from zlbench.history.noise import floors_for
+    from zlbench.summary.rows import summarize
+
+    db = tmp_path / "history.sqlite"
+    dirs = [_batch(tmp_path / "a1", _ms()), _batch(tmp_path / "a2", _ms("sum", 1.06))]
+    zlbench("noise", "--from", dirs[0], "--from", dirs[1], "--db", db, "--quantile", "50", check=True)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM row_floors").fetchone()[0] == 2  # sum's rows
+        conn.execute("DROP TABLE row_floors")  # as a database of an older zlbench has it
+    (floor,) = set(floors_for(summarize(dirs[0]), str(db)).values())
+    # The median of the excess: abs' none and sum's 6% less the spreads.
+    assert floor.value == pytest.approx((0.06 - 0.002 * 2 ** 0.5) / 2) and dict(floor.rows) == {}
+    assert "noise floor 2.9% for machine" in zlbench("noise", "--list", "--db", db, check=True).stdout
+
+
+def test_row_floors_script_counts_what_the_rows_own_floors_change(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    # Four batches of one build: sum 4096 sits at 0.100 or 0.106 ms by batch, the rest agree.
+    big = SHAPES[1]
+    dirs = [_batch(tmp_path / f"a{i}", lambda op, d, s, up=up: 0.106 if up and (op, s) == ("sum", big) else 0.1)
+            for i, up in ((1, False), (2, True), (3, False), (4, True))]
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "row_floors.py"
+    proc = subprocess.run([sys.executable, str(script), *map(str, dirs), "--quantile", "50",
+                           "--json", str(tmp_path / "rf.json")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads((tmp_path / "rf.json").read_text())[0]
+    assert first["train"] == ["a1", "a2", "a3"] and first["pairs"] == ["a1-a4", "a2-a4", "a3-a4"]
+    assert first["rows_with_own_floor"] == 1
+    # At the machine's floor (the median excess: 0) sum 4096 is SLOWER in a1-a4 and
+    # a3-a4; at its own 8.6% it is SAME. 5% slower, a2-a4's sum 4096 stays within its floor.
+    assert (first["machine"]["aa_real"], first["rows"]["aa_real"]) == (2, 0)
+    assert (first["machine"]["slow_found"], first["rows"]["slow_found"]) == (12, 11)
+    assert first["machine"]["rows"] == first["rows"]["slow_rows"] == 12
+    refused = subprocess.run([sys.executable, str(script), *map(str, dirs[:3])], capture_output=True, text=True)
+    assert refused.returncode == 2 and "more batch dirs than --train" in refused.stderr
 
 
 def test_noise_refuses_the_same_batch_twice_and_an_empty_database(tmp_path):

@@ -5,9 +5,11 @@ Batches of the same build (three run here over --ops, or existing batch dirs giv
 exceeds the two rows' own spreads by (``|B/A - 1| - sqrt(spread_A^2 + spread_B^2)``, at
 least 0); the floor is a high quantile of the excess (99th by default), pooled over the pairs, over the rows
 measured in a good state (rows either side measured throttled are left out: their
-verdicts are UNKNOWN anyway). It is stored in the history database per machine (the host
-that ran the batches) and caliber (history's series caliber: how the runs measured), and
-``summary --ab`` of batches of that machine and caliber uses it, saying so.
+verdicts are UNKNOWN anyway). A row whose largest excess lies beyond that floor keeps a
+floor of its own (history.noise.ROW_FLOOR_FACTOR times that excess). They are stored in
+the history database per machine (the host that ran the batches) and caliber (history's
+series caliber: how the runs measured), and ``summary --ab`` of batches of that machine
+and caliber uses them, saying so.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ def aa_floors(results: Sequence, quantile: float, machine: str) -> list:
     """One FloorRecord per caliber of the runs, pooled over A/A pairings made with a zero
     floor (every pair of the batches). Raises click.ClickException when there is nothing
     to take one from."""
-    from .history.noise import FloorRecord, run_calibers
+    from .history.noise import ROW_FLOOR_FACTOR, FloorRecord, run_calibers
     from .history.store import series_caliber
     from .stats import quantile as q_of
+    from .summary.ab import row_spot
 
     groups: Dict[str, List] = {}
     fields_of: Dict[str, Dict[str, str]] = {}
@@ -64,6 +67,13 @@ def aa_floors(results: Sequence, quantile: float, machine: str) -> list:
         floor = q_of(excess, quantile)
         if floor is None:
             continue
+        # Each row's largest excess over the pairs; a row that moved beyond the machine's
+        # floor keeps its own, ROW_FLOOR_FACTOR times that (history.noise).
+        seen: Dict = {}
+        for p in clean:
+            spot = row_spot(p.a, p.occurrence)
+            seen[spot] = max(seen.get(spot, 0.0), abs(p.verdict.change) - p.verdict.threshold)
+        row_floors = {spot: (ROW_FLOOR_FACTOR * e, e) for spot, e in seen.items() if e > floor}
         out.append(
             FloorRecord(
                 machine=machine,
@@ -78,6 +88,7 @@ def aa_floors(results: Sequence, quantile: float, machine: str) -> list:
                 p90=q_of(changes, 0.9),
                 batches=batches,
                 pairs=len(results),
+                row_floors=row_floors,
             )
         )
     if not out:
@@ -95,6 +106,7 @@ def _pct(v: Optional[float]) -> str:
 
 
 def floor_lines(records: Sequence) -> List[str]:
+    from .history.noise import ROW_FLOOR_FACTOR
     from .history.store import caliber_label
 
     lines = []
@@ -114,6 +126,15 @@ def floor_lines(records: Sequence) -> List[str]:
             + f"|B/A - 1| median {_pct(r.median)}, p90 {_pct(r.p90)}; {r.batches_text()}"
             + (f", {r.measured[:16]}" if r.measured else "")
         )
+        if r.row_floors:
+            top = sorted(r.row_floors.items(), key=lambda kv: -kv[1][0])
+            lines.append(
+                f"  {len(top)} rows moved beyond it and keep their own floor ({ROW_FLOOR_FACTOR:g} x the "
+                "largest excess seen), largest: "
+                + "; ".join(
+                    f"{op} {dtype} {shape} {_pct(own)}" for ((op, dtype, shape), _), (own, _) in top[:3]
+                )
+            )
     return lines
 
 
@@ -178,7 +199,9 @@ def noise_command(from_dirs, batches, ops, devices, out, timeout, quantile, db, 
     compares every pair, and records by how much they differ (the --quantile of the rows'
     change beyond their spreads; rows measured throttled left out), per machine and
     caliber, in the history database. `summary --ab` and `report --ab` of batches of that
-    machine and caliber then use it as the noise floor and say where it came from.
+    machine and caliber then use it as the noise floor and say where it came from. A row
+    that moved beyond that floor between the batches (one that sits at another level in
+    each process) keeps a floor of its own, 1.5 times the most it moved beyond its spreads.
 
     \b
     zlbench noise --ops abs,softmax,layer_norm --devices 0      # three batches, then the floor

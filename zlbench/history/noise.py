@@ -12,13 +12,13 @@ import json
 import socket
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from zlbench.history.store import HistoryError, caliber_key, db_exists, has_table, open_db, series_caliber
 from zlbench.rundir import read_plan
-from zlbench.summary.ab import NoiseFloor
+from zlbench.summary.ab import NoiseFloor, RowSpot
 from zlbench.summary.rows import Summary
 
 TABLE = """
@@ -38,7 +38,25 @@ CREATE TABLE IF NOT EXISTS noise_floors (
     measured  TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS noise_floors_by_key ON noise_floors (machine, caliber);
+CREATE TABLE IF NOT EXISTS row_floors (
+    floor_id    INTEGER NOT NULL REFERENCES noise_floors (id),
+    op          TEXT NOT NULL,
+    dtype       TEXT NOT NULL,
+    shape       TEXT NOT NULL,
+    occurrence  INTEGER NOT NULL,
+    floor       REAL NOT NULL,
+    seen        REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS row_floors_by_floor ON row_floors (floor_id);
 """
+# A row that moved beyond the machine's floor in its A/A pairs keeps its own: this many
+# times the largest excess they showed, for three pairs are few draws of how far a row
+# moves between processes. benchmarks/row_floors.py over H100 batches of FlagGems HEAD
+# (the screen's 24 operators, four batches of one build): floors taken from three and
+# judged on the pairs with the fourth left 1, 6, 2 and 21 A/A rows of about 1,575 SLOWER
+# or FASTER where the machine's floor alone left 10, 16, 9 and 32, and of the rows a 5%
+# slowdown of every row made SLOWER they kept all but 0.4-0.7%.
+ROW_FLOOR_FACTOR = 1.5
 
 
 @dataclass
@@ -58,6 +76,9 @@ class FloorRecord:
     # rows left out for want of a threshold to judge by (no spread, two clocks, host
     # time): said when the floor is taken, not stored
     unjudged: int = 0
+    # The rows whose own A/A moved beyond ``floor``: row_spot -> (their floor, the
+    # largest excess seen: ROW_FLOOR_FACTOR apart).
+    row_floors: Dict[RowSpot, Tuple[float, float]] = field(default_factory=dict)
 
     def batches_text(self) -> str:
         return " vs ".join(self.batches) if len(self.batches) == 2 else ", ".join(self.batches)
@@ -127,6 +148,15 @@ def record_floor(conn: sqlite3.Connection, rec: FloorRecord) -> FloorRecord:
                 rec.measured,
             ),
         )
+        floor_id = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+        conn.executemany(
+            "INSERT INTO row_floors (floor_id, op, dtype, shape, occurrence, floor, seen) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                (floor_id, *key, occurrence, own, seen)
+                for (key, occurrence), (own, seen) in sorted(rec.row_floors.items())
+            ],
+        )
     return rec
 
 
@@ -136,13 +166,20 @@ def latest_floor(conn: sqlite3.Connection, machine: str, caliber: str) -> Option
     if not has_table(conn, "noise_floors"):
         return None
     row = conn.execute(
-        "SELECT machine, caliber, fields, floor, quantile, rows, excluded, median, p90, batches, "
+        "SELECT id, machine, caliber, fields, floor, quantile, rows, excluded, median, p90, batches, "
         "pairs, measured FROM noise_floors WHERE machine = ? AND caliber = ? ORDER BY id DESC LIMIT 1",
         (machine, caliber),
     ).fetchone()
     if row is None:
         return None
-    machine_, caliber_, fields, floor, q, rows, excluded, median, p90, batches, pairs, measured = row
+    floor_id = row[0]
+    machine_, caliber_, fields, floor, q, rows, excluded, median, p90, batches, pairs, measured = row[1:]
+    own: Dict[RowSpot, Tuple[float, float]] = {}
+    if has_table(conn, "row_floors"):  # a floor recorded before rows had their own has none
+        for op, dtype, shape, occurrence, value, seen in conn.execute(
+            "SELECT op, dtype, shape, occurrence, floor, seen FROM row_floors WHERE floor_id = ?", (floor_id,)
+        ):
+            own[((op, dtype, shape), occurrence)] = (value, seen)
     return FloorRecord(
         machine_,
         caliber_,
@@ -156,6 +193,7 @@ def latest_floor(conn: sqlite3.Connection, machine: str, caliber: str) -> Option
         json.loads(batches),
         pairs,
         measured,
+        row_floors=own,
     )
 
 
@@ -178,14 +216,23 @@ def floors_for(summary: Summary, db: str) -> Dict[str, NoiseFloor]:
     try:
         machine, recorded = machine_of(summary)
         assumed = "" if recorded else " (A names no host: taken as this one)"
-        found: Dict[str, Optional[FloorRecord]] = {}
+        found: Dict[str, Optional[NoiseFloor]] = {}
         out: Dict[str, NoiseFloor] = {}
         for run_dir, cal in run_calibers(summary).items():
             if cal not in found:
-                found[cal] = latest_floor(conn, machine, cal)
-            rec = found[cal]
-            if rec is not None:
-                out[run_dir] = NoiseFloor(rec.floor, rec.source(db) + assumed)
+                rec = latest_floor(conn, machine, cal)
+                found[cal] = (
+                    None
+                    if rec is None
+                    else NoiseFloor(
+                        rec.floor,
+                        rec.source(db) + assumed,
+                        {spot: own for spot, (own, _) in rec.row_floors.items()},
+                    )
+                )
+            floor = found[cal]
+            if floor is not None:
+                out[run_dir] = floor
         return out
     except sqlite3.DatabaseError as e:
         raise HistoryError(f"cannot read noise floors from {db}: {e}") from None

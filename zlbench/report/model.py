@@ -377,7 +377,10 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
         ("geomean gain", pct(overall.geomean if overall else None), "muted"),
         (
             "noise floor" + (" (several)" if len(floors) > 1 else ""),
-            ", ".join(pct(f.value, sign=False) for f, _ in floors),
+            ", ".join(
+                f"{n} rows' own, up to {pct(f.value, sign=False)}" if f.per_row else pct(f.value, sign=False)
+                for f, n in floors
+            ),
             "muted",
         ),
         (

@@ -16,6 +16,7 @@ from zlbench.summary.ab import (
     capped_alone,
     recheck_counts,
     throttle_reasons,
+    torch_versions,
 )
 from zlbench.summary.caliber import CaliberReport
 from zlbench.summary.render import (
@@ -80,9 +81,15 @@ def verdict_lines(result: ABResult) -> List[str]:
     used = result.floors_used()
     lines = []
     for i, (floor, n) in enumerate(used):
-        what = f"A/A noise floor {fmt_pct(floor.value, sign=False)} (source: {floor.source})"
-        if len(used) > 1:
-            what += f" ({n} rows)"
+        if floor.per_row:
+            what = (
+                f"{n} rows at their own A/A floors, up to {fmt_pct(floor.value, sign=False)} "
+                f"(source: {floor.source})"
+            )
+        else:
+            what = f"A/A noise floor {fmt_pct(floor.value, sign=False)} (source: {floor.source})"
+            if len(used) > 1:
+                what += f" ({n} rows)"
         lines.append(
             ("Verdicts: " if i == 0 else "          ")
             + what
@@ -114,7 +121,36 @@ def verdict_lines(result: ABResult) -> List[str]:
             f"{unknown[0].verdict.why} and the like; runs measured before spreads "
             "were recorded, or with ZL_DIRECT_TIMER=do_bench and one repeat, carry none."
         )
+    moved = sorted((r for r in result.by_op if torch_moved(r)), key=lambda r: -abs(r.torch_gain or 0.0))
+    if moved:
+        lines.append(
+            f"Torch rows moved in {len(moved)} operators ("
+            + ", ".join(f"{r.name} {fmt_pct(r.torch_gain)}" for r in moved[:4])
+            + (", ..." if len(moved) > 4 else "")
+            + "): "
+            + _torch_reading(torch_versions(result.a), torch_versions(result.b))
+        )
     return lines
+
+
+def _torch_reading(a: List[str], b: List[str]) -> str:
+    """What the torch rows' shift says, by the torch versions A's and B's runs recorded."""
+    if a and a == b and len(a) == 1:
+        return (
+            f"FlagGems' torch reference runs in the same process and A and B ran the same torch "
+            f"({a[0]}), so a shift of that size in those operators is the machine between the runs, "
+            "not the build."
+        )
+    if a and b and a != b:
+        return (
+            f"A ran torch {', '.join(a)} and B {', '.join(b)}: torch's own change moved them, "
+            "perhaps the machine too."
+        )
+    return (
+        "FlagGems' torch reference runs in the same process and, where A and B ran the same torch, "
+        "is the same code, so a shift of that size in those operators is the machine between the "
+        "runs, not the build."
+    )
 
 
 def verdict_counts_line(result: ABResult) -> str:
@@ -144,8 +180,25 @@ def _verdict_counts(r: GainRange) -> str:
     return ", ".join(parts)
 
 
+# An operator whose torch rows moved this much (median) is noted: on an H100 two batches
+# of one build moved whole operators by up to 0.7%, their torch rows by as much.
+TORCH_MOVED = 0.0025
+
+
+def torch_moved(r: GainRange) -> str:
+    """``torch rows -0.7% too`` where the operator's torch rows moved (TORCH_MOVED), else ""."""
+    if r.torch_gain is None or abs(r.torch_gain) < TORCH_MOVED:
+        return ""
+    return f"torch rows {fmt_pct(r.torch_gain)} too"
+
+
 def _range_row(r: GainRange) -> tuple:
-    note = f"{r.fallback_rows} rows direct-timer fallback (different regime)" if r.fallback_rows else ""
+    # The torch rows' shift first: the column is cut at the table's width.
+    notes = [
+        torch_moved(r),
+        f"{r.fallback_rows} rows direct-timer fallback (different regime)" if r.fallback_rows else "",
+    ]
+    note = "; ".join(n for n in notes if n)
     return (
         r.name,
         str(r.count),
@@ -378,7 +431,10 @@ def ab_json_chunks(result: ABResult) -> Iterator[str]:
         "overall": vars(result.overall) if result.overall else None,
         "by_op": [vars(r) for r in result.by_op],
         "noise_floor": result.noise_floor,
-        "noise_floors": [{"floor": f.value, "source": f.source, "rows": n} for f, n in result.floors_used()],
+        "noise_floors": [
+            {"floor": f.value, "source": f.source, "rows": n, "per_row": f.per_row}
+            for f, n in result.floors_used()
+        ],
         "same_run": result.same_run,
         "screen_a": screen_state(result.a),
         "screen_b": screen_state(result.b),
