@@ -102,8 +102,13 @@ def main() -> int:
     parser.add_argument("--slowdown", type=float, default=0.05, help="the known change, as a fraction")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    if len(args.dirs) <= args.train or args.train < 2:
-        parser.error(f"give more batch dirs than --train ({args.train}), and --train 2 or more")
+    if len(args.dirs) <= args.train or args.train < 3:
+        parser.error(
+            f"give more batch dirs than --train ({args.train}), and --train 3 or more "
+            "(zlbench noise keeps rows' own floors from three batches)"
+        )
+    if not 50 <= args.quantile <= 100:
+        parser.error(f"--quantile {args.quantile:g}: a percentile from 50 to 100, as zlbench noise's")
     points = evaluate(args.dirs, args.train, args.quantile / 100.0, args.slowdown)
     print(
         f"{'floors from':<28} {'own':>4}  {'A/A real: machine / rows':>25}  "

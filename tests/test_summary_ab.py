@@ -119,6 +119,39 @@ def test_a_recheck_judges_keys_printed_twice_by_the_same_printing_at_the_first_f
     assert next(p for p in first.pairs if p.occurrence == 0).recheck.startswith("not reproduced (SAME")
 
 
+def test_a_rows_own_floor_is_found_by_its_printing_and_judges_its_recheck_too(tmp_path):
+    from zlbench.summary.ab import NoiseFloor, apply_recheck
+
+    def side(name, first_ms, second_ms):
+        rows = [dict(shape="[1]", torch_ms=0.01, gems_ms=first_ms)]
+        (tmp_path / name).write_text(_log([("mm", "torch.float16", rows),
+                                           ("mm", "torch.float16", [dict(rows[0], gems_ms=second_ms)])]))
+        summary = summarize(tmp_path / name)
+        for row in summary.rows:
+            row.gems_spread = 0.001
+        return summary
+
+    # The second printing of mm [1] alone has its own floor (50%), filed under its shape
+    # as FlagGems' result files spell it. 30% slower in B: SLOWER at the machine's floor,
+    # SAME at its own.
+    a = side("a", 0.01, 0.02)
+    floors = {a.rows[0].run_dir: NoiseFloor(0.02, "zlbench noise", {(("mm", "torch.float16", "[1]"), 1): 0.5})}
+    first = pair_summaries(a, side("b", 0.013, 0.026), 0.02, "default", floors)
+    by_print = sorted(first.pairs, key=lambda p: p.occurrence)
+    assert [p.verdict.status for p in by_print] == ["SLOWER", "SAME"]
+    assert [first.floor_for(p).value for p in by_print] == [0.02, 0.5]
+    assert [(f.per_row, n) for f, n in first.floors_used()] == [(False, 1), (True, 1)]
+    # 80% slower is beyond its own floor. The re-check reads both printings 30% slower: at
+    # the first pair's floors the first is reproduced, the second (its own floor) is not.
+    first = pair_summaries(a, side("b", 0.013, 0.036), 0.02, "default", floors)
+    again = pair_summaries(side("a2", 0.01, 0.02), side("b2", 0.013, 0.026))
+    assert {p.verdict.status for p in again.pairs} == {"SLOWER"}
+    apply_recheck(first, again)
+    by_print = sorted(first.pairs, key=lambda p: p.occurrence)
+    assert by_print[0].recheck.startswith("reproduced (SLOWER")
+    assert by_print[1].verdict.status == "SAME" and by_print[1].recheck.startswith("not reproduced (SAME")
+
+
 def test_compare_calibers_names_each_difference_and_unknowns():
     a = identity()
     b = identity(level="comprehensive", device={"index": 3, "model": "NVIDIA H100"},

@@ -333,6 +333,12 @@ def test_a_row_that_moves_between_batches_keeps_its_own_floor_and_no_other_row_g
     assert [(f["per_row"], f["rows"]) for f in doc["noise_floors"]] == [(False, 3), (True, 1)]
     text = zlbench("summary", "--ab", a, b, "--history-db", db, check=True).stdout
     assert "1 rows at their own A/A floors, up to 8.6% (source: the row's own A/A in zlbench noise of" in text
+    (line,) = [x for x in text.splitlines() if x.startswith("SAME") and "sum" in x and "4096" in x]
+    assert line.rstrip().endswith("own A/A floor 8.6%")
+    page = tmp_path / "ab.html"
+    zlbench("report", a, "--ab", b, "--history-db", db, "-o", page, check=True)
+    html = page.read_text()
+    assert "1 rows&#39; own, up to 8.6%" in html and "own A/A floor 8.6%" in html
     # Its own floor does not hide a change beyond it.
     b12 = _batch(tmp_path / "b12", lambda op, d, s: 0.112 if (op, s) == ("sum", big) else 0.1)
     doc = json.loads(zlbench("summary", "--ab", a, b12, "--format", "json", "--history-db", db,
@@ -345,15 +351,18 @@ def test_a_floor_recorded_before_rows_had_their_own_still_serves(tmp_path):
     from zlbench.summary.rows import summarize
 
     db = tmp_path / "history.sqlite"
-    dirs = [_batch(tmp_path / "a1", _ms()), _batch(tmp_path / "a2", _ms("sum", 1.06))]
-    zlbench("noise", "--from", dirs[0], "--from", dirs[1], "--db", db, "--quantile", "50", check=True)
+    dirs = [_batch(tmp_path / "a1", _ms()), _batch(tmp_path / "a2", _ms("sum", 1.06)), _batch(tmp_path / "a3", _ms())]
+    # One pair shows each row once: no row keeps a floor of its own from it.
+    one = zlbench("noise", "--from", dirs[0], "--from", dirs[1], "--db", db, "--quantile", "50", check=True)
+    assert "no row keeps a floor of its own: that takes 3 A/A pairs (three batches) or more" in one.stdout
+    zlbench("noise", *[x for d in dirs for x in ("--from", d)], "--db", db, "--quantile", "50", check=True)
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM row_floors").fetchone()[0] == 2  # sum's rows
         conn.execute("DROP TABLE row_floors")  # as a database of an older zlbench has it
     (floor,) = set(floors_for(summarize(dirs[0]), str(db)).values())
-    # The median of the excess: abs' none and sum's 6% less the spreads.
-    assert floor.value == pytest.approx((0.06 - 0.002 * 2 ** 0.5) / 2) and dict(floor.rows) == {}
-    assert "noise floor 2.9% for machine" in zlbench("noise", "--list", "--db", db, check=True).stdout
+    # The median of the excess: abs' none in any pair, sum's none in a1-a3.
+    assert floor.value == 0.0 and dict(floor.rows) == {}
+    assert "noise floor 0.0% for machine" in zlbench("noise", "--list", "--db", db, check=True).stdout
 
 
 def test_row_floors_script_counts_what_the_rows_own_floors_change(tmp_path):

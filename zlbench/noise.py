@@ -29,6 +29,8 @@ DEFAULT_QUANTILE = 0.99
 DEFAULT_BATCHES = 3
 # Fewer unthrottled A/A rows than this (or fewer than were throttled): a floor, but a weak one.
 MIN_ROWS = 20
+# Rows keep their own floors only from this many A/A pairs (three batches) or more.
+MIN_ROW_FLOOR_PAIRS = 3
 
 
 def aa_floors(results: Sequence, quantile: float, machine: str) -> list:
@@ -68,12 +70,18 @@ def aa_floors(results: Sequence, quantile: float, machine: str) -> list:
         if floor is None:
             continue
         # Each row's largest excess over the pairs; a row that moved beyond the machine's
-        # floor keeps its own, ROW_FLOOR_FACTOR times that (history.noise).
+        # floor keeps its own, ROW_FLOOR_FACTOR times that (history.noise). Not from one
+        # pair: one draw is all it shows of a row, and the machine's quantile is taken
+        # over such draws.
         seen: Dict = {}
         for p in clean:
             spot = row_spot(p.a, p.occurrence)
             seen[spot] = max(seen.get(spot, 0.0), abs(p.verdict.change) - p.verdict.threshold)
-        row_floors = {spot: (ROW_FLOOR_FACTOR * e, e) for spot, e in seen.items() if e > floor}
+        row_floors = (
+            {spot: (ROW_FLOOR_FACTOR * e, e) for spot, e in seen.items() if e > floor}
+            if len(results) >= MIN_ROW_FLOOR_PAIRS
+            else {}
+        )
         out.append(
             FloorRecord(
                 machine=machine,
@@ -126,7 +134,12 @@ def floor_lines(records: Sequence) -> List[str]:
             + f"|B/A - 1| median {_pct(r.median)}, p90 {_pct(r.p90)}; {r.batches_text()}"
             + (f", {r.measured[:16]}" if r.measured else "")
         )
-        if r.row_floors:
+        if r.pairs < MIN_ROW_FLOOR_PAIRS:
+            lines.append(
+                f"  no row keeps a floor of its own: that takes {MIN_ROW_FLOOR_PAIRS} A/A pairs "
+                "(three batches) or more"
+            )
+        elif r.row_floors:
             top = sorted(r.row_floors.items(), key=lambda kv: -kv[1][0])
             lines.append(
                 f"  {len(top)} rows moved beyond it and keep their own floor ({ROW_FLOOR_FACTOR:g} x the "

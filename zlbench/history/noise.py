@@ -149,6 +149,8 @@ def record_floor(conn: sqlite3.Connection, rec: FloorRecord) -> FloorRecord:
             ),
         )
         floor_id = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+        # An id can be used again after its floor was deleted by hand: none of its rows stay.
+        conn.execute("DELETE FROM row_floors WHERE floor_id = ?", (floor_id,))
         conn.executemany(
             "INSERT INTO row_floors (floor_id, op, dtype, shape, occurrence, floor, seen) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -21,7 +21,7 @@ from zlbench.runlog import Row
 from zlbench.summary.ab import ABResult
 from zlbench.summary.caliber import batch_caliber
 from zlbench.summary.render import screen_state, unfinished_what
-from zlbench.summary.render_ab import GAIN_NOTE, caliber_lines, verdict_lines
+from zlbench.summary.render_ab import GAIN_NOTE, caliber_lines, own_floor_note, verdict_lines
 from zlbench.summary.rows import Summary, summary_families
 from zlbench.summary.sources import missing_run_dirs
 from zlbench.summary.status import operator_statuses
@@ -353,7 +353,7 @@ def ab_page(result: ABResult, families: Optional[Families] = None) -> Page:
                 _finite(p.a.gems_spread),
                 _finite(p.b.gems_spread),
                 abs(math.log2(ratio)) if ratio > 0 else None,
-                p.verdict.why,
+                "; ".join(w for w in (p.verdict.why, own_floor_note(result.floor_for(p), p)) if w),
                 f"{p.a.timer}/{p.b.timer}" + (" (fallback)" if p.fallback else ""),
             ]
         )

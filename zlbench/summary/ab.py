@@ -161,11 +161,13 @@ class ABResult:
         return NoiseFloor(own, f"the row's own A/A in {run.source}", per_row=True)
 
     def floors_used(self) -> List[Tuple[NoiseFloor, int]]:
-        """Each distinct floor the verdicts used, with how many rows used it; the rows'
-        own floors as one, at the largest of them."""
+        """Each distinct floor the verdicts used, with how many rows were judged by it
+        (rows with a threshold); the rows' own floors as one, at the largest of them."""
         counts: Dict[NoiseFloor, int] = {}
         own: Dict[str, List[float]] = {}
         for p in self.pairs:
+            if p.verdict.threshold is None:
+                continue
             f = self.floor_for(p)
             if f.per_row:
                 own.setdefault(f.source, []).append(f.value)
@@ -179,16 +181,28 @@ class ABResult:
 
 
 def torch_gain(pair: PairedRow) -> Optional[float]:
-    """A_torch / B_torch - 1 of a row compared on device time (a threshold), else None."""
+    """A_torch / B_torch - 1 of a row compared on device time (a threshold), its torch
+    sides timed by one clock and neither host time; else None."""
     a, b = pair.a.torch_ms, pair.b.torch_ms
     if pair.verdict.threshold is None or not a or not b or not (math.isfinite(a) and math.isfinite(b)):
         return None
+    if pair.a.torch_clock and pair.b.torch_clock and pair.a.torch_clock != pair.b.torch_clock:
+        return None
+    for row in (pair.a, pair.b):
+        if any(
+            m.name == DIRECT_TIMER_UNTRACED and m.get("side") == "torch" and m.get("kind") == NO_DEVICE_WORK
+            for m in row.markers
+        ):
+            return None
     return a / b - 1.0
 
 
 def torch_versions(summary: Summary) -> List[str]:
     """The torch versions the summary's runs recorded (run_identity.json), sorted."""
-    found = {((r.identity or {}).get("versions") or {}).get("torch") for r in summary.runs}
+    found = set()
+    for run in summary.runs:
+        versions = (run.identity or {}).get("versions")
+        found.add(versions.get("torch") if isinstance(versions, dict) else None)
     return sorted(v for v in found if isinstance(v, str) and v)
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 from zlbench.summary.ab import (
     NOT_REPRODUCED,
     SAME_RUN_WARNING,
     ABResult,
     GainRange,
+    NoiseFloor,
     PairedRow,
     autotune_changes,
     cap_clocks,
@@ -232,10 +233,19 @@ def throttled_sides(p: PairedRow) -> str:
     return "+".join(sorted(sides))
 
 
-def _pair_row(p: PairedRow) -> tuple:
+def own_floor_note(floor: Optional[NoiseFloor], p: PairedRow) -> str:
+    """``own A/A floor 8.6%`` where ``floor`` (``ABResult.floor_for`` of ``p``) is the
+    row's own and judged it."""
+    if floor is None or not floor.per_row or p.verdict.threshold is None:
+        return ""
+    return f"own A/A floor {fmt_pct(floor.value, sign=False)}"
+
+
+def _pair_row(p: PairedRow, floor: Optional[NoiseFloor] = None) -> tuple:
     notes = [
         "direct fallback" if p.fallback else "",
         p.verdict.why if p.verdict.status == UNKNOWN or p.verdict.threshold is None else "",
+        own_floor_note(floor, p),
         cap_clocks(p),
         "autotune picked other configs" if autotune_changes(p) else "",
         f"re-check: {p.recheck}" if p.recheck else "",
@@ -305,7 +315,7 @@ def ab_text_chunks(result: ABResult, style: str) -> Iterator[str]:
     for line in table_lines(
         style,
         ("verdict", "operator", "dtype", "shape", "A ms", "A ±", "B ms", "B ±", "gain", "note"),
-        Cells(result.pairs, _pair_row),
+        Cells(result.pairs, lambda p: _pair_row(p, result.floor_for(p))),
         (False, False, False, False, True, True, True, True, True, False),
     ):
         yield "\n" + line
