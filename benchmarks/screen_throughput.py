@@ -443,8 +443,9 @@ def process_shifts(batches: List[Path], min_rows: int = 3) -> dict:
     threshold; host-time rows move with the host, not the device), and the change of the
     speedup over torch (``after_torch_pct``: torch's rows are the same code in both
     batches, timed in the same process, so what moves both is the process's, not the
-    code's). Operators with fewer than ``min_rows`` such rows are left out."""
-    from zlbench.summary.ab import pair_runs
+    code's; ``summary.ab.torch_gain``, the torch rows' reading summary --ab notes).
+    Operators with fewer than ``min_rows`` such rows are left out."""
+    from zlbench.summary.ab import pair_runs, torch_gain
 
     def med(values: List[float]) -> Optional[float]:
         return statistics.median(values) if values else None
@@ -457,8 +458,9 @@ def process_shifts(batches: List[Path], min_rows: int = 3) -> dict:
                 continue
             seen = by_op.setdefault(str(p.key[0]), {"gems": [], "torch": []})
             seen["gems"].append(p.b.gems_ms / p.a.gems_ms - 1)
-            if p.a.torch_ms and p.b.torch_ms:
-                seen["torch"].append(p.b.torch_ms / p.a.torch_ms - 1)
+            gain = torch_gain(p)  # A/B - 1: as a latency change, B/A - 1
+            if gain is not None:
+                seen["torch"].append(1 / (1 + gain) - 1)
         for op, seen in sorted(by_op.items()):
             if len(seen["gems"]) < min_rows:
                 continue

@@ -150,6 +150,11 @@ def test_a_rows_own_floor_is_found_by_its_printing_and_judges_its_recheck_too(tm
     by_print = sorted(first.pairs, key=lambda p: p.occurrence)
     assert by_print[0].recheck.startswith("reproduced (SLOWER")
     assert by_print[1].verdict.status == "SAME" and by_print[1].recheck.startswith("not reproduced (SAME")
+    # No row judged (no spreads: every row UNKNOWN): the recorded floor is still the one named.
+    bare = summarize(tmp_path / "a")
+    none = pair_summaries(bare, summarize(tmp_path / "b"), 0.02, "default", floors)
+    assert {p.verdict.status for p in none.pairs} == {"UNKNOWN"}
+    assert [(f.source, n) for f, n in none.floors_used()] == [("zlbench noise", 0)]
 
 
 def test_compare_calibers_names_each_difference_and_unknowns():

@@ -176,7 +176,9 @@ class ABResult:
         for source, values in own.items():
             counts[NoiseFloor(max(values), source, per_row=True)] = len(values)
         if not counts:
-            counts[NoiseFloor(self.noise_floor, self.floor_source)] = 0
+            # No row judged (all UNKNOWN): the floors they would have had, at 0 rows.
+            counts = {self.floor_for(p): 0 for p in self.pairs if not self.floor_for(p).per_row}
+            counts = counts or {NoiseFloor(self.noise_floor, self.floor_source): 0}
         return sorted(counts.items(), key=lambda kv: (kv[0].per_row, -kv[1]))
 
 
