@@ -435,6 +435,22 @@ def operator_shifts(pairs, top: int = 5) -> dict:
             "by_operator": {op: round(100 * shift[op], 3) for op in sorted(shift)}}
 
 
+def window_clocks(batch: Path, op: str) -> Optional[dict]:
+    """The SM clock NVML's samples read while the operator's gems rows ran in this
+    batch (row_stats' ``device.after.sm_mhz_window``, ``backends.nvml``): the median of
+    the rows' medians and the lowest sample, or None where no row has a window."""
+    from zlbench import rowstats
+
+    records, _ = rowstats.read(batch / op)
+    windows = [((r.get("device") or {}).get("after") or {}).get("sm_mhz_window") for r in records
+               if r.get("side") == "gems"]
+    windows = [w for w in windows if w and w.get("n")]
+    if not windows:
+        return None
+    return {"median": statistics.median(w["median"] for w in windows), "min": min(w["min"] for w in windows),
+            "samples": sum(w["n"] for w in windows)}
+
+
 def process_shifts(batches: List[Path], min_rows: int = 3) -> dict:
     """Each operator's process in each later batch against its process in the first:
     the median change of latency (later / first - 1: positive is slower; the A/A's
@@ -444,7 +460,9 @@ def process_shifts(batches: List[Path], min_rows: int = 3) -> dict:
     speedup over torch (``after_torch_pct``: torch's rows are the same code in both
     batches, timed in the same process, so what moves both is the process's, not the
     code's; ``summary.ab.torch_gain``, the torch rows' reading summary --ab notes).
-    Operators with fewer than ``min_rows`` such rows are left out."""
+    Operators with fewer than ``min_rows`` such rows are left out. Each point also
+    carries the SM clock NVML's samples read in both processes (``window_clocks``),
+    where they were recorded: whether a process that moved ran at another clock."""
     from zlbench.summary.ab import pair_runs, torch_gain
 
     def med(values: List[float]) -> Optional[float]:
@@ -469,7 +487,8 @@ def process_shifts(batches: List[Path], min_rows: int = 3) -> dict:
                 "op": op, "batch": batch.name, "rows": len(seen["gems"]),
                 "gems_pct": round(100 * gems, 3),
                 "torch_pct": None if torch is None else round(100 * torch, 3),
-                "after_torch_pct": None if torch is None else round(100 * ((1 + gems) / (1 + torch) - 1), 3)})
+                "after_torch_pct": None if torch is None else round(100 * ((1 + gems) / (1 + torch) - 1), 3),
+                "sm_mhz": [window_clocks(batches[0], op), window_clocks(batch, op)]})
 
     def median_abs(field: str) -> Optional[float]:
         values = [abs(p[field]) for p in points if p[field] is not None]

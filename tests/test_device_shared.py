@@ -49,11 +49,20 @@ class FakeNvml(types.ModuleType):
 
     NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 1, 0
     NVML_CLOCK_ID_APP_CLOCK_TARGET, NVML_CLOCK_ID_APP_CLOCK_DEFAULT = 1, 2
+    NVML_PROCESSOR_CLK_SAMPLES = 5
 
     def __init__(self):
         super().__init__("pynvml")
         self.samples = []
         self.asked = []
+        self.clock_samples = []  # the SM clock samples the driver keeps
+
+    def nvmlDeviceGetSamples(self, handle, kind, since):
+        assert kind == self.NVML_PROCESSOR_CLK_SAMPLES
+        got = [s for s in self.clock_samples if s.timeStamp > since]
+        if not got:
+            raise NotFound("Not Found")
+        return 0, got
 
     def nvmlInit(self):
         pass
@@ -136,6 +145,36 @@ def test_only_a_rows_last_sample_asks_which_processes_used_the_device(fake_nvml)
     fake_nvml.samples += [util(ME, sm=80, ts=200)]
     # The row's window runs from the last row's end: its warm-up is in it.
     assert state.sample()["other_procs"] == 1 and fake_nvml.asked[-1] == 100
+
+
+def clock(mhz, ts):
+    return types.SimpleNamespace(timeStamp=ts, sampleValue=types.SimpleNamespace(uiVal=mhz))
+
+
+def test_a_rows_closing_sample_carries_the_sm_clock_sampled_while_it_ran(fake_nvml, monkeypatch):
+    # Samples from before this process (the last operator's, at 1500 MHz) stay out.
+    fake_nvml.clock_samples += [clock(1500, 10), clock(1500, 20)]
+    state = nvml.NvmlState()
+    opening = state.sample(ending=False)
+    assert "sm_mhz_window" not in opening
+    # The row ran a step below the top clock between two point readings of 1980 MHz.
+    fake_nvml.clock_samples += [clock(1980, 30), clock(1965, 40), clock(1965, 50)]
+    closing = state.sample()
+    assert closing["sm_mhz"] == 1980
+    assert closing["sm_mhz_window"] == {"n": 3, "min": 1965, "median": 1965}
+    # The next row's opening sample moves the window's start: its warm-up's sample
+    # stays out of the row only where it came before that opening sample.
+    fake_nvml.clock_samples += [clock(1400, 60)]
+    state.sample(ending=False)
+    fake_nvml.clock_samples += [clock(1980, 70), clock(1980, 80)]
+    assert state.sample()["sm_mhz_window"] == {"n": 2, "min": 1980, "median": 1980}
+    # No sample since (a row shorter than the driver's period): no window, not an old one.
+    state.sample(ending=False)
+    assert "sm_mhz_window" not in state.sample()
+    # An NVML that keeps no clock samples gives none.
+    monkeypatch.delattr(FakeNvml, "nvmlDeviceGetSamples")
+    fake_nvml.clock_samples += [clock(1980, 90)]
+    assert "sm_mhz_window" not in state.sample()
 
 
 def test_an_nvml_without_per_process_utilization_gives_no_answer(fake_nvml, monkeypatch):

@@ -149,7 +149,7 @@ def test_the_repeat_pass_sets_each_process_shift_beside_its_torch_rows(tmp_path)
     st = load_script("screen_throughput")
     shapes = [f"[torch.Size([{n}])]" for n in (64, 128, 256, 512)]
 
-    def batch(name, lstsq_gems=1.0, lstsq_torch=1.0):
+    def batch(name, lstsq_gems=1.0, lstsq_torch=1.0, lstsq_mhz=None):
         # lstsq: four rows; add: three rows; max: two rows, too few for a shift.
         for op, n, gems, torch in (("lstsq", 4, 0.1 * lstsq_gems, 0.2 * lstsq_torch),
                                    ("add", 3, 0.01, 0.02), ("max", 2, 0.05, 0.05)):
@@ -157,15 +157,22 @@ def test_the_repeat_pass_sets_each_process_shift_beside_its_torch_rows(tmp_path)
             text = (SESSION_START.format(n=1) + f"benchmark/test_{op}.py "
                     + table_text(op, "torch.float16", rows) + "." + session_end(1))
             run_dir = write_run(tmp_path / name / op, text, identity())
-            for shape in shapes[:n]:
+            for i, shape in enumerate(shapes[:n]):
                 for side in ("torch", "gems"):
-                    rowstats.append(run_dir, {"op": op, "dtype": "torch.float16", "shape": shape, "side": side,
-                                              "timer": "graph", "samples": 200, "spread": 0.002})
+                    record = {"op": op, "dtype": "torch.float16", "shape": shape, "side": side,
+                              "timer": "graph", "samples": 200, "spread": 0.002}
+                    if op == "lstsq" and lstsq_mhz and side == "gems":
+                        # NVML's SM clock samples over the row: two; the first row's
+                        # second one a step lower.
+                        low = lstsq_mhz - (15 if i == 0 else 0)
+                        record["device"] = {"after": {"sm_mhz": 1980, "sm_mhz_window": {
+                            "n": 2, "min": low, "median": (low + lstsq_mhz) / 2}}}
+                    rowstats.append(run_dir, record)
         return tmp_path / name
 
     # r1: lstsq's process 0.6% slower, its torch rows 0.5% slower with it; r2: lstsq's
     # FlagGems rows 0.3% faster, its torch rows as in a.
-    a, r1, r2 = batch("a"), batch("r1", 1.006, 1.005), batch("r2", 0.997)
+    a, r1, r2 = batch("a", lstsq_mhz=1980), batch("r1", 1.006, 1.005, lstsq_mhz=1965), batch("r2", 0.997)
     got = st.process_shifts([a, r1, r2])
     assert got["batches"] == ["a", "r1", "r2"]
     points = {(p["op"], p["batch"]): p for p in got["points"]}
@@ -174,7 +181,12 @@ def test_the_repeat_pass_sets_each_process_shift_beside_its_torch_rows(tmp_path)
     assert slow["rows"] == 4 and slow["gems_pct"] == pytest.approx(0.6) and slow["torch_pct"] == pytest.approx(0.5)
     assert slow["after_torch_pct"] == pytest.approx(100 * (1.006 / 1.005 - 1), abs=1e-3)
     assert points[("add", "r2")] == {"op": "add", "batch": "r2", "rows": 3, "gems_pct": 0.0, "torch_pct": 0.0,
-                                     "after_torch_pct": 0.0}
+                                     "after_torch_pct": 0.0, "sm_mhz": [None, None]}
+    # The SM clock NVML sampled while each process's gems rows ran: the slow process ran
+    # a step lower; a batch without samples has none.
+    assert slow["sm_mhz"] == [{"median": 1980, "min": 1965, "samples": 8},
+                              {"median": 1965, "min": 1950, "samples": 8}]
+    assert points[("lstsq", "r2")]["sm_mhz"] == [slow["sm_mhz"][0], None]
     assert points[("lstsq", "r2")]["gems_pct"] == pytest.approx(-0.3)
     assert points[("lstsq", "r2")]["after_torch_pct"] == pytest.approx(-0.3)
     # Over the points (0.6, 0.3, 0, 0): the median of |gems| is 0.15; the torch rows take
@@ -205,7 +217,8 @@ def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_
     # A row timed while this host ran slow is UNKNOWN, not compared, so an operator left
     # with fewer than three compared rows in a batch has no point there.
     assert {(p["op"], p["batch"]) for p in shifts["points"]} <= {(op, b) for op in ("abs", "add") for b in ("b", "r1")}
-    assert all(set(p) == {"op", "batch", "rows", "gems_pct", "torch_pct", "after_torch_pct"} and p["rows"] >= 3
+    assert all(set(p) == {"op", "batch", "rows", "gems_pct", "torch_pct", "after_torch_pct", "sm_mhz"}
+               and p["rows"] >= 3 and p["sm_mhz"] == [None, None]  # the cpu backend reads no NVML
                for p in shifts["points"])
     # What the report wrote is what process_shifts makes of the batches it left.
     st = load_script("screen_throughput")

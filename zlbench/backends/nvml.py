@@ -9,6 +9,7 @@ visibility value when it is a plain index or a UUID.
 from __future__ import annotations
 
 import os
+import statistics
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .base import DeviceState
@@ -89,6 +90,7 @@ class NvmlState(DeviceState):
         self.reason = ""
         self.pid = os.getpid()
         self.last_utilization_us = 0  # NVML's timestamp of the newest utilization sample read
+        self.last_clock_us = 0  # ... and of the newest SM clock sample read
         self.asked_utilization = False
         # Device samples that could say whether another process used the device, and did.
         self.shared_checks = {"answered": 0, "unanswered": 0}
@@ -135,6 +137,31 @@ class NvmlState(DeviceState):
         self.shared_checks["unanswered" if others is None else "answered"] += 1
         return others
 
+    def _clock_window(self, ending: bool) -> Optional[Dict[str, Any]]:
+        """The SM clock samples the driver kept since the last sample (NVML's
+        ``nvmlDeviceGetSamples``, several a second): on a row's closing sample, those of
+        the row's warm-up and timed calls, ``{"n", "min", "median"}`` in MHz; None where
+        there are none or this NVML keeps none. An opening sample only moves the window's
+        start. The point readings before and after a row can both show the top clock
+        while the row ran a step lower: on an H100, whole operators' processes moved by
+        0.3-0.7% as a lower SM clock would move them while every point reading was 1980
+        MHz (docs/design.md, Device state and spread per row)."""
+        nv = self.nvml
+        fn = getattr(nv, "nvmlDeviceGetSamples", None)
+        kind = getattr(nv, "NVML_PROCESSOR_CLK_SAMPLES", None)
+        if fn is None or kind is None:
+            return None
+        since = self.last_clock_us
+        got = self._read(fn, kind, since)  # raises NotFound, read as None, when none is newer
+        samples = [s for s in (got[1] if got else []) if int(s.timeStamp) > since]
+        if not samples:
+            return None
+        self.last_clock_us = max(int(s.timeStamp) for s in samples)
+        if not ending or not since:  # the first read holds what came before this process
+            return None
+        values = sorted(int(s.sampleValue.uiVal) for s in samples)
+        return {"n": len(values), "min": values[0], "median": statistics.median(values)}
+
     def busy_sample(self) -> Dict[str, Any]:
         mask = self._reasons()
         return {
@@ -153,7 +180,8 @@ class NvmlState(DeviceState):
         # opens the first window (what NVML holds from before, such as the last
         # operator's process, stays out of it).
         others = self._others() if ending or not self.asked_utilization else None
-        return {
+        window = self._clock_window(ending)
+        sample = {
             "sm_mhz": self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM),
             "mem_mhz": self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM),
             "temp_c": self._read(nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU),
@@ -162,6 +190,9 @@ class NvmlState(DeviceState):
             # An opening sample's count covers what came before the window: no row's.
             "other_procs": others if ending else None,
         }
+        if window:
+            sample["sm_mhz_window"] = window
+        return sample
 
     def describe(self) -> Dict[str, Any]:
         nv = self.nvml
