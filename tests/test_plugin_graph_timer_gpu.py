@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -210,6 +211,32 @@ def test_nvml_reads_the_device_this_process_sees():
     info = state.describe()
     assert info["source"] == "nvml" and info["clocks_locked"] in (True, False, "unknown")
     assert torch.cuda.get_device_name() in (info["name"] or "")
+    state.close()
+
+
+def test_nvml_samples_the_sm_clock_while_a_row_runs():
+    pynvml = pytest.importorskip("pynvml")
+    from zlbench.backends import BACKENDS
+    from zlbench.backends.base import open_device_state
+
+    state = open_device_state(BACKENDS["cuda"])
+    assert state.available(), state.describe()
+    try:
+        pynvml.nvmlDeviceGetSamples(state.handle, pynvml.NVML_PROCESSOR_CLK_SAMPLES, 0)
+    except pynvml.NVMLError_NotSupported:
+        pytest.skip("this driver keeps no SM clock samples: rows carry no sm_mhz_window")
+    except pynvml.NVMLError_NotFound:  # none kept yet: the work below makes some
+        pass
+    state.sample(ending=False)
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    end = time.perf_counter() + 1.5  # the driver samples several times a second
+    while time.perf_counter() < end:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
+    window = state.sample()["sm_mhz_window"]
+    top = state.describe()["max_sm_mhz"]
+    assert window["n"] >= 1 and 0 < window["min"] <= window["median"] <= (top or window["median"]), window
     state.close()
 
 
