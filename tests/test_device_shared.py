@@ -171,10 +171,13 @@ def test_a_rows_closing_sample_carries_the_sm_clock_sampled_while_it_ran(fake_nv
     # No sample since (a row shorter than the driver's period): no window, not an old one.
     state.sample(ending=False)
     assert "sm_mhz_window" not in state.sample()
+    # The run's report counts the rows with a window and those without.
+    assert state.describe()["sm_clock_window"] == {"read": 2, "none": 1}
     # An NVML that keeps no clock samples gives none.
     monkeypatch.delattr(FakeNvml, "nvmlDeviceGetSamples")
     fake_nvml.clock_samples += [clock(1980, 90)]
     assert "sm_mhz_window" not in state.sample()
+    assert state.describe()["sm_clock_window"].startswith("unavailable")
 
 
 def test_an_nvml_without_per_process_utilization_gives_no_answer(fake_nvml, monkeypatch):

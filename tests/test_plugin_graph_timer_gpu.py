@@ -237,6 +237,7 @@ def test_nvml_samples_the_sm_clock_while_a_row_runs():
     window = state.sample()["sm_mhz_window"]
     top = state.describe()["max_sm_mhz"]
     assert window["n"] >= 1 and 0 < window["min"] <= window["median"] <= (top or window["median"]), window
+    assert state.describe()["sm_clock_window"] == {"read": 1, "none": 0}
     state.close()
 
 

@@ -91,6 +91,8 @@ class NvmlState(DeviceState):
         self.pid = os.getpid()
         self.last_utilization_us = 0  # NVML's timestamp of the newest utilization sample read
         self.last_clock_us = 0  # ... and of the newest SM clock sample read
+        # Rows' closing samples with an SM clock window, and without one (none kept since).
+        self.clock_windows = {"read": 0, "none": 0}
         self.asked_utilization = False
         # Device samples that could say whether another process used the device, and did.
         self.shared_checks = {"answered": 0, "unanswered": 0}
@@ -154,10 +156,12 @@ class NvmlState(DeviceState):
         since = self.last_clock_us
         got = self._read(fn, kind, since)  # raises NotFound, read as None, when none is newer
         samples = [s for s in (got[1] if got else []) if int(s.timeStamp) > since]
-        if not samples:
-            return None
-        self.last_clock_us = max(int(s.timeStamp) for s in samples)
+        if samples:
+            self.last_clock_us = max(int(s.timeStamp) for s in samples)
         if not ending or not since:  # the first read holds what came before this process
+            return None
+        self.clock_windows["read" if samples else "none"] += 1
+        if not samples:
             return None
         values = sorted(int(s.sampleValue.uiVal) for s in samples)
         return {"n": len(values), "min": values[0], "median": statistics.median(values)}
@@ -221,6 +225,13 @@ class NvmlState(DeviceState):
                 dict(self.shared_checks)
                 if hasattr(self.nvml, "nvmlDeviceGetProcessUtilization")
                 else "unavailable: this NVML has no nvmlDeviceGetProcessUtilization"
+            ),
+            # How many rows' closing samples carried the SM clock NVML sampled while the
+            # row ran (sm_mhz_window), and how many found none kept since the opening one.
+            "sm_clock_window": (
+                dict(self.clock_windows)
+                if hasattr(self.nvml, "nvmlDeviceGetSamples")
+                else "unavailable: this NVML has no nvmlDeviceGetSamples"
             ),
         }
 
