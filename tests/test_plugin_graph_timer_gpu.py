@@ -227,13 +227,18 @@ def test_nvml_samples_the_sm_clock_while_a_row_runs():
         pytest.skip("this driver keeps no SM clock samples: rows carry no sm_mhz_window")
     except pynvml.NVMLError_NotFound:  # none kept yet: the work below makes some
         pass
-    state.sample(ending=False)
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-    end = time.perf_counter() + 1.5  # the driver samples several times a second
-    while time.perf_counter() < end:
-        for _ in range(20):
-            a @ a
-        torch.cuda.synchronize()
+
+    def busy(seconds):  # the driver samples several times a second
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            for _ in range(20):
+                a @ a
+            torch.cuda.synchronize()
+
+    busy(0.5)  # a process's first read only opens the window, once samples exist
+    state.sample(ending=False)
+    busy(1.5)
     window = state.sample()["sm_mhz_window"]
     top = state.describe()["max_sm_mhz"]
     assert window["n"] >= 1 and 0 < window["min"] <= window["median"] <= (top or window["median"]), window
