@@ -60,9 +60,10 @@ class DeviceState:
     ``sample()`` returns ``{"sm_mhz", "mem_mhz", "temp_c", "power_w", "throttle"}``
     (a value the vendor does not expose is None; ``throttle`` is a list of reason
     names that slow the device down; a closing sample may add ``sm_mhz_window``, the
-    SM clock the vendor sampled while the row ran: ``{"n", "min", "median"}``); ``ending`` says whether the sample closes a row
-    (after its timed calls) or opens one, for readings that cover the time since the
-    last row's end (NVML's ``other_procs``). ``describe()`` says where the numbers come from
+    SM clock the vendor sampled while the row ran: ``{"n", "min", "median"}``);
+    ``ending`` says whether the sample closes a row (after its timed calls) or opens
+    one, for readings that cover the time since the last row's end (NVML's
+    ``other_procs``, ``sm_mhz_window``). ``describe()`` says where the numbers come from
     and whether clocks are locked (True, False or "unknown"). This base class is the
     answer where a vendor exposes nothing.
     """

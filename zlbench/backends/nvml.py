@@ -185,7 +185,7 @@ class NvmlState(DeviceState):
         # operator's process, stays out of it).
         others = self._others() if ending or not self.asked_utilization else None
         window = self._clock_window(ending)
-        sample = {
+        reading = {
             "sm_mhz": self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM),
             "mem_mhz": self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM),
             "temp_c": self._read(nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU),
@@ -195,8 +195,8 @@ class NvmlState(DeviceState):
             "other_procs": others if ending else None,
         }
         if window:
-            sample["sm_mhz_window"] = window
-        return sample
+            reading["sm_mhz_window"] = window
+        return reading
 
     def describe(self) -> Dict[str, Any]:
         nv = self.nvml
