@@ -412,6 +412,22 @@ def layout(pairs, cache: Dict[str, dict]) -> dict:
             "rows_equal_as_printed": sum(1 for g in gains if g == 0.0)}
 
 
+def median_ci(by_op: Dict[str, List[float]], resamples: int = 2000, seed: int = 0) -> Optional[List[float]]:
+    """A 95% interval of the median of |values| over all operators' rows, resampling
+    whole operators (each runs in its own process per batch, so its rows move together
+    and are not independent): where a goal lies inside it, one A/A cannot tell the
+    figure from the goal. None with fewer than two operators."""
+    import random
+
+    groups = [[abs(v) for v in values] for values in by_op.values() if values]
+    if len(groups) < 2:
+        return None
+    rng = random.Random(seed)
+    medians = sorted(
+        statistics.median([v for g in rng.choices(groups, k=len(groups)) for v in g]) for _ in range(resamples))
+    return [medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]]
+
+
 def operator_shifts(pairs, top: int = 5) -> dict:
     """How much of the A/A moves whole operators. Each operator runs in its own process
     per batch, so a shift every row of it shares (its rows' median signed gain) lies
@@ -564,11 +580,18 @@ def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
     # B (their numbers are host time), nor the UNKNOWN ones.
     compared = sorted(abs(p.gain) for p in result.pairs
                       if p.gain is not None and p.verdict.threshold is not None)
+    compared_by_op: Dict[str, List[float]] = {}
+    for p in result.pairs:
+        if p.gain is not None and p.verdict.threshold is not None:
+            compared_by_op.setdefault(str(p.key[0]), []).append(p.gain)
+    ci = median_ci(compared_by_op)
     host_only = sum(1 for p in result.pairs if p.verdict.why == NO_DEVICE_WORK_EITHER)
     return {"pairs": n, "verdicts": verdicts,
             "median_abs_gain_pct": round(100 * statistics.median(gains), 4) if gains else None,
             "compared": len(compared),
             "median_abs_gain_pct_compared": round(100 * statistics.median(compared), 4) if compared else None,
+            # Its 95% interval, operators resampled (median_ci).
+            "median_abs_gain_pct_compared_ci95": None if ci is None else [round(100 * v, 4) for v in ci],
             "same_share": round(verdicts.get("SAME", 0) / n, 4) if n else None,
             # Of the rows compared on device time (the SAME ones without device work left
             # out of both counts), the share SAME.
@@ -785,6 +808,9 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         met = value is not None and (value <= goal if op == "<=" else value >= goal)
         print(f"goal: {name} {op} {goal}: " + ("not measured" if value is None else
                                               f"{'MET' if met else 'NOT MET'} ({value})"))
+    ci = aa_fig.get("median_abs_gain_pct_compared_ci95")
+    if ci:
+        print(f"   the A/A median |gain| of the rows compared: 95% interval {ci[0]}-{ci[1]}%, operators resampled")
     if "aa" in figures:
         print(f"A/A: {json.dumps({k: v for k, v in figures['aa'].items() if k != 'not_same'})}")
         for row in figures["aa"]["not_same"]:

@@ -141,6 +141,21 @@ def test_the_operator_shifts_split_the_aa_into_whole_processes_and_what_is_left_
                                           "median_abs_gain_pct_within": None, "largest": [], "by_operator": {}}
 
 
+def test_the_aa_medians_interval_resamples_whole_operators():
+    st = load_script("screen_throughput")
+    # Every operator's rows alike: the interval is the median itself.
+    assert st.median_ci({"a": [0.001] * 5, "b": [-0.001] * 5}) == [0.001, 0.001]
+    # One operator's whole process 0.7% off: resampling operators (not rows) lets the
+    # median move by up to that operator's share of the rows.
+    by_op = {f"op{i}": [0.0002, -0.0003, 0.0004] for i in range(9)}
+    by_op["lstsq"] = [0.007] * 20
+    lo, hi = st.median_ci(by_op)
+    whole = sorted(abs(v) for g in by_op.values() for v in g)
+    assert lo <= st.statistics.median(whole) <= hi and lo == 0.0003 and hi == 0.007
+    assert st.median_ci(by_op) == [lo, hi]  # the same every time (a fixed seed)
+    assert st.median_ci({"a": [0.001]}) is None and st.median_ci({}) is None
+
+
 def test_the_repeat_pass_sets_each_process_shift_beside_its_torch_rows(tmp_path):
     from summary_logwriter import SESSION_START, identity, session_end, table_text, write_run
 
