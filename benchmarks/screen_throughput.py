@@ -57,6 +57,7 @@ import csv
 import hashlib
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -417,8 +418,6 @@ def median_ci(by_op: Dict[str, List[float]], resamples: int = 2000, seed: int = 
     whole operators (each runs in its own process per batch, so its rows move together
     and are not independent): where a goal lies inside it, one A/A cannot tell the
     figure from the goal. None with fewer than two operators."""
-    import random
-
     groups = [[abs(v) for v in values] for values in by_op.values() if values]
     if len(groups) < 2:
         return None
@@ -428,17 +427,23 @@ def median_ci(by_op: Dict[str, List[float]], resamples: int = 2000, seed: int = 
     return [medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]]
 
 
+def compared_by_operator(pairs) -> Dict[str, List[float]]:
+    """The gains of the rows compared on device time (a threshold: not UNKNOWN, not
+    host time on both sides), by operator."""
+    by_op: Dict[str, List[float]] = {}
+    for p in pairs:
+        if p.gain is not None and p.verdict.threshold is not None:
+            by_op.setdefault(str(p.key[0]), []).append(p.gain)
+    return by_op
+
+
 def operator_shifts(pairs, top: int = 5) -> dict:
     """How much of the A/A moves whole operators. Each operator runs in its own process
     per batch, so a shift every row of it shares (its rows' median signed gain) lies
     between processes; the rows' median |gain| once their operator's shift is taken out
     is what the timer itself leaves. Rows compared on device time only, operators of 3
     rows or more; ``largest``: the operators of the largest shifts."""
-    by_op: Dict[str, List[float]] = {}
-    for p in pairs:
-        if p.gain is not None and p.verdict.threshold is not None:
-            by_op.setdefault(str(p.key[0]), []).append(p.gain)
-    by_op = {op: g for op, g in by_op.items() if len(g) >= 3}
+    by_op = {op: g for op, g in compared_by_operator(pairs).items() if len(g) >= 3}
     shift = {op: statistics.median(g) for op, g in by_op.items()}
     within = [abs(x - shift[op]) for op, g in by_op.items() for x in g]
     largest = sorted(shift, key=lambda op: -abs(shift[op]))[:top]
@@ -484,6 +489,13 @@ def process_shifts(batches: List[Path], min_rows: int = 3) -> dict:
     def med(values: List[float]) -> Optional[float]:
         return statistics.median(values) if values else None
 
+    clocks: Dict[Tuple[Path, str], Optional[dict]] = {}
+
+    def clock(batch: Path, op: str) -> Optional[dict]:  # the first batch's are read once
+        if (batch, op) not in clocks:
+            clocks[(batch, op)] = window_clocks(batch, op)
+        return clocks[(batch, op)]
+
     points = []
     for batch in batches[1:]:
         by_op: Dict[str, Dict[str, List[float]]] = {}
@@ -504,7 +516,7 @@ def process_shifts(batches: List[Path], min_rows: int = 3) -> dict:
                 "gems_pct": round(100 * gems, 3),
                 "torch_pct": None if torch is None else round(100 * torch, 3),
                 "after_torch_pct": None if torch is None else round(100 * ((1 + gems) / (1 + torch) - 1), 3),
-                "sm_mhz": [window_clocks(batches[0], op), window_clocks(batch, op)]})
+                "sm_mhz": [clock(batches[0], op), clock(batch, op)]})
 
     def median_abs(field: str) -> Optional[float]:
         values = [abs(p[field]) for p in points if p[field] is not None]
@@ -578,12 +590,8 @@ def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
                           "unexplained": sum(id(p) in unexplained_pairs for p in pairs)}
     # The rows whose device times were compared: not those without device work in A or
     # B (their numbers are host time), nor the UNKNOWN ones.
-    compared = sorted(abs(p.gain) for p in result.pairs
-                      if p.gain is not None and p.verdict.threshold is not None)
-    compared_by_op: Dict[str, List[float]] = {}
-    for p in result.pairs:
-        if p.gain is not None and p.verdict.threshold is not None:
-            compared_by_op.setdefault(str(p.key[0]), []).append(p.gain)
+    compared_by_op = compared_by_operator(result.pairs)
+    compared = sorted(abs(g) for gains_of_op in compared_by_op.values() for g in gains_of_op)
     ci = median_ci(compared_by_op)
     host_only = sum(1 for p in result.pairs if p.verdict.why == NO_DEVICE_WORK_EITHER)
     return {"pairs": n, "verdicts": verdicts,

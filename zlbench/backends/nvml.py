@@ -139,6 +139,9 @@ class NvmlState(DeviceState):
         self.shared_checks["unanswered" if others is None else "answered"] += 1
         return others
 
+    def _keeps_clock_samples(self) -> bool:
+        return hasattr(self.nvml, "nvmlDeviceGetSamples") and hasattr(self.nvml, "NVML_PROCESSOR_CLK_SAMPLES")
+
     def _clock_window(self, ending: bool) -> Optional[Dict[str, Any]]:
         """The SM clock samples the driver kept since the last sample (NVML's
         ``nvmlDeviceGetSamples``, several a second): on a row's closing sample, those of
@@ -148,13 +151,12 @@ class NvmlState(DeviceState):
         while the row ran a step lower: on an H100, whole operators' processes moved by
         0.3-0.7% as a lower SM clock would move them while every point reading was 1980
         MHz (docs/design.md, Device state and spread per row)."""
-        nv = self.nvml
-        fn = getattr(nv, "nvmlDeviceGetSamples", None)
-        kind = getattr(nv, "NVML_PROCESSOR_CLK_SAMPLES", None)
-        if fn is None or kind is None:
+        if not self._keeps_clock_samples():
             return None
+        nv = self.nvml
         since = self.last_clock_us
-        got = self._read(fn, kind, since)  # raises NotFound, read as None, when none is newer
+        # NVML raises NotFound, read as None, when no sample is newer than ``since``.
+        got = self._read(nv.nvmlDeviceGetSamples, nv.NVML_PROCESSOR_CLK_SAMPLES, since)
         samples = [s for s in (got[1] if got else []) if int(s.timeStamp) > since]
         if samples:
             self.last_clock_us = max(int(s.timeStamp) for s in samples)
@@ -230,8 +232,8 @@ class NvmlState(DeviceState):
             # row ran (sm_mhz_window), and how many found none kept since the opening one.
             "sm_clock_window": (
                 dict(self.clock_windows)
-                if hasattr(self.nvml, "nvmlDeviceGetSamples")
-                else "unavailable: this NVML has no nvmlDeviceGetSamples"
+                if self._keeps_clock_samples()
+                else "unavailable: this NVML has no nvmlDeviceGetSamples for the SM clock"
             ),
         }
 
