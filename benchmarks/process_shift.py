@@ -39,7 +39,9 @@ def child(rounds: int, idle_s: float) -> dict:
         import pynvml
 
         pynvml.nvmlInit()
-        nvml = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        # By the UUID torch reports: NVML numbers devices ignoring CUDA_VISIBLE_DEVICES.
+        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+        nvml = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
     except Exception:  # noqa: BLE001 - the effective clock does not need it
         nvml = None
 
@@ -80,16 +82,19 @@ def child(rounds: int, idle_s: float) -> dict:
                 for _ in range(calls):
                     fn()
         torch.cuda.synchronize()
+        # Every timed replay is queued behind one untimed one, with no host wait between
+        # them: a replay queued on an idle device after a wait times its own launch too.
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(replays)
+        ]
         g.replay()
-        times = []
-        for _ in range(replays):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for s, e in events:
             s.record()
             g.replay()
             e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) * 1e3 / calls)
-        return statistics.median(times)
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) * 1e3 / calls for s, e in events)
 
     def eager_us(fn, calls: int = 20) -> float:
         for _ in range(3):
