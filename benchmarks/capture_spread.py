@@ -24,6 +24,16 @@ Usage (a CUDA host; FlagGems' src on PYTHONPATH for the gems cases):
 
 The JSON keeps every timing's per-placement medians (``placement_ms``; an interleaved
 timing's per-graph ones), where placements that fall into clusters show.
+
+Around every timing the process also reads the SM clock its kernels really ran at: a
+spin kernel of a known number of cycles (``torch.cuda._sleep``) timed by events, at two
+lengths so that the launch's fixed cost drops out, beside NVML's reported clock where
+pynvml is installed. In an A/A of the corpus' sample whole operators moved between the
+two batches' processes by about one clock step (every row of FlagGems' linalg_lstsq
+0.6-0.8%, torch's side too) while NVML read 1980 MHz around every row; the figures
+``between_cycles`` (the processes' means turned into cycles by each timing's effective
+clock) tell whether that clock moved them: a clock-bound case whose processes differ
+by a step and whose cycles agree.
 """
 
 from __future__ import annotations
@@ -41,6 +51,42 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 LARGE = 1 << 30  # elements: log1p's largest core shape, 4 GiB in fp32
+SPIN_CYCLES = 2_000_000  # the effective clock's spin kernel: about 1 ms at 2 GHz
+
+
+def clock_readers(torch):
+    """(effective_mhz, nvml_mhz) of the current CUDA device: the SM clock from a spin
+    kernel of known cycles timed by events (the difference of two lengths, median of
+    five), and NVML's reported SM clock (None without pynvml; the device found by the
+    UUID torch reports, as NVML numbers devices ignoring CUDA_VISIBLE_DEVICES)."""
+
+    def spin_ms(cycles: int) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    def effective_mhz() -> float:
+        return statistics.median(
+            SPIN_CYCLES / ((spin_ms(2 * SPIN_CYCLES) - spin_ms(SPIN_CYCLES)) * 1e3) for _ in range(5)
+        )
+
+    handle = None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    except Exception:  # noqa: BLE001 - the effective clock does not need NVML
+        handle = None
+
+    def nvml_mhz():
+        return None if handle is None else pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+
+    return effective_mhz, nvml_mhz
 
 
 def selected(name: str, wanted: List[str]) -> bool:
@@ -53,6 +99,11 @@ def closing_over(x, op):
     moves to other placements (``placement.closure_tensors``); a default argument
     (``lambda x=x: ...``) hides it, and every timing is then at one placement."""
     return lambda: op(x)
+
+
+def solving(a, b, lstsq):
+    """``lambda: lstsq(a, b)`` closing over both inputs (``closing_over``'s reason)."""
+    return lambda: lstsq(a, b, driver="gels")
 
 
 def cases(torch, gems, wanted: List[str] = ()):
@@ -83,6 +134,17 @@ def cases(torch, gems, wanted: List[str] = ()):
     if selected(name, wanted):
         y = torch.randn(1 << 20, device=dev, dtype=torch.bfloat16)
         out.append((name, lambda: torch.max(y), gems))
+    # FlagGems' linalg_lstsq, whose every row moved about one SM clock step between an
+    # H100 A/A's processes (a chain of small, clock-bound kernels).
+    for shape, dtype in (((256, 32), torch.float32), ((1024, 1024), torch.float64)):
+        name = f"gems linalg_lstsq {str(dtype).split('.')[-1]} {shape[0]}x{shape[1]}"
+        if selected(name, wanted) and gems is not None:
+            import flag_gems
+
+            a = torch.randn(*shape, device=dev, dtype=dtype)
+            b = torch.randn(shape[0], device=dev, dtype=dtype)
+            # FlagGems' benchmark calls it by name, as here (its reference is composed).
+            out.append((name, solving(a, b, flag_gems.linalg_lstsq), contextlib.nullcontext))
     for side, ctx in (("gems", gems), ("torch", contextlib.nullcontext)):
         name = f"{side} log1p fp32 2^30"
         if selected(name, wanted):
@@ -106,15 +168,20 @@ def child(timings: int, wanted: List[str]) -> Dict[str, dict]:
     except Exception as e:  # noqa: BLE001 - the torch cases still run
         print(f"flag_gems not importable ({type(e).__name__}: {e}): torch cases only", file=sys.stderr)
         gems = None
+    effective_mhz, nvml_mhz = clock_readers(torch)
     got: Dict[str, dict] = {}
     for name, fn, ctx in cases(torch, gems, wanted):
         if ctx is None:
             continue
-        medians, spreads, interleaved, placements = [], [], set(), []
+        medians, spreads, interleaved, placements, clocks = [], [], set(), [], []
         try:
             with ctx():
                 for _ in range(timings):
+                    before = effective_mhz()
                     m = graph_bench(fn, 1000.0, 100.0, None, None, "median", places=8)
+                    # The effective clock around the timing (mean of before and after),
+                    # and NVML's reading after it.
+                    clocks.append({"effective_mhz": (before + effective_mhz()) / 2, "nvml_mhz": nvml_mhz()})
                     medians.append(m.median_ms)
                     spreads.append(m.spread)
                     interleaved.add(bool(m.cost.get("interleaved")))
@@ -128,6 +195,7 @@ def child(timings: int, wanted: List[str]) -> Dict[str, dict]:
             "spreads": spreads,
             "interleaved": sorted(interleaved),
             "placement_ms": placements,
+            "clocks": clocks,
         }
     return got
 
@@ -163,6 +231,21 @@ def summarise(runs: List[Dict[str, dict]]) -> Dict[str, dict]:
             else None,
             "medians_us": [[round(1e3 * m, 4) for m in p["medians_ms"]] for p in per],
         }
+        clocked = [p for p in per if len(p.get("clocks") or []) == len(p["medians_ms"])]
+        if len(clocked) == len(per):
+            # Each process's mean in cycles (each timing's median x its effective clock):
+            # a clock-bound case that the clock moved between processes agrees here.
+            cycles = [
+                statistics.fmean(m * c["effective_mhz"] for m, c in zip(p["medians_ms"], p["clocks"]))
+                for p in per
+            ]
+            out[name]["between_cycles"] = {k: round(v, 4) for k, v in relative(cycles).items()}
+            out[name]["effective_mhz"] = [
+                round(statistics.median(c["effective_mhz"] for c in p["clocks"]), 1) for p in per
+            ]
+            out[name]["nvml_mhz"] = [
+                sorted({c["nvml_mhz"] for c in p["clocks"] if c["nvml_mhz"] is not None}) for p in per
+            ]
     return out
 
 
@@ -215,6 +298,11 @@ def main() -> int:
             f"{name:<38} {str(f['interleaved']):<12} {f['within_range_pct']:>8.3f} /{f['within_sd_pct']:>7.3f}  "
             f"{f['between']['range_pct']:>9.3f} /{f['between']['sd_pct']:>7.3f} {f['spread_pct'] or float('nan'):>9.3f}"
         )
+        if "between_cycles" in f:
+            print(
+                f"{'':<38} in cycles between range/sd % {f['between_cycles']['range_pct']:.3f} /"
+                f"{f['between_cycles']['sd_pct']:.3f}; effective MHz {f['effective_mhz']}, NVML MHz {f['nvml_mhz']}"
+            )
     if args.json:
         args.json.write_text(json.dumps({"runs": runs, "figures": figures}, indent=1) + "\n")
     return 0
