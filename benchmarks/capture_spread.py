@@ -231,8 +231,7 @@ def summarise(runs: List[Dict[str, dict]]) -> Dict[str, dict]:
             else None,
             "medians_us": [[round(1e3 * m, 4) for m in p["medians_ms"]] for p in per],
         }
-        clocked = [p for p in per if len(p.get("clocks") or []) == len(p["medians_ms"])]
-        if len(clocked) == len(per):
+        if all(len(p.get("clocks") or []) == len(p["medians_ms"]) for p in per):
             # Each process's mean in cycles (each timing's median x its effective clock):
             # a clock-bound case that the clock moved between processes agrees here.
             cycles = [
