@@ -25,9 +25,14 @@ py=${PYTHON:-python3}
 
 case "$stage" in
 plugins)
-    $py -m pytest -m gpu -v -p no:cacheprovider tests/test_plugin_graph_timer_gpu.py \
-        tests/test_plugin_flaggems_gpu.py tests/test_autotune_gpu.py tests/test_batch_workers_gpu.py \
-        2>&1 | tee "$out/plugins.log"
+    # One pytest per file: a file's failures print at its own end, so a call's time limit
+    # that cuts a later file still leaves the earlier ones' tracebacks in the log.
+    rc=0
+    for file in tests/test_plugin_graph_timer_gpu.py tests/test_plugin_flaggems_gpu.py \
+        tests/test_autotune_gpu.py tests/test_batch_workers_gpu.py; do
+        $py -m pytest -m gpu -v -rfEs --tb=short -p no:cacheprovider "$file" 2>&1 | tee -a "$out/plugins.log" || rc=1
+    done
+    exit $rc
     ;;
 noise)
     # Batches a1, a2 (graph + per-call direct), slow (SLOW_OP 5% slower), k1, k2 (kernel

@@ -5,6 +5,7 @@ and what the row record, its marker and the A/B make of it."""
 from __future__ import annotations
 
 import os
+import time
 import types
 
 import pytest
@@ -50,6 +51,7 @@ class FakeNvml(types.ModuleType):
     NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 1, 0
     NVML_CLOCK_ID_APP_CLOCK_TARGET, NVML_CLOCK_ID_APP_CLOCK_DEFAULT = 1, 2
     NVML_PROCESSOR_CLK_SAMPLES = 5
+    NVMLError_NotFound = NotFound
 
     def __init__(self):
         super().__init__("pynvml")
@@ -178,6 +180,33 @@ def test_a_rows_closing_sample_carries_the_sm_clock_sampled_while_it_ran(fake_nv
     fake_nvml.clock_samples += [clock(1980, 90)]
     assert "sm_mhz_window" not in state.sample()
     assert state.describe()["sm_clock_window"].startswith("unavailable")
+
+
+def test_a_clock_window_opens_when_the_driver_kept_no_sample_before_it(fake_nvml):
+    # No clock sample kept when the process opens its first window (NVML answers
+    # NotFound): the window still opens then, so the rows after it are counted.
+    state = nvml.NvmlState()
+    state.sample(ending=False)
+    now_us = time.time_ns() // 1000
+    assert "sm_mhz_window" not in state.sample()
+    state.sample(ending=False)
+    fake_nvml.clock_samples += [clock(1965, now_us + 10), clock(1965, now_us + 20)]
+    assert state.sample()["sm_mhz_window"] == {"n": 2, "min": 1965, "median": 1965}
+    assert state.describe()["sm_clock_window"] == {"read": 1, "none": 1}
+
+
+def test_a_clock_sample_read_that_fails_is_named_in_the_run_identity(fake_nvml, monkeypatch):
+    class NVMLError_NotSupported(Exception):
+        pass
+
+    def refuse(handle, kind, since):
+        raise NVMLError_NotSupported("Not Supported")
+
+    monkeypatch.setattr(fake_nvml, "nvmlDeviceGetSamples", refuse)
+    state = nvml.NvmlState()
+    state.sample(ending=False)
+    assert "sm_mhz_window" not in state.sample()
+    assert state.describe()["sm_clock_window"] == {"read": 0, "none": 1, "error": "NVMLError_NotSupported"}
 
 
 def test_an_nvml_without_per_process_utilization_gives_no_answer(fake_nvml, monkeypatch):

@@ -239,7 +239,13 @@ def test_nvml_samples_the_sm_clock_while_a_row_runs():
     busy(0.5)  # a process's first read only opens the window, once samples exist
     state.sample(ending=False)
     busy(1.5)
-    window = state.sample()["sm_mhz_window"]
+    closing = state.sample()
+    counts = state.describe()["sm_clock_window"]
+    if "sm_mhz_window" not in closing:
+        # Such a driver's rows say so in the run identity rather than looking short.
+        assert counts == {"read": 0, "none": 1} or "error" in counts, counts
+        pytest.skip(f"this driver kept no SM clock sample while 1.5 s of matmuls ran ({counts})")
+    window = closing["sm_mhz_window"]
     top = state.describe()["max_sm_mhz"]
     assert window["n"] >= 1 and 0 < window["min"] <= window["median"] <= (top or window["median"]), window
     assert state.describe()["sm_clock_window"] == {"read": 1, "none": 0}

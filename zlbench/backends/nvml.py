@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .base import DeviceState
@@ -93,6 +94,8 @@ class NvmlState(DeviceState):
         self.last_clock_us = 0  # ... and of the newest SM clock sample read
         # Rows' closing samples with an SM clock window, and without one (none kept since).
         self.clock_windows = {"read": 0, "none": 0}
+        # NVML's error for a clock-sample read other than "none newer" (NotFound), by name.
+        self.clock_error: Optional[str] = None
         self.asked_utilization = False
         # Device samples that could say whether another process used the device, and did.
         self.shared_checks = {"answered": 0, "unanswered": 0}
@@ -148,18 +151,19 @@ class NvmlState(DeviceState):
         the row's warm-up and timed calls, ``{"n", "min", "median"}`` in MHz; None where
         there are none or this NVML keeps none. An opening sample only moves the window's
         start. The point readings before and after a row can both show the top clock
-        while the row ran a step lower: on an H100, whole operators' processes moved by
-        0.3-0.7% as a lower SM clock would move them while every point reading was 1980
-        MHz (docs/design.md, Device state and spread per row)."""
+        while the row ran a step lower; on H100s whole operators moved by 0.3-0.7% while
+        every point reading was 1980 MHz (docs/design.md, Device state and spread per
+        row, where one such level was measured at the top effective clock)."""
         if not self._keeps_clock_samples():
             return None
-        nv = self.nvml
         since = self.last_clock_us
-        # NVML raises NotFound, read as None, when no sample is newer than ``since``.
-        got = self._read(nv.nvmlDeviceGetSamples, nv.NVML_PROCESSOR_CLK_SAMPLES, since)
-        samples = [s for s in (got[1] if got else []) if int(s.timeStamp) > since]
+        samples = self._clock_samples(since)
         if samples:
             self.last_clock_us = max(int(s.timeStamp) for s in samples)
+        elif not since:
+            # None kept yet: the window opens now (NVML stamps samples in the CPU's
+            # microseconds), not at the first sample, which would take in what ran before.
+            self.last_clock_us = time.time_ns() // 1000
         if not ending or not since:  # the first read holds what came before this process
             return None
         self.clock_windows["read" if samples else "none"] += 1
@@ -167,6 +171,19 @@ class NvmlState(DeviceState):
             return None
         values = sorted(int(s.sampleValue.uiVal) for s in samples)
         return {"n": len(values), "min": values[0], "median": statistics.median(values)}
+
+    def _clock_samples(self, since: int) -> List[Any]:
+        """The SM clock samples NVML kept after ``since``; [] for none (NotFound), and
+        for an error, whose name ``describe`` reports (a driver that keeps no clock
+        samples answers every read so, and its rows would otherwise read as short)."""
+        nv = self.nvml
+        try:
+            _, got = nv.nvmlDeviceGetSamples(self.handle, nv.NVML_PROCESSOR_CLK_SAMPLES, since)
+        except Exception as exc:
+            if not isinstance(exc, getattr(nv, "NVMLError_NotFound", ())):
+                self.clock_error = type(exc).__name__
+            return []
+        return [s for s in got if int(s.timeStamp) > since]
 
     def busy_sample(self) -> Dict[str, Any]:
         mask = self._reasons()
@@ -230,12 +247,16 @@ class NvmlState(DeviceState):
             ),
             # How many rows' closing samples carried the SM clock NVML sampled while the
             # row ran (sm_mhz_window), and how many found none kept since the opening one.
-            "sm_clock_window": (
-                dict(self.clock_windows)
-                if self._keeps_clock_samples()
-                else "unavailable: this NVML has no nvmlDeviceGetSamples for the SM clock"
-            ),
+            "sm_clock_window": self._clock_window_counts(),
         }
+
+    def _clock_window_counts(self) -> Any:
+        if not self._keeps_clock_samples():
+            return "unavailable: this NVML has no nvmlDeviceGetSamples for the SM clock"
+        counts: Dict[str, Any] = dict(self.clock_windows)
+        if self.clock_error:
+            counts["error"] = self.clock_error
+        return counts
 
     def close(self) -> None:
         try:
