@@ -36,7 +36,9 @@ alone counted once, ``once_per_session``; the mean of passes a and b, each pass'
 the A/A of a and b (median |gain|, rows SAME, the others and their markers, before and
 after a re-check; ``operator_shifts``: how much of it moves whole operators, that is whole
 processes); the ratio of FlagGems' kernel-mode wall to zlbench's per operator, zlbench's
-with the library's import once a session as a night pays it (the raw walls' ratio beside).
+with the library's import once a session as a night pays it (the raw walls' ratio beside);
+and the host (CPU model, cores, ``host_speed``), since about half of a night's wall is
+host time and two hosts of one GPU project differently.
 
 Usage (H200, FlagGems checkout in FLAGGEMS_DIR):
   python benchmarks/screen_throughput.py --out /tmp/st --passes warm,kernel
@@ -677,6 +679,25 @@ def mean_parts(passes: List[Dict[str, float]]) -> Dict[str, float]:
     return dict(sorted(mean.items(), key=lambda kv: -kv[1]))
 
 
+def host_figures(readings: int = 9) -> dict:
+    """The host the report runs on, the one the passes ran on: about half of a night's
+    wall is its time (start-up, collection, first calls, graph capture, the benchmark's
+    work between timings), so two machines of one GPU project differently (an H100 whose
+    host ran those phases 18-38% slower projected 1.59 h against another's 1.34 h, its
+    graph replays the same). ``host_speed`` is zlbench's fixed interpreter loop
+    (iterations per microsecond), the median of ``readings``."""
+    from zlbench.backends.cpu import host_speed
+
+    model = None
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
+    except OSError:
+        pass
+    speed = statistics.median(host_speed() for _ in range(readings))
+    return {"cpu_model": model, "cpus": os.cpu_count(), "host_speed": round(speed, 3)}
+
+
 def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> dict:
     runs = {name: op_figures(args.out / name) for name in ("a", "b") if (args.out / name).is_dir()}
     if not runs:
@@ -772,6 +793,7 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         "kernel_over_zlbench_median": statistics.median(ratios.values()) if ratios else None,
         # How many operators kernel mode takes at least GOALS["vs_kernel"] times as long for.
         "kernel_at_goal_ops": sum(v >= GOALS["vs_kernel"] for v in ratios.values()) if ratios else None,
+        "host": host_figures(),
     }
     if "a" in runs and "b" in runs:
         rechecked = tuple(args.out / name for name in RECHECK_PASSES)
@@ -789,7 +811,7 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
     for key in ("measure_efficiency_median", "measure_efficiency_median_by_pass", "measure_efficiency_max",
                 "pointwise_wall_median_s", "wall_median_s",
                 "projected_corpus_h", "projected_corpus_h_by_pass", "projected_by_phase_h", "projected_by_step_h",
-                "projected_cold_corpus_h", "kernel_over_zlbench_median", "kernel_at_goal_ops"):
+                "projected_cold_corpus_h", "kernel_over_zlbench_median", "kernel_at_goal_ops", "host"):
         print(f"{key:<32} {figures[key]}")
     print(f"kernel mode / zlbench per operator: {ratios} (raw walls, the import in the opener's: {raw_ratios})")
     if figures["unfinished"]:

@@ -240,6 +240,10 @@ def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_
     assert shifts == json.loads(json.dumps(st.process_shifts(st.repeat_batches(out))))
     assert "whole processes against pass a (b, r1)" in proc.stdout
     assert figures["ok_in_every_pass"] == 2 and figures["corpus_operators"] == 11
+    # The host beside the projection: half of a night's wall is host time.
+    host = figures["host"]
+    assert host["cpus"] == os.cpu_count() and host["host_speed"] > 0, host
+    assert f"{'host':<32} {host}" in proc.stdout
     with open(out / "a" / "ops_status.csv", newline="") as f:
         status = {r["operator"]: r for r in csv.DictReader(f)}
     for op in ("abs", "add"):
