@@ -33,7 +33,8 @@ two batches' processes by about one clock step (every row of FlagGems' linalg_ls
 0.6-0.8%, torch's side too) while NVML read 1980 MHz around every row; the figures
 ``between_cycles`` (the processes' means turned into cycles by each timing's effective
 clock) tell whether that clock moved them: a clock-bound case whose processes differ
-by a step and whose cycles agree.
+by a step and whose cycles agree. On one H100 the slower of two such levels ran at the
+top effective clock (docs/design.md, Device state and spread per row).
 """
 
 from __future__ import annotations
@@ -57,8 +58,7 @@ SPIN_CYCLES = 2_000_000  # the effective clock's spin kernel: about 1 ms at 2 GH
 def clock_readers(torch):
     """(effective_mhz, nvml_mhz) of the current CUDA device: the SM clock from a spin
     kernel of known cycles timed by events (the difference of two lengths, median of
-    five), and NVML's reported SM clock (None without pynvml; the device found by the
-    UUID torch reports, as NVML numbers devices ignoring CUDA_VISIBLE_DEVICES)."""
+    five), and NVML's reported SM clock (None without pynvml)."""
 
     def spin_ms(cycles: int) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -73,18 +73,16 @@ def clock_readers(torch):
             SPIN_CYCLES / ((spin_ms(2 * SPIN_CYCLES) - spin_ms(SPIN_CYCLES)) * 1e3) for _ in range(5)
         )
 
-    handle = None
-    try:
-        import pynvml
+    try:  # zlbench's NVML reader: the device found by torch's UUID, as the rows' samples find it
+        from zlbench.backends.nvml import NvmlState
 
-        pynvml.nvmlInit()
-        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
-        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-    except Exception:  # noqa: BLE001 - the effective clock does not need NVML
-        handle = None
+        state = NvmlState()
+    except Exception as e:  # noqa: BLE001 - the effective clock does not need NVML
+        print(f"no NVML reading ({type(e).__name__}: {e}): effective clock only", file=sys.stderr)
+        state = None
 
     def nvml_mhz():
-        return None if handle is None else pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+        return None if state is None else state.busy_sample()["sm_mhz"]
 
     return effective_mhz, nvml_mhz
 

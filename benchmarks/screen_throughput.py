@@ -185,6 +185,9 @@ def run_batch(args, ops: List[str], out: Path, timeout: float) -> bool:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "screen_throughput.log", "a") as log:
         log.write(text)
+    # The host this pass (or this part of it) ran on, for the report, which may run elsewhere.
+    with open(out / HOST_FILE, "a") as f:
+        f.write(json.dumps(host_figures()) + "\n")
     print(f"   {time.monotonic() - started:.0f} s, exit {proc.returncode}", flush=True)
     if stopped is not None:
         raise stopped
@@ -679,8 +682,11 @@ def mean_parts(passes: List[Dict[str, float]]) -> Dict[str, float]:
     return dict(sorted(mean.items(), key=lambda kv: -kv[1]))
 
 
+HOST_FILE = "host.jsonl"  # in each pass dir: host_figures() after each run of the pass
+
+
 def host_figures(readings: int = 9) -> dict:
-    """The host the report runs on, the one the passes ran on: about half of a night's
+    """This host, as a pass records it (``HOST_FILE``): about half of a night's
     wall is its time (start-up, collection, first calls, graph capture, the benchmark's
     work between timings), so two machines of one GPU project differently (an H100 whose
     host ran those phases 18-38% slower projected 1.59 h against another's 1.34 h, its
@@ -696,6 +702,14 @@ def host_figures(readings: int = 9) -> dict:
         pass
     speed = statistics.median(host_speed() for _ in range(readings))
     return {"cpu_model": model, "cpus": os.cpu_count(), "host_speed": round(speed, 3)}
+
+
+def pass_host(batch: Path) -> Optional[dict]:
+    try:
+        lines = (batch / HOST_FILE).read_text().splitlines()
+        return json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return None
 
 
 def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> dict:
@@ -793,7 +807,8 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         "kernel_over_zlbench_median": statistics.median(ratios.values()) if ratios else None,
         # How many operators kernel mode takes at least GOALS["vs_kernel"] times as long for.
         "kernel_at_goal_ops": sum(v >= GOALS["vs_kernel"] for v in ratios.values()) if ratios else None,
-        "host": host_figures(),
+        # Per pass, the host its last run recorded (None for a pass dir without one).
+        "host": {name: pass_host(args.out / name) for name in runs},
     }
     if "a" in runs and "b" in runs:
         rechecked = tuple(args.out / name for name in RECHECK_PASSES)

@@ -240,10 +240,13 @@ def test_a_cpu_smoke_run_reports_walls_budgets_and_the_aa_of_its_two_passes(tmp_
     assert shifts == json.loads(json.dumps(st.process_shifts(st.repeat_batches(out))))
     assert "whole processes against pass a (b, r1)" in proc.stdout
     assert figures["ok_in_every_pass"] == 2 and figures["corpus_operators"] == 11
-    # The host beside the projection: half of a night's wall is host time.
+    # The host beside the projection (half of a night's wall is host time), as each pass
+    # recorded it where it ran: a report run elsewhere reads it from the pass dirs.
     host = figures["host"]
-    assert host["cpus"] == os.cpu_count() and host["host_speed"] > 0, host
+    assert set(host) == {"a", "b"} and all(h["cpus"] == os.cpu_count() and h["host_speed"] > 0
+                                           for h in host.values()), host
     assert f"{'host':<32} {host}" in proc.stdout
+    assert load_script("screen_throughput").pass_host(tmp_path) is None  # a pass dir without one
     with open(out / "a" / "ops_status.csv", newline="") as f:
         status = {r["operator"]: r for r in csv.DictReader(f)}
     for op in ("abs", "add"):
