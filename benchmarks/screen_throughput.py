@@ -35,7 +35,7 @@ mean; a session's first operator at the others' start-up, the library import it 
 alone counted once, ``once_per_session``; the mean of passes a and b, each pass's too);
 the A/A of a and b (median |gain|, rows SAME, the others and their markers, before and
 after a re-check; ``operator_shifts``: how much of it moves whole operators, that is whole
-processes); the ratio of FlagGems' kernel-mode wall to zlbench's per operator, zlbench's
+processes; ``graph_lengths``: the rows built to another graph length in B); the ratio of FlagGems' kernel-mode wall to zlbench's per operator, zlbench's
 with the library's import once a session as a night pays it (the raw walls' ratio beside);
 and the host (CPU model, cores, ``host_speed``), since about half of a night's wall is
 host time and two hosts of one GPU project differently.
@@ -418,6 +418,28 @@ def layout(pairs, cache: Dict[str, dict]) -> dict:
             "rows_equal_as_printed": sum(1 for g in gains if g == 0.0)}
 
 
+def graph_lengths(pairs, cache: Dict[str, dict]) -> dict:
+    """Over the rows compared on device time whose gems figure both sides took from
+    graphs: how many were built to another length in B than in A (cost_ms.calls_per_graph;
+    a replay's launch cost is a share of every call that falls as the graph grows, which
+    the kept length, TileSizes.calls, takes out), and the median |gain| of those built
+    alike and of those not."""
+    alike, other = [], []
+    for p in pairs:
+        if p.gain is None or p.verdict.threshold is None or p.fallback:
+            continue
+        calls = [gems_costs(side.run_dir, cache).get(p.a.key, {}).get("calls_per_graph") for side in (p.a, p.b)]
+        if not all(isinstance(c, int) for c in calls):
+            continue
+        (alike if calls[0] == calls[1] else other).append(abs(p.gain))
+
+    def med(values: List[float]) -> Optional[float]:
+        return round(100 * statistics.median(values), 4) if values else None
+
+    return {"rows": len(alike) + len(other), "built_to_another_length": len(other),
+            "median_abs_gain_pct_alike": med(alike), "median_abs_gain_pct_another_length": med(other)}
+
+
 def median_ci(by_op: Dict[str, List[float]], resamples: int = 2000, seed: int = 0) -> Optional[List[float]]:
     """A 95% interval of the median of |values| over all operators' rows, resampling
     whole operators (each runs in its own process per batch, so its rows move together
@@ -621,6 +643,7 @@ def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
                 "rechecked": sum(1 for p in result.pairs if p.recheck),
                 "outcomes": recheck_counts(result)},
             "layout": layout(result.pairs, cache),
+            "graph_lengths": graph_lengths(result.pairs, cache),
             "operator_shifts": operator_shifts(result.pairs),
             "not_same": others}
 

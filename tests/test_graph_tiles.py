@@ -332,3 +332,79 @@ def test_a_parallel_warmup_shard_keeps_no_tile():
 
     env = benchenv.sweep_shard_env({"ZL_GRAPH_TILE_CACHE": "/cache"}, Path("/tmp/shard"), 4)
     assert knobs.env_value("graph_tile_cache", env) == "off"
+
+
+def test_an_interleaved_graphs_tile_holds_a_segment_at_each_of_its_placements(no_rng):
+    # FlagGems' 1 us kernels: the probe's 7 calls. Eight placements in two graphs of
+    # four: the fewest tiles of 7 holding 8 calls at each of four is 35 calls.
+    tiling = _FakeTiling()
+    tiles = graph_timer.interleaved_tiles(Tiles(tiling, 7), 8)
+    assert tiles.tile == 35
+    assert graph_timer.interleaved_tiles(Tiles(tiling, 40), 8).tile == 40  # already long enough
+    assert graph_timer.interleaved_tiles(Tiles(tiling, 5), 3).tile == 20  # sets [0, 2] and [1]
+    plan = timing.tiled_plan(timing.GraphPlan(581, 90), 0.0012, 100, tiles.tile)
+    assert plan.calls_per_graph == 595  # 17 tiles
+    calls, moves = [], []
+    sets = graph_timer.interleaved_sets(8)[0]
+    graph = graph_timer.capture(
+        _torch(),
+        lambda: calls.append(1),
+        plan.calls_per_graph,
+        None,
+        None,
+        lambda i, n: moves.append(sets[i * len(sets) // n]),
+        tiles,
+    )
+    assert len(calls) == 35 and graph[2] == 17  # one tile captured, not 595 calls
+    segments = [moves.count(p) for p in sets]
+    assert sorted(set(moves)) == sets and min(segments) >= graph_timer.MIN_SEGMENT
+
+
+def test_a_rows_graph_length_is_kept_and_a_later_process_builds_to_it(tmp_path):
+    first = graph_tiles.TileSizes(tmp_path, "gpu")
+    assert first.calls(_row(), 595, 35) == (595, False)
+    # The next batch: its probe read the call 30% slower and planned 420 calls (12 tiles).
+    later = graph_tiles.TileSizes(tmp_path, "gpu")
+    assert later.calls(_row(), 420, 35) == (595, True)
+    # Separate graphs of the row's own tile of 7 calls: 595 is still 85 of them.
+    assert later.calls(_row(), 420, 7) == (595, True)
+    assert later.report()["timings_kept_calls"] == 2 and first.report()["calls_kept_now"] == 1
+    data = json.loads((tmp_path / "gpu" / "cumsum_.json").read_text())
+    assert data["format"] == 2 and data["calls"] == {"gems|torch.float32|[torch.Size([1024, 1024]), 1]": 595}
+
+
+def test_kept_calls_that_are_no_whole_number_of_tiles_or_are_stale_give_way_to_the_plans(tmp_path):
+    graph_tiles.TileSizes(tmp_path, "gpu").calls(_row(), 600, 8)
+    sizes = graph_tiles.TileSizes(tmp_path, "gpu")
+    assert sizes.calls(_row(), 595, 35) == (595, False)  # 600 is no whole number of 35s
+    assert sizes.calls(_row(), 140, 8) == (140, False)  # over 4 times the plan's: its call got slower
+    assert sizes.calls(_row(), 2600, 8) == (2600, False)  # ... or faster
+    assert sizes.calls(_row(), 500, 8) == (600, True)
+    assert sizes.report()["calls_stale"] == 3
+    # What was kept stays: the row's length is its first one's.
+    assert graph_tiles.TileSizes(tmp_path, "gpu").calls(_row(), 800, 8) == (600, True)
+
+
+def test_calls_another_process_kept_first_win_and_rows_without_a_key_keep_none(tmp_path):
+    mine = graph_tiles.TileSizes(tmp_path, "gpu")
+    assert mine.tile(_row(), 7) == (7, False)  # this op's file loaded
+    graph_tiles.TileSizes(tmp_path, "gpu").calls(_row(), 560, 7)  # another process, meanwhile
+    assert mine.calls(_row(), 581, 7) == (560, True)
+    assert mine.report()["calls_kept_now"] == 0
+    no_shape = timing.TimedRow("cumsum_", "torch.float32", None, "gems")
+    assert mine.calls(no_shape, 581, 7) == (581, False)
+    assert graph_tiles.TileSizes(None, "gpu").calls(_row(), 581, 7) == (581, False)
+
+
+def test_a_tile_file_of_format_1_is_read_and_kept_on_in_format_2(tmp_path):
+    # Written by zlbench before graph lengths were kept: its tiles still count.
+    path = tmp_path / "gpu" / "cumsum_.json"
+    path.parent.mkdir()
+    key = "gems|torch.float32|[torch.Size([1024, 1024]), 1]"
+    path.write_text(json.dumps({"format": 1, "device": "gpu", "tiles": {key: 7}}))
+    sizes = graph_tiles.TileSizes(tmp_path, "gpu")
+    assert sizes.tile(_row(), 9) == (7, True)
+    assert sizes.calls(_row(), 581, 7) == (581, False)
+    data = json.loads(path.read_text())
+    assert data == {"format": 2, "device": "gpu", "tiles": {key: 7}, "calls": {key: 581}}
+    assert "files_started_again" not in sizes.report()

@@ -408,19 +408,52 @@ def test_a_rows_kept_tile_builds_its_graphs_in_a_later_timing(tmp_path):
     y = torch.randn(64, 64, device="cuda", dtype=torch.float16)
     row = timing.TimedRow("abs", "torch.float16", "[torch.Size([64, 64])]", "torch")
 
-    def timed(sizes):
-        return graph_bench(lambda: torch.abs(y), 25, 100, None, None, "median", places=1, tiling=tiling,
-                           tile_size=lambda fresh: sizes.tile(row, fresh))
+    def timed(sizes, places=1):
+        return graph_bench(lambda: torch.abs(y), 25, 100, None, None, "median", places=places, tiling=tiling,
+                           tile_size=lambda fresh: sizes.tile(row, fresh),
+                           graph_calls=lambda fresh, unit: sizes.calls(row, fresh, unit))
 
     first = timed(TileSizes(tmp_path, "gpu"))
     assert first.cost["tile_kept"] is False and first.cost["tile_calls"] >= 2, first.cost
+    assert first.cost["calls_kept"] is False, first.cost
     later = timed(TileSizes(tmp_path, "gpu"))  # as another process would
     assert later.cost["tile_kept"] is True and later.cost["tile_calls"] == first.cost["tile_calls"]
+    # ... to the same length: the graph's launch cost is the same share of every call.
+    assert later.cost["calls_kept"] is True, later.cost
+    assert later.cost["calls_per_graph"] == first.cost["calls_per_graph"], (first.cost, later.cost)
     # A tile kept by an earlier run is the one built from, whatever this probe's calls.
     other = TileSizes(tmp_path, "other-gpu")
     other.tile(row, 7)
     kept = timed(TileSizes(tmp_path, "other-gpu"))
     assert kept.cost["tile_calls"] == 7 and kept.cost["calls_per_graph"] % 7 == 0, kept.cost
+
+
+def test_an_interleaved_rows_graphs_chain_a_tile_of_every_placements_segment(tmp_path):
+    from zlbench.plugins.graph_tiles import TileSizes, Tiling
+
+    tiling = Tiling(torch)
+    y = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+    row = timing.TimedRow("abs", "torch.float16", "[torch.Size([64, 64])]", "torch")
+    TileSizes(tmp_path, "gpu").tile(row, 5)  # a FlagGems kernel's tile: its wrapper's 200 us a call
+
+    def timed(places=8):
+        sizes = TileSizes(tmp_path, "gpu")  # as another process would
+        return graph_bench(lambda: torch.abs(y), 25, 100, None, None, "median", places=places, tiling=tiling,
+                           tile_size=lambda fresh: sizes.tile(row, fresh),
+                           graph_calls=lambda fresh, unit: sizes.calls(row, fresh, unit))
+
+    plain = graph_bench(lambda: torch.abs(y), 25, 100, None, None, "median", places=8)  # every call captured
+    first = timed()
+    later = timed()
+    assert plain.cost["interleaved"] is True and first.cost["interleaved"] is True, (plain.cost, first.cost)
+    # Four placements a graph, eight calls each: seven tiles of 5 in one.
+    assert first.cost["tile_calls"] == 35 and first.cost["calls_per_graph"] % 35 == 0, first.cost
+    assert first.cost["capture"] < plain.cost["capture"] * 0.75, (first.cost, plain.cost)
+    assert later.cost["calls_kept"] is True and later.cost["calls_per_graph"] == first.cost["calls_per_graph"]
+    timings = {"plain": (plain.median_ms, plain.cost), "tiled": (first.median_ms, first.cost),
+               "tiled again": (later.median_ms, later.cost)}
+    assert abs(first.median_ms / plain.median_ms - 1) < 0.03, timings
+    assert abs(later.median_ms / first.median_ms - 1) < 0.02, timings
 
 
 def test_a_capture_that_fails_after_an_rng_op_does_not_poison_torch_randn():

@@ -545,8 +545,13 @@ def tiled_plan(plan: GraphPlan, per_call_ms: float, rep_ms: float, tile: int) ->
     copies = int(plan.calls_per_graph / tile + 0.5) if tile >= 1 else 0
     if copies < MIN_TILE_COPIES:
         return plan
-    calls = tile * copies
+    return plan_with_calls(tile * copies, per_call_ms, rep_ms)
+
+
+def plan_with_calls(calls: int, per_call_ms: float, rep_ms: float) -> GraphPlan:
+    """A plan of ``calls`` calls per graph, its replays sized again to the rep budget."""
     per_call_ms = max(float(per_call_ms), 1e-6)
+    calls = max(1, int(calls))
     replays = int(min(MAX_REPLAYS, max(MIN_REPLAYS, round(max(float(rep_ms), 1e-3) / (calls * per_call_ms)))))
     return GraphPlan(calls, replays)
 

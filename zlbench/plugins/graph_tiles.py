@@ -16,8 +16,9 @@ refuses, ``Tiling.on`` is False and the timer captures every call as before;
 
 A row's tile is the probe's calls, which follow a call's wall time in the warm-up; for a
 row bound by the library's wrapper that time moves from process to process, so each
-row's first tile on a device is kept on disk (``TileSizes``) and every later timing of
-the row there builds its graphs from it: the same graph in every run on the host.
+row's first tile on a device is kept on disk (``TileSizes``), and with it the calls of
+its first tiled graph: every later timing of the row there builds its graphs from that
+tile to that length, the same graph in every run on the host.
 """
 
 from __future__ import annotations
@@ -173,8 +174,10 @@ class Tiling:
 
 # --- each row's tile, kept per device --------------------------------------------------
 
-TILE_SIZES_FORMAT = 1
+TILE_SIZES_FORMAT = 2  # 1: tiles only; 2: each row's graph calls beside its tile
+READABLE_FORMATS = (1, TILE_SIZES_FORMAT)
 MAX_TILE = 100  # the probe's most calls (graph_timer.graph_bench)
+MAX_KEPT_CALLS = 100_000  # far over any plan (timing.MAX_CALLS_PER_GRAPH): a sanity bound
 # A kept tile this many times the probe's calls is the tile of another row (its call has
 # become that much slower since): the probe's own is taken instead.
 STALE_RATIO = 4
@@ -193,27 +196,44 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).lstrip(".") or "_"
 
 
-class TileSizes:
-    """Each row's tile size, kept per device and operator under ``root``
-    (``<root>/<device>/<op>.json``), so that every run on a host builds a row's graphs from
-    tiles of one size: the other batch of an A/A, both sides of an A/B, tomorrow's screen.
+class _OpSizes(NamedTuple):
+    """One operator's kept sizes: key -> tile, key -> calls per tiled graph."""
 
-    Why: the probe's calls (the tile) follow a call's wall time in the warm-up, which for
-    a row bound by the library's wrapper is host time and moves from process to process
-    (an H100 A/A of the sample: 382 of 533 tiled rows took another tile in the second
-    batch, 10 calls against 16 say). Keeping it takes the graph's build out of what
-    differs between two runs. It does not steady a row by itself: a tile's size did not
-    move a row (``benchmarks/graph_tiles.py --sweep``: within 0.5% from 4 to 80 calls on
-    an H100), and FlagGems' cumsum_ float32 1024x1024 read 5.49-5.73 us over five batches
-    with the same kept tile.
+    tiles: Dict[str, int]
+    calls: Dict[str, int]
+
+
+class TileSizes:
+    """Each row's tile size and graph length, kept per device and operator under ``root``
+    (``<root>/<device>/<op>.json``), so that every run on a host builds a row's graphs from
+    tiles of one size to one length: the other batch of an A/A, both sides of an A/B,
+    tomorrow's screen.
+
+    Why the tile: the probe's calls follow a call's wall time in the warm-up, which for a
+    row bound by the library's wrapper is host time and moves from process to process (an
+    H100 A/A of the sample: 382 of 533 tiled rows took another tile in the second batch, 10
+    calls against 16 say). A tile's size does not move a row by itself
+    (``benchmarks/graph_tiles.py --sweep``: within 0.5% from 4 to 80 calls on an H100).
+
+    Why the calls: a graph's length does. Each replay carries the graph's fixed launch
+    cost (about 3 us), a share of every call's time that falls as the graph grows, and the
+    plan's length follows the probe's per-call time, which moves from process to process
+    by more than a tile: in an H100 A/A of the sample 99 of 529 rows compared were built
+    to another length in the second batch (threshold 64x64: 372 calls against 564), and
+    those rows moved by a median 0.18% against 0.03-0.05% for the rows built alike, each
+    the way its length said (more calls, faster).
 
     ``tile(row, fresh)``: the kept tile of ``row``, else ``fresh`` (the probe's calls),
-    kept from now on. A row without a dtype or shape keeps none (its key would stand for
-    other rows), nor does one whose kept tile is over ``STALE_RATIO`` times the probe's
-    calls. A file that cannot be read is started again, one of a newer format left
-    alone; a directory that cannot be written stops the keeping of new tiles for the
-    process (``why_not_written``) while kept ones are still read, and a lock not had in
-    10 s leaves that one tile unkept. Never raises.
+    kept from now on; ``calls(row, fresh, unit)`` the same for the calls of a tiled graph
+    (``fresh``: the plan's), where the kept calls are a whole number of ``unit`` (the tile
+    this graph chains), two at least. A row without a dtype or shape keeps none (its key
+    would stand for other rows), nor does one whose kept tile is over ``STALE_RATIO``
+    times the probe's calls, or whose kept calls are that far from the plan's either way
+    (its call has become that much slower or faster). A file that cannot be read is
+    started again, one of a newer format left alone, one of format 1 (tiles only) read
+    and kept on in this one; a directory that cannot be written stops the keeping of new
+    sizes for the process (``why_not_written``) while kept ones are still read, and a
+    lock not had in 10 s leaves that one size unkept. Never raises.
     """
 
     def __init__(self, root: Optional[Path], device: str):
@@ -224,10 +244,13 @@ class TileSizes:
         self.kept = 0  # timings that took a kept tile
         self.new = 0  # timings whose tile was kept now
         self.stale = 0  # timings whose kept tile was over STALE_RATIO times the probe's
+        self.calls_kept = 0  # timings whose graph took the row's kept calls
+        self.calls_new = 0  # ... whose calls were kept now
+        self.calls_stale = 0  # ... whose kept calls were no whole number of tiles, or stale
         self.lock_timeouts = 0
         self.newer: Dict[str, int] = {}  # op -> the newer format its file is in
         self.restarted: Dict[str, str] = {}  # op -> why its file was started again
-        self._ops: Dict[str, Dict[str, int]] = {}
+        self._ops: Dict[str, _OpSizes] = {}
 
     def path(self, op: str) -> Path:
         assert self.root is not None
@@ -237,90 +260,132 @@ class TileSizes:
     def key(row: TimedRow) -> str:
         return f"{row.side}|{row.dtype}|{row.shape}"
 
+    def _keeps(self, row: TimedRow) -> bool:
+        return self.why_off is None and bool(row.op and row.dtype and row.shape)
+
     def tile(self, row: TimedRow, fresh: int) -> Tuple[int, bool]:
         """(the tile to build this row's graphs from, whether it was kept from before)."""
-        if self.why_off is not None or not row.op or not row.dtype or not row.shape:
+        if not self._keeps(row):
             return fresh, False
-        tiles = self._load(row.op)
         key = self.key(row)
-        kept = tiles.get(key)
+        kept = self._load(row.op).tiles.get(key)
         if kept is not None:
             if kept > STALE_RATIO * fresh:
                 self.stale += 1
                 return fresh, False
             self.kept += 1
             return kept, True
-        if self.why_not_written is not None or row.op in self.newer:
-            return fresh, False
-        return self._save(row.op, key, fresh)
+        got, before = self._keep(row.op, key, "tiles", fresh)
+        if got is not None:
+            self.kept += before
+            self.new += not before
+            return got, before
+        return fresh, False
 
-    def _read(self, path: Path, op: str) -> Dict[str, int]:
+    def calls(self, row: TimedRow, fresh: int, unit: int) -> Tuple[int, bool]:
+        """(the calls of this row's tiled graph, whether they were kept from before)."""
+        if not self._keeps(row):
+            return fresh, False
+        key = self.key(row)
+        kept = self._load(row.op).calls.get(key)
+        if kept is None:
+            got, before = self._keep(row.op, key, "calls", fresh)
+            if got is None or not before:
+                self.calls_new += got is not None
+                return fresh, False
+            kept = got  # another process kept the row's calls first
+        whole = unit >= 1 and kept % unit == 0 and kept // unit >= MIN_TILE_COPIES
+        if not whole or kept > STALE_RATIO * fresh or fresh > STALE_RATIO * kept:
+            self.calls_stale += 1
+            return fresh, False
+        self.calls_kept += 1
+        return kept, True
+
+    def _read(self, path: Path, op: str) -> _OpSizes:
+        empty = _OpSizes({}, {})
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:
-            return {}
+            return empty
         except (OSError, ValueError) as exc:
             self.restarted[op] = f"{type(exc).__name__}: {exc}"[:200]
-            return {}
+            return empty
         fmt = data.get("format") if isinstance(data, dict) else None
         if type(fmt) is int and fmt > TILE_SIZES_FORMAT:
             self.newer[op] = fmt  # a later zlbench's: read nothing, write nothing
-            return {}
-        tiles = data.get("tiles") if fmt == TILE_SIZES_FORMAT else None
-        if not isinstance(tiles, dict):
+            return empty
+        readable = type(fmt) is int and fmt in READABLE_FORMATS
+        tiles = data.get("tiles") if readable else None
+        calls = data.get("calls", {}) if readable else None
+        if not isinstance(tiles, dict) or not isinstance(calls, dict):
             self.restarted[op] = "not a tile file of this format"
-            return {}
-        return {k: v for k, v in tiles.items() if type(v) is int and 1 <= v <= MAX_TILE}
+            return empty
+        return _OpSizes(
+            {k: v for k, v in tiles.items() if type(v) is int and 1 <= v <= MAX_TILE},
+            {k: v for k, v in calls.items() if type(v) is int and 1 <= v <= MAX_KEPT_CALLS},
+        )
 
-    def _load(self, op: str) -> Dict[str, int]:
+    def _load(self, op: str) -> _OpSizes:
         if op not in self._ops:
             self._ops[op] = self._read(self.path(op), op)
         return self._ops[op]
 
-    def _save(self, op: str, key: str, tile: int) -> Tuple[int, bool]:
-        """Add one tile to the op's file: read again under a lock (another process on
-        the host may have kept tiles of this op since), merged, replaced whole. Returns
-        the tile kept for ``key`` (one another process kept first wins, and is then a
-        kept tile) and whether it was kept before."""
+    def _keep(self, op: str, key: str, kind: str, value: int) -> Tuple[Optional[int], bool]:
+        """Add one size (``kind``: "tiles" or "calls") to the op's file: read again under a
+        lock (another process on the host may have kept sizes of this op since), merged,
+        replaced whole. Returns (the size kept for ``key``: one another process kept first
+        wins; None where none could be kept, whether it was kept before)."""
+        if self.why_not_written is not None or op in self.newer:
+            return None, False
         path = self.path(op)
         try:
             from filelock import FileLock, Timeout
 
             path.parent.mkdir(parents=True, exist_ok=True)
             with FileLock(str(path) + ".lock", timeout=10):
-                tiles = self._read(path, op)
+                sizes = self._read(path, op)
                 if op in self.newer:
-                    return tile, False
-                theirs = tiles.get(key)
+                    return None, False
+                theirs = getattr(sizes, kind).get(key)
                 if theirs is None:
-                    tiles[key] = tile
+                    getattr(sizes, kind)[key] = value
                     write_json_atomic(
-                        path, {"format": TILE_SIZES_FORMAT, "device": self.device, "tiles": tiles}
+                        path,
+                        {
+                            "format": TILE_SIZES_FORMAT,
+                            "device": self.device,
+                            "tiles": sizes.tiles,
+                            "calls": sizes.calls,
+                        },
                     )
-            self._ops[op] = tiles
+            self._ops[op] = sizes
         except Timeout:
             self.lock_timeouts += 1
-            return tile, False
+            return None, False
         except Exception as exc:  # noqa: BLE001 - an unwritable cache costs only the keeping
             self.why_not_written = f"cannot keep tiles in {path.parent}: {type(exc).__name__}: {exc}"[:300]
-            return tile, False
+            return None, False
         if theirs is not None:
-            self.kept += 1
             return theirs, True
-        self.new += 1
-        return tile, False
+        return value, False
 
     def report(self) -> dict:
         out: dict = {
             "dir": None if self.root is None else str(self.root / self.device),
             "timings_kept_tile": self.kept,
             "tiles_kept_now": self.new,
+            "timings_kept_calls": self.calls_kept,
+            "calls_kept_now": self.calls_new,
         }
         if self.why_off:
             out["why_off"] = self.why_off
         if self.why_not_written:
             out["why_not_written"] = self.why_not_written
-        for name, value in (("stale", self.stale), ("lock_timeouts", self.lock_timeouts)):
+        for name, value in (
+            ("stale", self.stale),
+            ("calls_stale", self.calls_stale),
+            ("lock_timeouts", self.lock_timeouts),
+        ):
             if value:
                 out[name] = value
         if self.newer:

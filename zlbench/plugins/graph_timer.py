@@ -73,6 +73,7 @@ from zlbench.timing import (
     placement_spread,
     placements_dominate,
     plan_graph,
+    plan_with_calls,
     probe_fits,
     probe_per_call,
     replays_per_placement,
@@ -436,6 +437,7 @@ def graph_bench(
     cap_watch: Optional[Callable[[], Optional[CapWatch]]] = None,
     tiling: Optional[Tiling] = None,
     tile_size: Optional[Callable[[int], Tuple[int, bool]]] = None,
+    graph_calls: Optional[Callable[[int, int], Tuple[int, bool]]] = None,
 ) -> Measured:
     """Time fn by graph replay over up to ``places`` placements of its inputs
     (``zlbench.plugins.placement``): warm-up by ``warmup_rule`` (capped at ``warmup_ms``
@@ -444,8 +446,9 @@ def graph_bench(
     samples are those of a cap window instead (``cap_window``, stop "power_cap");
     where ``tiling`` is on, graphs of many calls are chained copies of a tile of the
     probe's calls (``graph_tiles``), or of the tile ``tile_size(probe's calls)`` gives
-    (``TileSizes.tile``: the row's tile kept from an earlier timing); raises
-    CaptureFailed(phase, error) on any failure."""
+    (``TileSizes.tile``: the row's tile kept from an earlier timing), to the calls
+    ``graph_calls(plan's calls, tile)`` gives (``TileSizes.calls``: the row's graph
+    length kept likewise); raises CaptureFailed(phase, error) on any failure."""
     global _watch
     import torch
 
@@ -487,12 +490,19 @@ def graph_bench(
         plan = plan_graph(per_call, rep_ms, replay_ms)
         if tiles is not None:
             plan = tiled_plan(plan, per_call, rep_ms, probe_calls)
-            if tiles.copies(plan.calls_per_graph):
-                cost.notes["tile_calls"] = probe_calls
         # A cap already seen (the warm-up ran at it) sends the timing straight to the
         # window: the replays would be set aside.
         at_cap = watch is not None and watch.seen
         interleaved = not at_cap and interleave(placements, plan.calls_per_graph, l2_bytes(torch))
+        if tiles is not None and interleaved:
+            tiles = interleaved_tiles(tiles, placements.count)
+            plan = tiled_plan(plan, per_call, rep_ms, tiles.tile)
+        if tiles is not None and tiles.copies(plan.calls_per_graph):
+            if graph_calls is not None:
+                calls, kept_calls = graph_calls(plan.calls_per_graph, tiles.tile)
+                plan = plan_with_calls(calls, per_call, rep_ms)
+                cost.notes["calls_kept"] = kept_calls
+            cost.notes["tile_calls"] = tiles.tile
         times: List[float] = []
         placement_medians: List[float] = []  # each graph's, where there are two or more
         placements_held = False  # ... whose placements kept the row from being pinned
@@ -684,6 +694,18 @@ def note_graphs(
     return medians, placements_dominate(groups, rule.target)
 
 
+def interleaved_tiles(tiles: Tiles, count: int) -> Tiles:
+    """The tile of an interleaved graph over ``count`` placements: the fewest of the row's
+    tiles that hold a segment of MIN_SEGMENT calls at each placement a graph takes
+    (``interleaved_sets``). A row's tile is the probe's calls, for a FlagGems kernel of a
+    microsecond 4-20 (its wrapper's 80-250 us a call); a tile of the row's own would
+    leave the interleaved graphs captured call by call, on an H100 sample 41 ms a row
+    (370-800 calls, twice), more than half the graph captures of the pass."""
+    per_graph = len(interleaved_sets(count)[0])
+    need = MIN_SEGMENT * per_graph
+    return tiles if tiles.tile < 1 else tiles._replace(tile=tiles.tile * -(-need // tiles.tile))
+
+
 def interleaved_sets(count: int, graphs: int = INTERLEAVED_GRAPHS) -> List[List[int]]:
     """The placements each interleaved graph takes in turn: every ``graphs``-th one, the
     inputs' own (0) in the first graph; fewer graphs where there are fewer placements."""
@@ -715,6 +737,7 @@ def replay_interleaved(
     current = [0]
     if tiles is not None and tiles.tile < MIN_SEGMENT * len(interleaved_sets(count)[0]):
         tiles = None  # a tile too short for a segment at each placement: every call captured
+        cost.notes.pop("tile_calls", None)
 
     def capture_set(indices: List[int]):
         current[0] = 0  # the inputs are at their own placement when a capture begins
@@ -999,6 +1022,13 @@ class GraphTimer:
         sizes, row = self.tile_sizes, timing.row
         return lambda fresh: sizes.tile(row, fresh)
 
+    def graph_calls(self, timing) -> Optional[Callable[[int, int], Tuple[int, bool]]]:
+        """The kept graph-length lookup for this timing's row (``TileSizes.calls``)."""
+        if self.tile_sizes is None or timing is None:
+            return None
+        sizes, row = self.tile_sizes, timing.row
+        return lambda fresh, unit: sizes.calls(row, fresh, unit)
+
     def measure(self, original: Callable, fn: Callable, args: tuple, kwargs: dict) -> Any:
         timing = self.row_context.current()
         opts = call_options(original, fn, args, kwargs)
@@ -1021,6 +1051,7 @@ class GraphTimer:
                 cap_watch=self.recorder.cap_watch,
                 tiling=self.tiling_for(),
                 tile_size=self.tile_size(timing),
+                graph_calls=self.graph_calls(timing),
             )
         except CaptureFailed as failed:
             decision = fallback_decision(failed.phase, failed.error)
