@@ -469,12 +469,13 @@ KNOBS: List[Knob] = [
         None,
         _dir_or_off,
         BATCH,
-        "Graph timer, tiled graphs: where each row's tile size is kept, per device and operator, "
-        "so that every run on the host builds a row's graphs from tiles of one size (the other "
-        "batch of an A/A, both sides of an A/B, the next night): the probe's calls follow the "
-        "host's time per call, which moves from process to process; kept, the graph's build is "
-        "one thing less that differs between runs. Default: $XDG_CACHE_HOME/zlbench/graph_tiles "
-        "(~/.cache/...); off: every timing's tile is its probe's.",
+        "Graph timer, tiled graphs: where each row's tile size and graph length are kept, per "
+        "device and operator, so that every run on the host builds a row's graphs alike (the "
+        "other batch of an A/A, both sides of an A/B, the next night): the probe's calls and "
+        "the plan's length follow times per call that move from process to process, and a "
+        "graph's length moves its row (its launch cost is a share of every call). Default: "
+        "$XDG_CACHE_HOME/zlbench/graph_tiles (~/.cache/...); off: every timing's tile and "
+        "length are its probe's.",
         child=True,
         metavar="DIR|off",
     ),
