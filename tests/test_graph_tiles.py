@@ -380,9 +380,20 @@ def test_kept_calls_that_are_no_whole_number_of_tiles_or_are_stale_give_way_to_t
     assert sizes.calls(_row(), 140, 8) == (140, False)  # over 4 times the plan's: its call got slower
     assert sizes.calls(_row(), 2600, 8) == (2600, False)  # ... or faster
     assert sizes.calls(_row(), 500, 8) == (600, True)
-    assert sizes.report()["calls_stale"] == 3
+    report = sizes.report()
+    assert (report["calls_stale"], report["calls_other_tile"]) == (2, 1)
     # What was kept stays: the row's length is its first one's.
     assert graph_tiles.TileSizes(tmp_path, "gpu").calls(_row(), 800, 8) == (600, True)
+
+
+def test_a_plan_under_two_tiles_keeps_no_graph_length(tmp_path):
+    # 9 calls of a 7-call tile: the graph is captured call by call, so no length in
+    # whole tiles stands for it, and a later plan that tiles keeps its own.
+    sizes = graph_tiles.TileSizes(tmp_path, "gpu")
+    assert sizes.calls(_row(), 9, 7) == (9, False)
+    assert sizes.report()["calls_kept_now"] == 0
+    assert sizes.calls(_row(), 70, 7) == (70, False)
+    assert graph_tiles.TileSizes(tmp_path, "gpu").calls(_row(), 63, 7) == (70, True)
 
 
 def test_calls_another_process_kept_first_win_and_rows_without_a_key_keep_none(tmp_path):

@@ -474,8 +474,8 @@ KNOBS: List[Knob] = [
         "other batch of an A/A, both sides of an A/B, the next night): the probe's calls and "
         "the plan's length follow times per call that move from process to process, and a "
         "graph's length moves its row (its launch cost is a share of every call). Default: "
-        "$XDG_CACHE_HOME/zlbench/graph_tiles (~/.cache/...); off: every timing's tile and "
-        "length are its probe's.",
+        "$XDG_CACHE_HOME/zlbench/graph_tiles (~/.cache/...); off: every timing's tile is its "
+        "probe's and its length the plan's.",
         child=True,
         metavar="DIR|off",
     ),

@@ -196,6 +196,11 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).lstrip(".") or "_"
 
 
+def _whole_tiles(calls: int, tile: int) -> bool:
+    """Are ``calls`` a whole number of ``tile``-call tiles, MIN_TILE_COPIES or more?"""
+    return tile >= 1 and calls % tile == 0 and calls // tile >= MIN_TILE_COPIES
+
+
 class _OpSizes(NamedTuple):
     """One operator's kept sizes: key -> tile, key -> calls per tiled graph."""
 
@@ -225,11 +230,13 @@ class TileSizes:
 
     ``tile(row, fresh)``: the kept tile of ``row``, else ``fresh`` (the probe's calls),
     kept from now on; ``calls(row, fresh, unit)`` the same for the calls of a tiled graph
-    (``fresh``: the plan's), where the kept calls are a whole number of ``unit`` (the tile
-    this graph chains), two at least. A row without a dtype or shape keeps none (its key
-    would stand for other rows), nor does one whose kept tile is over ``STALE_RATIO``
-    times the probe's calls, or whose kept calls are that far from the plan's either way
-    (its call has become that much slower or faster). A file that cannot be read is
+    (``fresh``: the plan's), where they are a whole number of ``unit`` (the row's tile),
+    two at least: a plan under two tiles keeps none, and kept calls no whole number of
+    the row's tile (kept with a tile since gone stale) give way to the plan's. A row
+    without a dtype or shape keeps none (its key would stand for other rows), nor does
+    one whose kept tile is over ``STALE_RATIO`` times the probe's calls, or whose kept
+    calls are that far from the plan's either way (its call has become that much slower
+    or faster). A file that cannot be read is
     started again, one of a newer format left alone, one of format 1 (tiles only) read
     and kept on in this one; a directory that cannot be written stops the keeping of new
     sizes for the process (``why_not_written``) while kept ones are still read, and a
@@ -246,7 +253,8 @@ class TileSizes:
         self.stale = 0  # timings whose kept tile was over STALE_RATIO times the probe's
         self.calls_kept = 0  # timings whose graph took the row's kept calls
         self.calls_new = 0  # ... whose calls were kept now
-        self.calls_stale = 0  # ... whose kept calls were no whole number of tiles, or stale
+        self.calls_stale = 0  # ... whose kept calls were over STALE_RATIO from the plan's
+        self.calls_other_tile = 0  # ... whose kept calls were no whole number of its tile
         self.lock_timeouts = 0
         self.newer: Dict[str, int] = {}  # op -> the newer format its file is in
         self.restarted: Dict[str, str] = {}  # op -> why its file was started again
@@ -283,19 +291,25 @@ class TileSizes:
         return fresh, False
 
     def calls(self, row: TimedRow, fresh: int, unit: int) -> Tuple[int, bool]:
-        """(the calls of this row's tiled graph, whether they were kept from before)."""
+        """(the calls of this row's tiled graph, whether they were kept from before):
+        the kept ones where they are whole tiles of ``unit``, else ``fresh`` (the plan's),
+        kept from now on where they are."""
         if not self._keeps(row):
             return fresh, False
         key = self.key(row)
         kept = self._load(row.op).calls.get(key)
         if kept is None:
+            if not _whole_tiles(fresh, unit):
+                return fresh, False  # a plan under two tiles is captured call by call
             got, before = self._keep(row.op, key, "calls", fresh)
             if got is None or not before:
                 self.calls_new += got is not None
                 return fresh, False
             kept = got  # another process kept the row's calls first
-        whole = unit >= 1 and kept % unit == 0 and kept // unit >= MIN_TILE_COPIES
-        if not whole or kept > STALE_RATIO * fresh or fresh > STALE_RATIO * kept:
+        if not _whole_tiles(kept, unit):
+            self.calls_other_tile += 1  # kept with another tile (the row's went stale)
+            return fresh, False
+        if kept > STALE_RATIO * fresh or fresh > STALE_RATIO * kept:
             self.calls_stale += 1
             return fresh, False
         self.calls_kept += 1
@@ -363,7 +377,9 @@ class TileSizes:
             self.lock_timeouts += 1
             return None, False
         except Exception as exc:  # noqa: BLE001 - an unwritable cache costs only the keeping
-            self.why_not_written = f"cannot keep tiles in {path.parent}: {type(exc).__name__}: {exc}"[:300]
+            self.why_not_written = (
+                f"cannot keep tiles or graph lengths in {path.parent}: {type(exc).__name__}: {exc}"[:300]
+            )
             return None, False
         if theirs is not None:
             return theirs, True
@@ -384,6 +400,7 @@ class TileSizes:
         for name, value in (
             ("stale", self.stale),
             ("calls_stale", self.calls_stale),
+            ("calls_other_tile", self.calls_other_tile),
             ("lock_timeouts", self.lock_timeouts),
         ):
             if value:

@@ -448,7 +448,8 @@ def graph_bench(
     probe's calls (``graph_tiles``), or of the tile ``tile_size(probe's calls)`` gives
     (``TileSizes.tile``: the row's tile kept from an earlier timing), to the calls
     ``graph_calls(plan's calls, tile)`` gives (``TileSizes.calls``: the row's graph
-    length kept likewise); raises CaptureFailed(phase, error) on any failure."""
+    length kept likewise, in whole tiles of its own; an interleaved graph's longer tile,
+    ``interleaved_tiles``, rounds it); raises CaptureFailed(phase, error) on any failure."""
     global _watch
     import torch
 
@@ -490,6 +491,14 @@ def graph_bench(
         plan = plan_graph(per_call, rep_ms, replay_ms)
         if tiles is not None:
             plan = tiled_plan(plan, per_call, rep_ms, probe_calls)
+            if graph_calls is not None:
+                # The row's length, kept in whole tiles of its own: what decides below
+                # whether its placements are interleaved, and what an interleaved graph
+                # rounds to its longer tile, so that both come out alike in every run.
+                calls, kept_calls = graph_calls(plan.calls_per_graph, probe_calls)
+                if kept_calls:
+                    plan = plan_with_calls(calls, per_call, rep_ms)
+                cost.notes["calls_kept"] = kept_calls
         # A cap already seen (the warm-up ran at it) sends the timing straight to the
         # window: the replays would be set aside.
         at_cap = watch is not None and watch.seen
@@ -498,10 +507,6 @@ def graph_bench(
             tiles = interleaved_tiles(tiles, placements.count)
             plan = tiled_plan(plan, per_call, rep_ms, tiles.tile)
         if tiles is not None and tiles.copies(plan.calls_per_graph):
-            if graph_calls is not None:
-                calls, kept_calls = graph_calls(plan.calls_per_graph, tiles.tile)
-                plan = plan_with_calls(calls, per_call, rep_ms)
-                cost.notes["calls_kept"] = kept_calls
             cost.notes["tile_calls"] = tiles.tile
         times: List[float] = []
         placement_medians: List[float] = []  # each graph's, where there are two or more
