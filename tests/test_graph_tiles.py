@@ -360,40 +360,82 @@ def test_an_interleaved_graphs_tile_holds_a_segment_at_each_of_its_placements(no
     assert sorted(set(moves)) == sets and min(segments) >= graph_timer.MIN_SEGMENT
 
 
+_KEY = "gems|torch.float32|[torch.Size([1024, 1024]), 1]"
+
+
+def _keeping(root, probe_calls):
+    """A process's TileSizes after its timing of _row() took its tile, as graph_bench does."""
+    sizes = graph_tiles.TileSizes(root, "gpu")
+    sizes.tile(_row(), probe_calls)
+    return sizes
+
+
 def test_a_rows_graph_length_is_kept_and_a_later_process_builds_to_it(tmp_path):
-    first = graph_tiles.TileSizes(tmp_path, "gpu")
-    assert first.calls(_row(), 595, 35) == (595, False)
-    # The next batch: its probe read the call 30% slower and planned 420 calls (12 tiles).
-    later = graph_tiles.TileSizes(tmp_path, "gpu")
-    assert later.calls(_row(), 420, 35) == (595, True)
-    # Separate graphs of the row's own tile of 7 calls: 595 is still 85 of them.
+    first = _keeping(tmp_path, 7)
+    assert first.calls(_row(), 595, 7) == (595, False)
+    # The next batch: its probe read the call 30% slower and planned 420 calls (60 tiles).
+    later = _keeping(tmp_path, 9)
     assert later.calls(_row(), 420, 7) == (595, True)
-    assert later.report()["timings_kept_calls"] == 2 and first.report()["calls_kept_now"] == 1
+    assert later.report()["timings_kept_calls"] == 1 and first.report()["calls_kept_now"] == 1
     data = json.loads((tmp_path / "gpu" / "cumsum_.json").read_text())
-    assert data["format"] == 2 and data["calls"] == {"gems|torch.float32|[torch.Size([1024, 1024]), 1]": 595}
+    assert data["format"] == 2 and data["calls"] == {_KEY: 595} and data["tiles"] == {_KEY: 7}
 
 
-def test_kept_calls_that_are_no_whole_number_of_tiles_or_are_stale_give_way_to_the_plans(tmp_path):
-    graph_tiles.TileSizes(tmp_path, "gpu").calls(_row(), 600, 8)
-    sizes = graph_tiles.TileSizes(tmp_path, "gpu")
-    assert sizes.calls(_row(), 595, 35) == (595, False)  # 600 is no whole number of 35s
+def test_a_timing_whose_tile_is_not_the_rows_kept_one_keeps_no_length(tmp_path):
+    # The kept tile of 7 is over 4 times this probe's 1 call (the call got that much
+    # slower): the timing builds from 1-call tiles, and a length in those would stand
+    # for no later timing's graph, whose tile is the kept 7 again.
+    _keeping(tmp_path / "a", 7)
+    stale = graph_tiles.TileSizes(tmp_path / "a", "gpu")
+    assert stale.tile(_row(), 1) == (1, False)
+    assert stale.calls(_row(), 60, 1) == (60, False)
+    assert json.loads((tmp_path / "a" / "gpu" / "cumsum_.json").read_text())["calls"] == {}
+    # Nor where no tile could be kept (the directory is unwritable).
+    blocked = tmp_path / "b"
+    blocked.write_text("a file where the directory would be")
+    sizes = graph_tiles.TileSizes(blocked, "gpu")
+    assert sizes.tile(_row(), 7) == (7, False) and sizes.calls(_row(), 70, 7) == (70, False)
+    assert sizes.report()["calls_kept_now"] == 0
+
+
+def test_kept_calls_that_are_stale_or_no_whole_number_of_the_rows_tile_give_way_to_the_plans(tmp_path):
+    _keeping(tmp_path, 8).calls(_row(), 600, 8)
+    sizes = _keeping(tmp_path, 8)
     assert sizes.calls(_row(), 140, 8) == (140, False)  # over 4 times the plan's: its call got slower
     assert sizes.calls(_row(), 2600, 8) == (2600, False)  # ... or faster
     assert sizes.calls(_row(), 500, 8) == (600, True)
-    report = sizes.report()
-    assert (report["calls_stale"], report["calls_other_tile"]) == (2, 1)
+    assert sizes.report()["calls_stale"] == 2
     # What was kept stays: the row's length is its first one's.
-    assert graph_tiles.TileSizes(tmp_path, "gpu").calls(_row(), 800, 8) == (600, True)
+    assert _keeping(tmp_path, 8).calls(_row(), 800, 8) == (600, True)
+    # A kept length no whole number of the row's tile (the file edited, or kept by a
+    # zlbench of other rules) gives way too, counted apart.
+    path = tmp_path / "gpu" / "cumsum_.json"
+    data = json.loads(path.read_text())
+    data["calls"][_KEY] = 598
+    path.write_text(json.dumps(data))
+    sizes = _keeping(tmp_path, 8)
+    assert sizes.calls(_row(), 500, 8) == (500, False)
+    assert (sizes.report()["calls_other_tile"], sizes.report().get("calls_stale")) == (1, None)
 
 
 def test_a_plan_under_two_tiles_keeps_no_graph_length(tmp_path):
     # 9 calls of a 7-call tile: the graph is captured call by call, so no length in
     # whole tiles stands for it, and a later plan that tiles keeps its own.
-    sizes = graph_tiles.TileSizes(tmp_path, "gpu")
+    sizes = _keeping(tmp_path, 7)
     assert sizes.calls(_row(), 9, 7) == (9, False)
     assert sizes.report()["calls_kept_now"] == 0
+    assert json.loads((tmp_path / "gpu" / "cumsum_.json").read_text())["calls"] == {}
     assert sizes.calls(_row(), 70, 7) == (70, False)
-    assert graph_tiles.TileSizes(tmp_path, "gpu").calls(_row(), 63, 7) == (70, True)
+    assert _keeping(tmp_path, 7).calls(_row(), 63, 7) == (70, True)
+
+
+def test_a_tile_file_nested_too_deep_is_started_again(tmp_path):
+    path = tmp_path / "gpu" / "cumsum_.json"
+    path.parent.mkdir()
+    path.write_text("[" * 200_000)
+    sizes = graph_tiles.TileSizes(tmp_path, "gpu")
+    assert sizes.tile(_row(), 7) == (7, False)
+    assert "RecursionError" in sizes.report()["files_started_again"]["cumsum_"]
 
 
 def test_calls_another_process_kept_first_win_and_rows_without_a_key_keep_none(tmp_path):

@@ -231,8 +231,9 @@ class TileSizes:
     ``tile(row, fresh)``: the kept tile of ``row``, else ``fresh`` (the probe's calls),
     kept from now on; ``calls(row, fresh, unit)`` the same for the calls of a tiled graph
     (``fresh``: the plan's), where they are a whole number of ``unit`` (the row's tile),
-    two at least: a plan under two tiles keeps none, and kept calls no whole number of
-    the row's tile (kept with a tile since gone stale) give way to the plan's. A row
+    two at least, and ``unit`` the row's kept tile: a plan under two tiles keeps none,
+    nor does a timing whose tile is not the kept one (that went stale, or none could be
+    kept), and kept calls no whole number of the row's tile give way to the plan's. A row
     without a dtype or shape keeps none (its key would stand for other rows), nor does
     one whose kept tile is over ``STALE_RATIO`` times the probe's calls, or whose kept
     calls are that far from the plan's either way (its call has become that much slower
@@ -297,7 +298,12 @@ class TileSizes:
         if not self._keeps(row):
             return fresh, False
         key = self.key(row)
-        kept = self._load(row.op).calls.get(key)
+        sizes = self._load(row.op)
+        if sizes.tiles.get(key) != unit:
+            # This timing's tile is not the row's kept one (it went stale, or none could
+            # be kept): a length in its tiles would stand for no later timing's graph.
+            return fresh, False
+        kept = sizes.calls.get(key)
         if kept is None:
             if not _whole_tiles(fresh, unit):
                 return fresh, False  # a plan under two tiles is captured call by call
@@ -321,7 +327,7 @@ class TileSizes:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             return empty
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             self.restarted[op] = f"{type(exc).__name__}: {exc}"[:200]
             return empty
         fmt = data.get("format") if isinstance(data, dict) else None

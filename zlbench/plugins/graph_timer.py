@@ -651,6 +651,10 @@ def graph_bench(
         cost.notes.update(
             calls_per_graph=plan.calls_per_graph, replays=len(times), rounds=rounds, replay_stop=stop
         )
+        if tiles is not None and not tiles.tiling.on:
+            # The driver refused a chain during this timing: its graphs from then on
+            # captured every call.
+            cost.notes.pop("tile_calls", None)
     except ContextNotClean:
         raise
     except BaseException as exc:  # noqa: BLE001 - classified by the caller
