@@ -230,10 +230,10 @@ class TileSizes:
 
     ``tile(row, fresh)``: the kept tile of ``row``, else ``fresh`` (the probe's calls),
     kept from now on; ``calls(row, fresh, unit)`` the same for the calls of a tiled graph
-    (``fresh``: the plan's), where they are a whole number of ``unit`` (the row's tile),
-    two at least, and ``unit`` the row's kept tile: a plan under two tiles keeps none,
-    nor does a timing whose tile is not the kept one (that went stale, or none could be
-    kept), and kept calls no whole number of the row's tile give way to the plan's. A row
+    (``fresh``: the plan's) in whole tiles of ``unit``, two at least, where ``unit`` is
+    the row's kept tile: a plan under two tiles keeps none, nor does a timing whose tile
+    is not the kept one (that went stale, or none could be kept), and kept calls no
+    whole number of the row's tile (an edited file) give way to the plan's. A row
     without a dtype or shape keeps none (its key would stand for other rows), nor does
     one whose kept tile is over ``STALE_RATIO`` times the probe's calls, or whose kept
     calls are that far from the plan's either way (its call has become that much slower
@@ -255,7 +255,7 @@ class TileSizes:
         self.calls_kept = 0  # timings whose graph took the row's kept calls
         self.calls_new = 0  # ... whose calls were kept now
         self.calls_stale = 0  # ... whose kept calls were over STALE_RATIO from the plan's
-        self.calls_other_tile = 0  # ... whose kept calls were no whole number of its tile
+        self.calls_other_tile = 0  # ... whose kept calls were no whole number of the row's tile
         self.lock_timeouts = 0
         self.newer: Dict[str, int] = {}  # op -> the newer format its file is in
         self.restarted: Dict[str, str] = {}  # op -> why its file was started again
@@ -313,7 +313,7 @@ class TileSizes:
                 return fresh, False
             kept = got  # another process kept the row's calls first
         if not _whole_tiles(kept, unit):
-            self.calls_other_tile += 1  # kept with another tile (the row's went stale)
+            self.calls_other_tile += 1  # kept by other rules (an edited file)
             return fresh, False
         if kept > STALE_RATIO * fresh or fresh > STALE_RATIO * kept:
             self.calls_stale += 1
