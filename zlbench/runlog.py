@@ -78,6 +78,8 @@ class Row:
         "gems_autotune",
         "torch_placements",
         "gems_placements",
+        "torch_placement_ms",
+        "gems_placement_ms",
         "problem",
     )
 
@@ -116,6 +118,9 @@ class Row:
         # Graph timer: the input placements the side was timed over.
         self.torch_placements: Optional[int] = None
         self.gems_placements: Optional[int] = None
+        # ... and each placement's own median there (ms per call), where it had two or more.
+        self.torch_placement_ms: Optional[List[float]] = None
+        self.gems_placement_ms: Optional[List[float]] = None
 
     def __repr__(self) -> str:
         return f"Row({self.op!r}, {self.dtype!r}, {self.shape!r}, gems_ms={self.gems_ms})"

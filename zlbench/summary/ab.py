@@ -357,7 +357,34 @@ def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
         # One side's number is host time, the other's device time: no verdict on them.
         why = "; ".join(f"{side} {reason}" for side, reason in untraced.items())
         return Verdict(UNKNOWN, found.change, None, f"host time, no device work traced ({why})")
+    if found.real and not same_run:
+        spanned = placements_span(pair)
+        if spanned:
+            return Verdict(UNKNOWN, found.change, None, spanned, placements=True)
     return found
+
+
+def placements_span(pair: PairedRow) -> str:
+    """Why a SLOWER or FASTER change is where the inputs lay, not the build: one side's
+    own placement medians (``Row.gems_placement_ms``) reach the other side's figure,
+    within the two figures' spreads. The build then ran at the other side's speed at one
+    of its placements, and its figure moved because its placements fell at another level
+    (FlagGems' lerp_tensor bf16 64x512x512 on an H100 reads 0.0448 or 0.0525 ms at a
+    placement, 8 of 8 fast in one process and 7 of 8 slow in the next: SLOWER +17%, not
+    reproduced). A change a build makes moves every placement, so the spans part. Empty
+    when neither side's span reaches the other's figure."""
+    tolerance = math.hypot(pair.a.gems_spread or 0.0, pair.b.gems_spread or 0.0)
+    for side, row, other_side, other in (("A", pair.a, "B", pair.b), ("B", pair.b, "A", pair.a)):
+        medians = row.gems_placement_ms
+        if not medians or other.gems_ms is None:
+            continue
+        low, high = min(medians), max(medians)
+        if low * (1 - tolerance) <= other.gems_ms <= high * (1 + tolerance):
+            return (
+                f"placements: {side}'s {len(medians)} read {low:.4g}-{high:.4g} ms, "
+                f"{other_side}'s {other.gems_ms:.4g} ms among them (where the inputs lay, not the build)"
+            )
+    return ""
 
 
 NO_DEVICE_WORK_EITHER = "no device work in A or B: host time, not compared"

@@ -115,7 +115,19 @@ def verdict_lines(result: ABResult) -> List[str]:
             + (f" (those {counts[NOT_REPRODUCED]} now SAME)" if counts[NOT_REPRODUCED] else "")
             + "."
         )
-    unknown = [p for p in result.pairs if p.verdict.status == UNKNOWN and not p.verdict.throttled]
+    placed = [p for p in result.pairs if p.verdict.placements]
+    if placed:
+        lines.append(
+            f"{len(placed)} of {len(result.pairs)} rows UNKNOWN, their change within one side's own input "
+            f"placements (first: {placed[0].a.op} {placed[0].a.dtype}, {placed[0].verdict.why}): that "
+            "side ran at the other's speed where its inputs lay at one placement, so where the inputs "
+            "lay moved these rows, not the build."
+        )
+    unknown = [
+        p
+        for p in result.pairs
+        if p.verdict.status == UNKNOWN and not p.verdict.throttled and not p.verdict.placements
+    ]
     if unknown:
         lines.append(
             f"{len(unknown)} of {len(result.pairs)} rows have no verdict (UNKNOWN): "
@@ -462,6 +474,7 @@ def ab_json_chunks(result: ABResult) -> Iterator[str]:
                 "threshold": p.verdict.threshold,
                 "why": p.verdict.why,
                 "measured_throttled": p.verdict.throttled,
+                "placements_span": p.verdict.placements,
                 "power_cap_mhz": cap_mhz(p),
                 "floor": result.floor_for(p).value,
                 "a_spread": p.a.gems_spread,
