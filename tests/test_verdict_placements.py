@@ -35,6 +35,8 @@ def test_a_side_whose_placements_reach_the_others_figure_gives_no_verdict():
     found = _judge(_row(0.044825, 0.0006, FAST), _row(0.05254, 0.0026, MIXED))
     assert found.status == UNKNOWN and found.placements and not found.throttled
     assert found.change == pytest.approx(0.05254 / 0.044825 - 1)
+    # Compared on device time all the same: its threshold stays (an A/A floor counts it).
+    assert found.threshold == pytest.approx(0.02 + (0.0006**2 + 0.0026**2) ** 0.5)
     assert found.why.startswith("placements: B's 8 read 0.04477-0.05265 ms, A's 0.04482 ms among them")
     # Either way round: A's placements may be the mixed ones.
     assert _judge(_row(0.05254, 0.0026, MIXED), _row(0.044825, 0.0006, FAST)).placements
@@ -99,3 +101,14 @@ def test_summary_ab_names_the_rows_their_placements_explain(tmp_path):
     # The gate trips on it only where UNKNOWN is asked for.
     assert zlbench("summary", "--ab", a, b, "--fail-on", "slower").returncode == 0
     assert zlbench("summary", "--ab", a, b, "--fail-on", "unknown").returncode == 1
+
+
+def test_an_aa_floor_counts_rows_that_moved_within_their_placements(tmp_path):
+    # zlbench noise pairs at a zero floor, where a row that moved within its placements
+    # is UNKNOWN: it must still count, or the floor leaves out the rows that moved most.
+    a = _run(tmp_path / "a", 0.0448, FAST)
+    b = _run(tmp_path / "b", 0.0525, MIXED)
+    noise = zlbench("noise", "--from", a, "--from", b, "--db", tmp_path / "h.sqlite", "--quantile", "100")
+    assert noise.returncode == 0, noise.stdout + noise.stderr
+    assert "p100 of 1 A/A rows' change beyond their own spreads" in noise.stdout
+    assert "noise floor 16.9% for machine" in noise.stdout  # 17.19% less hypot(0.2%, 0.2%)

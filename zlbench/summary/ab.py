@@ -360,7 +360,9 @@ def judge(pair: PairedRow, floor: float, same_run: bool) -> Verdict:
     if found.real and not same_run:
         spanned = placements_span(pair)
         if spanned:
-            return Verdict(UNKNOWN, found.change, None, spanned, placements=True)
+            # The threshold stays: the row was compared on device time, and an A/A floor
+            # (zlbench noise, at a zero floor) must count how far such rows moved.
+            return Verdict(UNKNOWN, found.change, found.threshold, spanned, placements=True)
     return found
 
 
