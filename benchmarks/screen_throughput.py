@@ -455,8 +455,8 @@ def median_ci(by_op: Dict[str, List[float]], resamples: int = 2000, seed: int = 
 
 
 def compared_by_operator(pairs) -> Dict[str, List[float]]:
-    """The gains of the rows compared on device time (a threshold: not UNKNOWN for want
-    of one, not host time on both sides), by operator."""
+    """The gains of the rows compared on device time (a threshold: not UNKNOWN, not
+    host time on both sides), by operator."""
     by_op: Dict[str, List[float]] = {}
     for p in pairs:
         if p.gain is not None and p.verdict.threshold is not None:
@@ -566,6 +566,7 @@ def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
         autotune_changes,
         pair_runs,
         recheck_counts,
+        shared_placement_level,
         untraced_sides,
     )
 
@@ -585,19 +586,21 @@ def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
         if verdict != "SAME" or p.recheck:
             # The issue's rule: a row that is not SAME must carry what explains it: the
             # device throttled, two clocks, host time without device work, the
-            # autotuner's other pick, or a change within one side's own placements. An UNKNOWN for want of a latency or a spread is a
-            # row not measured, and a direct-timer fallback says how a row was timed, not
-            # why it moved: neither explains anything.
+            # autotuner's other pick, or a placement level both sides read. An UNKNOWN
+            # for want of a latency or a spread is a row not measured, and a
+            # direct-timer fallback says how a row was timed, not why it moved: neither
+            # explains anything.
             clocks = bool(p.a.gems_clock and p.b.gems_clock and p.a.gems_clock != p.b.gems_clock)
             # A verdict a re-check in fresh processes did not reproduce is SAME now: its
             # change lay between processes, which the re-check's own reading shows.
             explained = bool(p.verdict.throttled or clocks or untraced_sides(p) or autotune_changes(p)
-                             or p.verdict.placements or verdict == "SAME")
+                             or shared_placement_level(p) or verdict == "SAME")
             if not explained:
                 unexplained_pairs.add(id(p))
             others.append({"row": " ".join(map(str, p.key)), "verdict": verdict, "explained": explained,
                            "gain_pct": None if p.gain is None else round(100 * p.gain, 3),
                            "why": p.verdict.why, "fallback": p.fallback, "autotune": autotune_changes(p),
+                           "placement_level": shared_placement_level(p),
                            "recheck": p.recheck,
                            "markers": sorted({m.name for m in p.a.markers + p.b.markers if m.name != "RUN_PHASE"})})
     unexplained = [o for o in others if not o["explained"]]
@@ -868,8 +871,8 @@ def report(args, ops: List[str], corpus: List[str], kinds: Dict[str, dict]) -> d
         ("A/A share SAME", aa_fig.get("same_share"), GOALS["aa_same_share"], ">="),
         ("A/A share SAME of the rows compared on device time", aa_fig.get("same_share_compared"),
          GOALS["aa_same_share"], ">="),
-        ("A/A share SAME or explained (throttled, two clocks, host time, other autotune pick, placements, "
-         "not reproduced)",
+        ("A/A share SAME or explained (throttled, two clocks, host time, other autotune pick, "
+         "a placement level both read, not reproduced)",
          aa_fig.get("same_or_explained_share"),
          GOALS["aa_same_share"], ">="),
     ]

@@ -16,6 +16,7 @@ from zlbench.summary.ab import (
     cap_mhz,
     capped_alone,
     recheck_counts,
+    shared_placement_level,
     throttle_reasons,
     torch_versions,
 )
@@ -115,19 +116,15 @@ def verdict_lines(result: ABResult) -> List[str]:
             + (f" (those {counts[NOT_REPRODUCED]} now SAME)" if counts[NOT_REPRODUCED] else "")
             + "."
         )
-    placed = [p for p in result.pairs if p.verdict.placements]
-    if placed:
+    leveled = [p for p in result.pairs if shared_placement_level(p)]
+    if leveled:
+        first = leveled[0]
         lines.append(
-            f"{len(placed)} of {len(result.pairs)} rows UNKNOWN, their change within one side's own input "
-            f"placements (first: {placed[0].a.op} {placed[0].a.dtype}, {placed[0].verdict.why}): that "
-            "side ran at the other's speed where its inputs lay at one placement, so where the inputs "
-            "lay moved these rows, not the build."
+            f"{len(leveled)} SLOWER/FASTER rows read a placement level both sides share (first: "
+            f"{first.a.op} {first.a.dtype}, {shared_placement_level(first)}): where their inputs lay "
+            "may have moved them, not the build; the re-check in fresh processes decides."
         )
-    unknown = [
-        p
-        for p in result.pairs
-        if p.verdict.status == UNKNOWN and not p.verdict.throttled and not p.verdict.placements
-    ]
+    unknown = [p for p in result.pairs if p.verdict.status == UNKNOWN and not p.verdict.throttled]
     if unknown:
         lines.append(
             f"{len(unknown)} of {len(result.pairs)} rows have no verdict (UNKNOWN): "
@@ -253,6 +250,11 @@ def own_floor_note(floor: Optional[NoiseFloor], p: PairedRow) -> str:
     return f"own A/A floor {fmt_pct(floor.value, sign=False)}"
 
 
+def _level_note(p: PairedRow) -> str:
+    level = shared_placement_level(p)
+    return f"a placement level both read ({level})" if level else ""
+
+
 def _pair_row(p: PairedRow, floor: Optional[NoiseFloor] = None) -> tuple:
     notes = [
         "direct fallback" if p.fallback else "",
@@ -260,6 +262,7 @@ def _pair_row(p: PairedRow, floor: Optional[NoiseFloor] = None) -> tuple:
         own_floor_note(floor, p),
         cap_clocks(p),
         "autotune picked other configs" if autotune_changes(p) else "",
+        _level_note(p),
         f"re-check: {p.recheck}" if p.recheck else "",
     ]
     return (
@@ -474,7 +477,6 @@ def ab_json_chunks(result: ABResult) -> Iterator[str]:
                 "threshold": p.verdict.threshold,
                 "why": p.verdict.why,
                 "measured_throttled": p.verdict.throttled,
-                "placements_span": p.verdict.placements,
                 "power_cap_mhz": cap_mhz(p),
                 "floor": result.floor_for(p).value,
                 "a_spread": p.a.gems_spread,
@@ -483,6 +485,7 @@ def ab_json_chunks(result: ABResult) -> Iterator[str]:
                 "b_samples": p.b.gems_samples,
                 "throttled": throttled_sides(p),
                 "autotune_changes": autotune_changes(p),
+                "placement_level": shared_placement_level(p),
                 "recheck": p.recheck,
             }
             for p in result.pairs

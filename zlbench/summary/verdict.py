@@ -15,10 +15,8 @@ it exceeds the smaller of the two rows' noise):
               one side's figure is sustained at the power cap and the other's is not
               (POWER_CAP_WINDOW), or
               the two sides were timed by different clocks, or one side's number is
-              host time (its calls ran no device work), or the other side's figure
-              lies among one side's own placements (``placements_span``); SAME
-              without a threshold when neither side's calls ran device work (there
-              is no device time to compare)
+              host time (its calls ran no device work); SAME without a threshold when
+              neither side's calls ran device work (there is no device time to compare)
 
 ``spread`` is each row's relative half-width of its median's 95% confidence interval
 (recorded by the timer, see zlbench.rowstats); the root of squares is the half-width
@@ -48,9 +46,6 @@ class Verdict(NamedTuple):
     # For UNKNOWN: the row was measured while the machine was slowed down (either side).
     # Such rows are counted apart: their change is the machine's, not the build's.
     throttled: bool = False
-    # For UNKNOWN: one side's input placements read the other side's figure (the change
-    # is where the inputs lay in each process, not the build: ``summary.ab.placements_span``).
-    placements: bool = False
 
     @property
     def real(self) -> bool:
