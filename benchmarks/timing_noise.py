@@ -18,8 +18,10 @@ direct-timed rows, kernel mode) it prints rows, median, p90 and max beside the f
 that opened issue 16 for the backend, checks the goals, and gives `summary --ab` verdicts
 for a1/a2 (all SAME is right) and a2/slow (SLOWER on OP's rows, SAME elsewhere is right).
 "unmarked" classes leave out the rows a marker explains: a DEVICE_THROTTLED line on
-either side, a power-cap window (POWER_CAP_WINDOW) on one side only, or kernels that ran
-other autotuned configs in the two batches (`summary --ab`'s autotune_changes).
+either side, a power-cap window (POWER_CAP_WINDOW) on one side only, kernels that ran
+other autotuned configs in the two batches (`summary --ab`'s autotune_changes), or a
+SLOWER or FASTER row whose placements read a level both batches share
+(shared_placement_level).
 
 A batch dir whose ops_status.csv says every operator is ok is reused: calling again
 with the same --out costs only what a time limit cut short.
@@ -54,7 +56,7 @@ from zlbench import rundir  # noqa: E402
 from zlbench.markers import DEVICE_THROTTLED  # noqa: E402
 from zlbench.stats import quantile  # noqa: E402
 from zlbench.summary import summarize  # noqa: E402
-from zlbench.summary.ab import autotune_changes, capped_alone, pair_summaries  # noqa: E402
+from zlbench.summary.ab import autotune_changes, capped_alone, pair_summaries, shared_placement_level  # noqa: E402
 from zlbench.summary.verdict import DEFAULT_NOISE_FLOOR, SAME, SLOWER  # noqa: E402
 
 KERNEL_ARGS = ["--enable-cudagraph", "0", "--direct-timer", "do_bench"]
@@ -127,8 +129,9 @@ def throttled(row) -> bool:
 
 def explained(p) -> bool:
     """A marker speaks for the pair: a slowed device, the power cap on one side only
-    (POWER_CAP_WINDOW), or other autotuned configs."""
-    return throttled(p.a) or throttled(p.b) or bool(capped_alone(p)) or bool(autotune_changes(p))
+    (POWER_CAP_WINDOW), other autotuned configs, or a placement level both sides read."""
+    return (throttled(p.a) or throttled(p.b) or bool(capped_alone(p)) or bool(autotune_changes(p))
+            or bool(shared_placement_level(p)))
 
 
 def aa(dir1: Path, dir2: Path, kernel: bool, floor: float) -> dict:

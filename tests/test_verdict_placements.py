@@ -8,7 +8,7 @@ import pytest
 
 from zlbench import rowstats
 from zlbench.runlog import Row
-from zlbench.summary.ab import NOT_REPRODUCED, PairedRow, judge, shared_placement_level
+from zlbench.summary.ab import PairedRow, judge, shared_placement_level
 from zlbench.summary.verdict import SLOWER
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -53,23 +53,35 @@ def test_a_build_that_moves_every_placement_shares_no_level_even_past_an_outlier
     assert pair.verdict.real and shared_placement_level(pair) == ""
 
 
-def test_only_a_real_or_rechecked_row_is_named():
+def test_placements_merely_spread_as_wide_as_the_change_share_no_level():
+    # A's placements spread evenly over 1.00-1.03, B is A 3% slower at each: A's top
+    # placement reads B's bottom one, but neither lies beyond the threshold from its own
+    # side's figure, so neither side falls at two levels.
+    a = [1.0 + 0.03 * i / 7 for i in range(8)]
+    pair = _pair(_row(1.015, a, spread=0.0005), _row(1.015 * 1.03, [m * 1.03 for m in a], spread=0.0005))
+    assert pair.verdict.status == SLOWER and shared_placement_level(pair) == ""
+    # Were A's top placement beyond the threshold from A's figure (two levels), it would be named.
+    a[-1] = 1.0609
+    pair = _pair(_row(1.015, a, spread=0.0005), _row(1.06, [1.06] * 8, spread=0.0005))
+    assert pair.verdict.status == SLOWER and shared_placement_level(pair) == "A 1.061 ms, B 1.06 ms"
+
+
+def test_only_a_real_row_is_named_and_bad_medians_name_none():
     same = _pair(_row(1.0, [0.9, 1.2]), _row(1.001, [0.9, 1.2]))
     assert not same.verdict.real and shared_placement_level(same) == ""
-    # A verdict the re-check did not reproduce (now SAME) keeps its note.
-    pair = _pair(_row(0.044825, FAST), _row(0.05254, MIXED))
-    pair.recheck_outcome = NOT_REPRODUCED
-    pair.verdict = pair.verdict._replace(status="SAME")
-    assert shared_placement_level(pair)
-    # Rows without placement medians (one placement, the direct timer, old runs).
+    # Rows without placement medians (one placement, interleaved graphs, the direct timer,
+    # old runs), or with a zero among them set by hand: no note, no error.
     assert shared_placement_level(_pair(_row(1.0, None), _row(1.1, FAST))) == ""
+    assert shared_placement_level(_pair(_row(0.044825, [0.0, 0.04478]), _row(0.05254, MIXED))) == "A 0.04478 ms, B 0.04477 ms"
 
 
 @pytest.mark.parametrize(
     "cost, medians",
     [
         ({"placement_ms": [0.1, 0.2]}, [0.1, 0.2]),
-        ({"graph_ms": [0.1, 0.12]}, [0.1, 0.12]),  # interleaved graphs
+        # Interleaved graphs: each graph's median mixes several placements.
+        ({"graph_ms": [0.1, 0.12]}, None),
+        ({"placement_ms": None, "graph_ms": [0.1, 0.12]}, None),
         ({"placement_ms": [0.1]}, None),  # one placement: no level of its own
         ({"placement_ms": [0.1, "x"]}, None),
         ({"placement_ms": [0.1, 0.0]}, None),
@@ -78,7 +90,7 @@ def test_only_a_real_or_rechecked_row_is_named():
         ("not a dict", None),
     ],
 )
-def test_placement_medians_read_a_records_placements_or_interleaved_graphs(cost, medians):
+def test_placement_medians_read_a_records_own_graph_per_placement_only(cost, medians):
     assert rowstats.placement_medians({"cost_ms": cost}) == medians
 
 
@@ -96,7 +108,7 @@ def _run(root, gems_ms, placements):
     return root
 
 
-def test_summary_ab_notes_the_shared_level_beside_the_verdict(tmp_path):
+def test_summary_ab_notes_the_shared_level_beside_the_verdict_and_after_a_recheck(tmp_path):
     a = _run(tmp_path / "a", 0.0448, FAST)
     b = _run(tmp_path / "b", 0.0525, MIXED)
     doc = json.loads(zlbench("summary", "--ab", a, b, "--format", "json", check=True).stdout)
@@ -104,6 +116,16 @@ def test_summary_ab_notes_the_shared_level_beside_the_verdict(tmp_path):
     assert (pair["verdict"], pair["placement_level"]) == ("SLOWER", "A 0.04478 ms, B 0.04477 ms")
     text = zlbench("summary", "--ab", a, b, check=True).stdout
     assert "a placement level both read (A 0.04478 ms, B 0.04477 ms)" in text
-    assert "1 SLOWER/FASTER rows read a placement level both sides share (first: lerp_tensor" in text
+    assert ("1 row judged SLOWER or FASTER read a placement level both sides share (first: "
+            "lerp_tensor torch.bfloat16, A 0.04478 ms, B 0.04477 ms): where the inputs lay may have "
+            "moved them, not the build; a re-check in fresh processes tells (--recheck).") in text
     # The gate trips on the verdict as before.
     assert zlbench("summary", "--ab", a, b, "--fail-on", "slower").returncode == 1
+    # A re-check in fresh processes that reads both at the fast level: SAME now, still named,
+    # and the line no longer asks for a re-check.
+    a2 = _run(tmp_path / "a2", 0.0448, FAST)
+    b2 = _run(tmp_path / "b2", 0.0448, FAST)
+    rechecked = zlbench("summary", "--ab", a, b, "--recheck", a2, b2, check=True).stdout
+    assert "Rows: 0 SLOWER, 0 FASTER, 1 SAME" in rechecked
+    assert "1 row judged SLOWER or FASTER read a placement level" in rechecked
+    assert "moved them, not the build.\n" in rechecked and "(--recheck)" not in rechecked

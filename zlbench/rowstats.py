@@ -136,16 +136,14 @@ def finite(value) -> Optional[float]:
 
 
 def placement_medians(record: dict) -> Optional[List[float]]:
-    """A graph row's own medians per input placement (``cost_ms["placement_ms"]``) or per
-    interleaved graph (``cost_ms["graph_ms"]``), where it has two or more, each a positive
-    finite number; else None (one placement, a power-cap window, the direct timer)."""
+    """A graph row's own medians per input placement (``cost_ms["placement_ms"]``: each
+    placement timed in a graph of its own), where it has two or more, each a positive
+    finite number; else None (one placement, interleaved graphs, whose ``graph_ms`` each
+    mix several placements, a power-cap window, the direct timer)."""
     cost = record.get("cost_ms")
-    if not isinstance(cost, dict):
-        return None
-    found = cost.get("placement_ms", cost.get("graph_ms"))
+    found = cost.get("placement_ms") if isinstance(cost, dict) else None
     if not isinstance(found, list) or len(found) < 2:
         return None
     medians = [finite(v) for v in found]
-    if any(m is None or m <= 0 for m in medians):
-        return None
-    return [m for m in medians if m is not None]
+    kept = [m for m in medians if m is not None and m > 0]
+    return kept if len(kept) == len(medians) else None

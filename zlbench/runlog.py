@@ -78,7 +78,6 @@ class Row:
         "gems_autotune",
         "torch_placements",
         "gems_placements",
-        "torch_placement_ms",
         "gems_placement_ms",
         "problem",
     )
@@ -118,8 +117,8 @@ class Row:
         # Graph timer: the input placements the side was timed over.
         self.torch_placements: Optional[int] = None
         self.gems_placements: Optional[int] = None
-        # ... and each placement's own median there (ms per call), where it had two or more.
-        self.torch_placement_ms: Optional[List[float]] = None
+        # The gems side's own median at each placement (ms per call), where each had a
+        # graph of its own and there were two or more (rowstats.placement_medians).
         self.gems_placement_ms: Optional[List[float]] = None
 
     def __repr__(self) -> str:

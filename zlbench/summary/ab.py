@@ -68,29 +68,39 @@ def autotune_changes(p: PairedRow) -> List[str]:
 
 
 # How near two placements' own medians, one of each side, must lie to read as one level:
-# each placement's replays lie within 0.2% on the rows seen (an H100's lerp_tensor below).
+# each placement's replays lay within 0.2% on the rows seen (lerp_tensor, below).
 SHARED_LEVEL = 0.005
 
 
 def shared_placement_level(p: PairedRow) -> str:
     """For a SLOWER or FASTER row (or one a re-check found SAME): a placement of A and
     one of B whose own medians (``Row.gems_placement_ms``) lie within SHARED_LEVEL of
-    each other, as ``A 0.04478 ms, B 0.04477 ms``; empty where none do. Then both builds
-    ran at one speed where their inputs lay there, and each figure went with the level
-    most of its placements fell at: FlagGems' lerp_tensor bf16 64x512x512 reads 0.0448
-    or 0.0525 ms at a placement, all 8 fast in one H100 process and 7 of 8 slow in the
-    next (SLOWER +17.2%, not reproduced). The verdict stands, as with an autotuner's
-    other pick: a build's change can still differ by the size of a far-off placement,
-    and the re-check in fresh processes decides."""
-    if not (p.verdict.real or p.recheck_outcome):
+    each other while one of them lies beyond the verdict's threshold from its own side's
+    figure, as ``A 0.04478 ms, B 0.04477 ms``; empty where none do. That side's
+    placements then fall at two levels, and the other side ran at one of them: FlagGems'
+    lerp_tensor bf16 64x512x512 reads 0.0448 or 0.0525 ms at a placement, all 8 fast in
+    one H100 process and 7 of 8 slow in the next (SLOWER +17.2%, not reproduced).
+    Placements merely spread as wide as the change share no such level. The verdict
+    stands, as with an autotuner's other pick: a build's change the size of a far-off
+    placement's offset can still read so, and the re-check in fresh processes decides."""
+    v = p.verdict
+    if not (v.real or p.recheck_outcome) or v.threshold is None:
         return ""
     a, b = p.a.gems_placement_ms, p.b.gems_placement_ms
-    if not a or not b:
+    a_ms, b_ms = p.a.gems_ms, p.b.gems_ms
+    if not a or not b or not a_ms or not b_ms:
         return ""
-    near = min(((x, y) for x in a for y in b), key=lambda xy: abs(xy[0] / xy[1] - 1.0))
-    if abs(near[0] / near[1] - 1.0) > SHARED_LEVEL:
-        return ""
-    return f"A {near[0]:.4g} ms, B {near[1]:.4g} ms"
+
+    def apart(x: float, y: float) -> float:
+        return abs(x / y - 1.0)
+
+    near = sorted(((x, y) for x in a for y in b if x > 0 and y > 0), key=lambda xy: apart(*xy))
+    for x, y in near:
+        if apart(x, y) > SHARED_LEVEL:
+            break
+        if apart(x, a_ms) > v.threshold or apart(y, b_ms) > v.threshold:
+            return f"A {x:.4g} ms, B {y:.4g} ms"
+    return ""
 
 
 @dataclass

@@ -120,9 +120,14 @@ def verdict_lines(result: ABResult) -> List[str]:
     if leveled:
         first = leveled[0]
         lines.append(
-            f"{len(leveled)} SLOWER/FASTER rows read a placement level both sides share (first: "
-            f"{first.a.op} {first.a.dtype}, {shared_placement_level(first)}): where their inputs lay "
-            "may have moved them, not the build; the re-check in fresh processes decides."
+            f"{len(leveled)} {'row' if len(leveled) == 1 else 'rows'} judged SLOWER or FASTER read a "
+            f"placement level both sides share (first: {first.a.op} {first.a.dtype}, "
+            f"{shared_placement_level(first)}): where the inputs lay may have moved "
+            + (
+                "them, not the build."
+                if rechecked
+                else "them, not the build; a re-check in fresh processes tells (--recheck)."
+            )
         )
     unknown = [p for p in result.pairs if p.verdict.status == UNKNOWN and not p.verdict.throttled]
     if unknown:

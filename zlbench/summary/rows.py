@@ -119,7 +119,8 @@ def attach_row_stats(rows: Sequence[Row], run_dir: Path, issues: List[Issue]) ->
             setattr(row, f"{side}_clock", clock if isinstance(clock, str) else None)
             placements = rec.get("placements")
             setattr(row, f"{side}_placements", placements if isinstance(placements, int) else None)
-            setattr(row, f"{side}_placement_ms", rowstats.placement_medians(rec))
+            if side == "gems":  # the side a verdict judges
+                row.gems_placement_ms = rowstats.placement_medians(rec)
             tuned = rec.get("autotune")
             setattr(row, f"{side}_autotune", tuned if isinstance(tuned, dict) else None)
 
