@@ -473,7 +473,9 @@ KNOBS: List[Knob] = [
         "device and operator, so that every run on the host builds a row's graphs alike (the "
         "other batch of an A/A, both sides of an A/B, the next night): the probe's calls and "
         "the plan's length follow times per call that move from process to process, and a "
-        "graph's length moves its row (its launch cost is a share of every call). Default: "
+        "graph's length moves its row (its launch cost is a share of every call); kept per device "
+        "model, so hosts that share the directory build alike too (give one to hosts that start "
+        "fresh each night). Default: "
         "$XDG_CACHE_HOME/zlbench/graph_tiles (~/.cache/...); off: every timing's tile is its "
         "probe's and its length the plan's.",
         child=True,
