@@ -48,7 +48,7 @@ def test_a_build_that_moves_every_placement_shares_no_level_even_past_an_outlier
     b = [m * 1.05 for m in a]
     pair = _pair(_row(1.0, a), _row(1.05, b))
     assert pair.verdict.status == SLOWER and shared_placement_level(pair) == ""
-    # Two interleaved graphs 8% apart, a 15% change: no level shared either.
+    # Two placements 8% apart, a 15% change at both: no level shared either.
     pair = _pair(_row(1.04, [1.0, 1.08]), _row(1.196, [1.15, 1.242]))
     assert pair.verdict.real and shared_placement_level(pair) == ""
 
