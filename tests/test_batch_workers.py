@@ -209,9 +209,12 @@ def test_timeouts_say_compiling_or_no_progress(tmp_path, mode):
 
 # -- prestart: the next operator's benchmark process readied while one runs ------------
 
-LIBRARY = '''import os, sys
+LIBRARY = '''import gc, os, sys
+# What a library's import leaves for the collector (flag_gems: hundreds of thousands).
+_held = [[] for _ in range(20000)]
 with open(os.path.join(os.environ["FAULTY_STATE_DIR"], "library.log"), "a") as f:
     f.write(f"import {os.getpid()} {os.environ.get('LIB_FLAG', '-')}\\n")
+    f.write(f"frozen {os.getpid()} {gc.get_freeze_count()}\\n")
 print(f"stand-in library imported in {os.getpid()}", flush=True)
 '''
 RECORD_PID = '''
@@ -246,12 +249,17 @@ def _library_corpus(tmp_path):
     return corpus, env
 
 
-def _library_log(tmp_path):
-    imports, tests = {}, {}
+def _library_log(tmp_path, kind_of_line="import"):
+    """{pid: what} of the stand-in library's import lines (or of another kind: frozen,
+    the objects frozen when its import ended) and of its tests."""
+    found, tests = {}, {}
     for line in (tmp_path / "state" / "library.log").read_text().splitlines():
         kind, pid, what = line.split()
-        (imports if kind == "import" else tests)[int(pid)] = what
-    return imports, tests
+        if kind == "test":
+            tests[int(pid)] = what
+        elif kind == kind_of_line:
+            found[int(pid)] = what
+    return found, tests
 
 
 def test_a_prestarted_benchmark_process_imports_the_library_before_its_run(tmp_path):
@@ -276,11 +284,17 @@ def test_a_prestarted_benchmark_process_imports_the_library_before_its_run(tmp_p
     used = re.compile(r"prestarted benchmark process (\d+) used")
     served = {op: int(used.search(text).group(1)) for op, text in logs[1:] if op != "broken_op"}
     assert len(served) >= 1
+    frozen_at_import, _ = _library_log(tmp_path, "frozen")
     for op, pid in served.items():
         assert tests[pid] == f"test_{op}"
         run_log = (out / op / "run.log").read_text()
         assert f"stand-in library imported in {pid}" in run_log
         assert run_log.index("stand-in library imported") < run_log.index("test session starts")
+        # What the import left was frozen before the run began (the freeze at the end of
+        # collection then walks only what pytest made): the library's 20,000 lists too.
+        froze = int(re.search(r"froze (\d+) objects after the import", run_log).group(1))
+        assert run_log.index("objects after the import") < run_log.index("test session starts")
+        assert froze >= int(frozen_at_import[pid]) + 20000
     # Two spares were readied while the first operator ran: the second operator's
     # process and the third's had both imported before the second's test began.
     order = (tmp_path / "state" / "library.log").read_text().splitlines()
@@ -291,6 +305,19 @@ def test_a_prestarted_benchmark_process_imports_the_library_before_its_run(tmp_p
     # The spares readied after the last operator were stopped with the worker.
     spare = set(imports) - set(tests)
     assert len(spare) <= SPARES and not any(is_alive(p) for p in spare)
+
+
+def test_a_prestarted_process_freezes_nothing_where_zl_gc_freeze_is_off(tmp_path):
+    corpus, env = _library_corpus(tmp_path)
+    env["ZL_GC_FREEZE"] = "0"
+    out = tmp_path / "b"
+    proc = _batch(tmp_path, out, "--flaggems-dir", str(corpus), "--devices", "0",
+                  "--ops", "good_op,slow_op", "--run-mode", "worker", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    logs = "\n".join(p.read_text() for p in (out / "logs").rglob("*") if p.is_file())
+    assert re.search(r"prestarted benchmark process \d+ used", logs)
+    assert "objects after the import" not in logs
+    assert json.loads((out / "slow_op" / "plugins" / "gc_freeze.json").read_text()) == {"enabled": False}
 
 
 @pytest.mark.parametrize("how", ["--no-worker-prestart", "isolated caches"])

@@ -11,13 +11,18 @@ Nothing timed changes, so it is not caliber: ZL_GC_FREEZE=0 turns it off.
 
 What it did is recorded in ``$ZL_RUN_DIR/plugins/gc_freeze.json``: the objects frozen
 and one full collection's time before and after.
+
+A warm worker's prestarted benchmark process imports the library before its run begins
+and freezes what that import left (``freeze_import``), while the run before it still
+measures: the collection at the end of collection then walks only what pytest made
+since, instead of the library's import too (61-84 ms an operator on an H100 host).
 """
 
 from __future__ import annotations
 
 import gc
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Mapping, Optional
 
 from zlbench import knobs
 from zlbench.plugins import print_line, run_dir, write_plugin_json
@@ -39,6 +44,20 @@ def freeze(collect: Callable[[], int] = gc.collect) -> Dict[str, float]:
         "collect_ms_before": round(before_ms, 3),
         "collect_ms_after": round(after_ms, 3),
     }
+
+
+def freeze_import(environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
+    """Collect and freeze what a benchmark process's import of its library left, before
+    its run: the objects frozen, or None where ZL_GC_FREEZE turns freezing off (an
+    invalid value too: the plugin says why when the run configures it)."""
+    try:
+        if not knobs.env_value("gc_freeze", environ):
+            return None
+    except knobs.KnobError:
+        return None
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 class GcFreeze:

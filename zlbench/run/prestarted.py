@@ -137,6 +137,11 @@ def prestarted_benchmark(sock, cwd: str, env: Dict[str, str], library: List[str]
             + (f"; failed: {failed} (the run's conftest imports it again)" if failed else ""),
             flush=True,
         )
+        from ..plugins.gc_freeze import freeze_import
+
+        frozen = freeze_import()
+        if frozen is not None:
+            print(f"zlbench worker: froze {frozen} objects after the import (ZL_GC_FREEZE)", flush=True)
         import select
         import socket
 
