@@ -8,6 +8,7 @@
 #   bash benchmarks/gpu_checks.sh ab       OUT   # zlbench ab on a live and a dead switch
 #   bash benchmarks/gpu_checks.sh isolated OUT   # isolated vs shared tuner cache counts
 #   bash benchmarks/gpu_checks.sh screen   OUT   # the 24-operator sample: warm, A/A, re-check, kernel mode
+#   bash benchmarks/gpu_checks.sh fixed    OUT   # where an operator's fixed cost goes, phase by phase
 # noise and screen resume: after a call's time limit cut one, run the same command again
 # (screen stops a pass after PASS_LIMIT seconds, 250 by default, with exit 3). Another timing
 # rule over the same warm caches: PASSES=a,b,recheck,report ZL_GRAPH_REPLAY_MS=0.5 (any ZL_
@@ -15,13 +16,22 @@
 # shifts: PASSES=warm,a,b,repeat,report (--repeats 4 more batches of the same build).
 # Several GPUs: benchmarks/multi_gpu.py (batch makespans per device set, warmup sweep).
 set -uo pipefail
-stage=${1:?stage: plugins, noise, ab, isolated or screen}
+stage=${1:?stage: plugins, noise, ab, isolated, screen or fixed}
 out=${2:?output dir}
 : "${FLAGGEMS_DIR:?set FLAGGEMS_DIR to a FlagGems checkout}"
 export GEMS_VENDOR=${GEMS_VENDOR:-nvidia} PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
 py=${PYTHON:-python3}
+# A user's install carries zlbench's bytecode (pip compiles at install, an editable install
+# writes it at its first import). In a tree where nothing wrote it, every process a batch
+# forks would compile the zlbench modules it imports from source, in every operator's
+# fixed cost (0.05-0.08 s an operator over the bundled sample on a 2-core CPU host):
+# compile them once, into the tree or, where that is read-only, into a prefix.
+if ! $py -m compileall -q zlbench >/dev/null 2>&1; then
+    export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/zlbench-pycache}
+    $py -m compileall -q zlbench >/dev/null 2>&1 || echo "zlbench not byte-compiled: start-ups compile it" >&2
+fi
 
 case "$stage" in
 plugins)
@@ -71,8 +81,15 @@ screen)
         --passes "${PASSES:-warm,a,b,recheck,kernel,report}" --pass-limit "${PASS_LIMIT:-250}" \
         --json "$out/screen.json" 2>&1 | tee -a "$out/screen.log"
     ;;
+fixed)
+    # benchmarks/fixed_cost.py: the same cheap operators as plain and profiled batches
+    # (PASSES=warm,plain,profiled,report on cold caches), each benchmark process profiled
+    # phase by phase; where start-up, collection, first call, teardown and exit go.
+    $py benchmarks/fixed_cost.py --flaggems-dir "$FLAGGEMS_DIR" --backend cuda --out "$out/fixed" \
+        --passes "${PASSES:-plain,profiled,report}" ${FIXED_ARGS:-} 2>&1 | tee -a "$out/fixed.log"
+    ;;
 *)
-    echo "unknown stage $stage: plugins, noise, ab, isolated or screen" >&2
+    echo "unknown stage $stage: plugins, noise, ab, isolated, screen or fixed" >&2
     exit 2
     ;;
 esac
