@@ -31,7 +31,6 @@ from typing import Dict, Optional
 
 import pytest
 
-PHASES = ("configure", "collect", "first_call", "measure", "teardown")
 DIR = "phase_profile"
 
 
