@@ -292,9 +292,10 @@ def test_a_prestarted_benchmark_process_imports_the_library_before_its_run(tmp_p
         assert run_log.index("stand-in library imported") < run_log.index("test session starts")
         # What the import left was frozen before the run began (the freeze at the end of
         # collection then walks only what pytest made): the library's 20,000 lists too.
-        froze = int(re.search(r"froze (\d+) objects after the import", run_log).group(1))
-        assert run_log.index("objects after the import") < run_log.index("test session starts")
-        assert froze >= int(frozen_at_import[pid]) + 20000
+        froze = int(re.search(r"froze the (\d+) objects the import left", run_log).group(1))
+        assert run_log.index("objects the import left") < run_log.index("test session starts")
+        # Counted apart from what the worker froze before it forked (frozen at import end).
+        assert 20000 <= froze < int(frozen_at_import[pid])
     # Two spares were readied while the first operator ran: the second operator's
     # process and the third's had both imported before the second's test began.
     order = (tmp_path / "state" / "library.log").read_text().splitlines()
@@ -314,10 +315,31 @@ def test_a_prestarted_process_freezes_nothing_where_zl_gc_freeze_is_off(tmp_path
     proc = _batch(tmp_path, out, "--flaggems-dir", str(corpus), "--devices", "0",
                   "--ops", "good_op,slow_op", "--run-mode", "worker", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    logs = "\n".join(p.read_text() for p in (out / "logs").rglob("*") if p.is_file())
+    logs = "\n".join(p.read_text() for p in out.rglob("*.log") if p.is_file())
     assert re.search(r"prestarted benchmark process \d+ used", logs)
-    assert "objects after the import" not in logs
+    assert "the import left" not in logs and "the import left" not in (out / "slow_op" / "run.log").read_text()
     assert json.loads((out / "slow_op" / "plugins" / "gc_freeze.json").read_text()) == {"enabled": False}
+
+
+@pytest.mark.parametrize("value, frozen", [("", True), ("1", True), ("0", False), ("maybe", False)])
+def test_freeze_import_counts_what_it_froze_and_follows_zl_gc_freeze(value, frozen):
+    # In a process of its own: a freeze is never undone.
+    code = textwrap.dedent(f"""
+        import gc
+        from zlbench.plugins.gc_freeze import freeze_import
+        gc.freeze()  # what a worker froze before forking
+        before = gc.get_freeze_count()
+        made = [[] for _ in range(5000)]
+        got = freeze_import({{"ZL_GC_FREEZE": {value!r}}})
+        print(before, got, gc.get_freeze_count())
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    before, got, after = proc.stdout.split()
+    if frozen:
+        assert int(got) == int(after) - int(before) and int(got) >= 5000
+    else:
+        assert got == "None" and after == before
 
 
 @pytest.mark.parametrize("how", ["--no-worker-prestart", "isolated caches"])

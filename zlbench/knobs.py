@@ -552,8 +552,9 @@ KNOBS: List[Knob] = [
         BATCH,
         "After collection, move the benchmark process's long-lived objects (torch, triton, the "
         "library) out of the garbage collector's view, so FlagGems' gc.collect() after each "
-        "row visits only that row's objects (default 1; nothing timed changes; 0: not frozen by "
-        "the plugin, though a warm worker still freezes what it imported before forking).",
+        "row visits only that row's objects (default 1; nothing timed changes; a warm worker's "
+        "prestarted benchmark process freezes what its import of the library left before its run; "
+        "0: neither freezes, though a warm worker still freezes what it imported before forking).",
         child=True,
     ),
     Knob(

@@ -48,16 +48,18 @@ def freeze(collect: Callable[[], int] = gc.collect) -> Dict[str, float]:
 
 def freeze_import(environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
     """Collect and freeze what a benchmark process's import of its library left, before
-    its run: the objects frozen, or None where ZL_GC_FREEZE turns freezing off (an
-    invalid value too: the plugin says why when the run configures it)."""
+    its run: the objects this freeze added (the worker's, frozen before it forked, are
+    not counted), or None where ZL_GC_FREEZE turns freezing off (an invalid value too:
+    the plugin says why when the run configures it)."""
     try:
         if not knobs.env_value("gc_freeze", environ):
             return None
     except knobs.KnobError:
         return None
+    before = gc.get_freeze_count()
     gc.collect()
     gc.freeze()
-    return gc.get_freeze_count()
+    return gc.get_freeze_count() - before
 
 
 class GcFreeze:

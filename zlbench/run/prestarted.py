@@ -141,7 +141,7 @@ def prestarted_benchmark(sock, cwd: str, env: Dict[str, str], library: List[str]
 
         frozen = freeze_import()
         if frozen is not None:
-            print(f"zlbench worker: froze {frozen} objects after the import (ZL_GC_FREEZE)", flush=True)
+            print(f"zlbench worker: froze the {frozen} objects the import left (ZL_GC_FREEZE)", flush=True)
         import select
         import socket
 
