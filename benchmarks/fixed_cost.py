@@ -34,6 +34,7 @@ import csv
 import json
 import os
 import pstats
+import re
 import statistics
 import subprocess
 import sys
@@ -52,10 +53,20 @@ SAMPLE_OPS = "abs,add,sum,softmax"
 
 
 def run_pass(args, name: str) -> dict:
+    """One pass as a batch: kept where its batch dir measured every operator asked for,
+    resumed where it was cut short; a batch dir of other operators is refused."""
     out = args.out / name
-    if (out / "ops_status.csv").exists():
-        print(f"== {name}: kept ({out})", flush=True)
-        return {"ran": False}
+    wanted = sorted(args.ops.split(","))
+    resume = (out / "plan.json").is_file()
+    if resume:
+        planned = sorted(o.get("op") for o in json.loads((out / "plan.json").read_text()).get("ops", []))
+        if planned != wanted:
+            sys.exit(f"fixed_cost.py: {out} holds a batch of {','.join(planned)}, not of --ops "
+                     f"{','.join(wanted)}: give another --out")
+        status = batch_phases(out)
+        if all((status.get(op) or {}).get("status") for op in wanted):
+            print(f"== {name}: kept ({out})", flush=True)
+            return {"ran": False}
     env = dict(os.environ)
     if name == "profiled":
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
@@ -63,15 +74,19 @@ def run_pass(args, name: str) -> dict:
         if args.profile_measure:
             env["PHASE_PROFILE_MEASURE"] = "1"
     cmd = [sys.executable, "-m", "zlbench", "batch", "--progress", "plain", "--out", str(out),
-           "--backend", args.backend, "--devices", args.device, "--ops", args.ops,
            "--timeout", str(args.timeout)]
-    if args.flaggems_dir:
-        cmd += ["--flaggems-dir", args.flaggems_dir]
-    print(f"== {name}: {args.ops}", flush=True)
+    if resume:
+        cmd += ["--resume"]  # the batch's own settings and operators, where it stopped
+    else:
+        cmd += ["--backend", args.backend, "--devices", args.device, "--ops", args.ops]
+        if args.flaggems_dir:
+            cmd += ["--flaggems-dir", args.flaggems_dir]
+    print(f"== {name}: {args.ops}{' (resumed)' if resume else ''}", flush=True)
     started = time.monotonic()
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "fixed_cost.log").write_text(proc.stdout)
+    with open(out / "fixed_cost.log", "a") as log:
+        log.write(proc.stdout)
     print(f"   {time.monotonic() - started:.0f} s, exit {proc.returncode}", flush=True)
     return {"ran": True, "exit": proc.returncode}
 
@@ -101,14 +116,9 @@ def batch_phases(batch: Path) -> Dict[str, dict]:
     return out
 
 
-def outside_pytest(batch: Path, ops: Dict[str, dict]) -> Dict[str, dict]:
-    """Per operator of the profiled batch, what its pytest did not see: from the attempt's
-    start (the batch's journal) to pytest's loading of the conftests (``before_s``: the
-    fork, ``zlbench run``'s own work, the hand-over to the benchmark process), and from
-    pytest's unconfigure to the attempt's result (``after_s``: the process' exit and the
-    batch's bookkeeping). Not slowed by the profiler, which runs in between."""
-    started: Dict[str, float] = {}
-    ended: Dict[str, float] = {}
+def journal_events(batch: Path) -> Dict[str, Dict[str, dict]]:
+    """Per operator, its last "attempt" and "result" events in the batch's journal."""
+    out: Dict[str, Dict[str, dict]] = {}
     journal = batch / "attempts.jsonl"
     if journal.is_file():
         for line in journal.read_text().splitlines():
@@ -116,18 +126,45 @@ def outside_pytest(batch: Path, ops: Dict[str, dict]) -> Dict[str, dict]:
                 event = json.loads(line)
             except ValueError:
                 continue
-            if event.get("event") == "attempt":
-                started[event.get("op")] = event["t"]
-            elif event.get("event") == "result":
-                ended[event.get("op")] = event["t"]
+            if event.get("event") in ("attempt", "result") and event.get("op"):
+                out.setdefault(event["op"], {})[event["event"]] = event
+    return out
+
+
+def launch_mode(batch: Path, attempt: Optional[dict]) -> str:
+    """How the attempt's benchmark process started: "prestarted" (a spare's, its library
+    imported before the run) or "plain" (forked or started at the attempt, importing it)."""
+    log = batch / (attempt or {}).get("log", "-")
+    if log.is_file() and re.search(r"prestarted benchmark process \d+ used", log.read_text(errors="replace")):
+        return "prestarted"
+    return "plain"
+
+
+def spans_of(batch: Path, figures: dict) -> dict:
+    path = batch / figures["run_dir"] / "phase_profile" / "spans.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def outside_pytest(batch: Path, ops: Dict[str, dict]) -> Dict[str, dict]:
+    """Per operator of the profiled batch, what its pytest did not see: from the attempt's
+    start (the batch's clock before it launched the attempt: the session's start less
+    ``startup_s``) to pytest's loading of the conftests (``before_s``: the fork, ``zlbench
+    run``'s own work, the hand-over to the benchmark process), and from pytest's
+    unconfigure to the attempt's result in the journal (``after_s``: the process' exit
+    and the batch's bookkeeping). Not slowed by the profiler, which runs in between."""
+    events = journal_events(batch)
     out = {}
     for op, figures in ops.items():
-        path = batch / figures["run_dir"] / "phase_profile" / "spans.json"
-        if not path.is_file() or op not in started or op not in ended:
+        t = spans_of(batch, figures).get("t") or {}
+        phases_json = batch / figures["run_dir"] / "plugins" / "phases.json"
+        result = events.get(op, {}).get("result")
+        if not ("configure" in t and "end" in t and phases_json.is_file() and result):
             continue
-        t = json.loads(path.read_text()).get("t") or {}
-        if "configure" in t and "end" in t:
-            out[op] = {"before_s": round(t["configure"] - started[op], 3), "after_s": round(ended[op] - t["end"], 3)}
+        session_start = (json.loads(phases_json.read_text()).get("times") or {}).get("session_start")
+        if session_start is None or figures.get("startup_s") is None:
+            continue
+        started = session_start - figures["startup_s"]
+        out[op] = {"before_s": round(t["configure"] - started, 3), "after_s": round(result["t"] - t["end"], 3)}
     return out
 
 
@@ -152,17 +189,19 @@ def package_of(filename: str, roots: Dict[str, str]) -> str:
 
 def phase_profiles(batch: Path, ops: Dict[str, dict], roots: Dict[str, str], top: int) -> Dict[str, dict]:
     """Per phase: the profiled wall's median over operators, its own time by package and
-    the costliest functions by cumulative time, every operator's profile merged."""
+    the costliest functions by cumulative time, every operator's profile merged. An
+    operator without a row on the library's side (its first_call ran to the session's
+    end, over all its timings) counts in neither first_call nor measure."""
     result = {}
     for phase in PHASES:
         spans, files = [], []
         for op, figures in ops.items():
             pdir = batch / figures["run_dir"] / "phase_profile"
-            span = None
-            if (pdir / "spans.json").is_file():
-                span = json.loads((pdir / "spans.json").read_text())["spans"].get(phase)
-            if span is not None:
-                spans.append(span)
+            own = spans_of(batch, figures).get("spans") or {}
+            if phase in ("first_call", "measure") and "measure" not in own:
+                continue
+            if own.get(phase) is not None:
+                spans.append(own[phase])
             if (pdir / f"{phase}.pstats").is_file():
                 files.append(str(pdir / f"{phase}.pstats"))
         if not spans and not files:
@@ -208,16 +247,28 @@ def report(args) -> dict:
         ok = [f for f in figures.values() if f.get("status") == "ok"]
         medians[name] = {k: round(statistics.median(f[k] for f in ok if f.get(k) is not None), 3)
                          for k in phase_keys if any(f.get(k) is not None for f in ok)}
-    outside = outside_pytest(args.out / "profiled", profiled)
+    # The profiles stand for a night's usual operator: measured, its benchmark process a
+    # prestarted one (a worker's first operator, or one no spare could serve, imports the
+    # library inside its configure phase). Where none was prestarted, every measured one.
+    batch = args.out / "profiled"
+    events = journal_events(batch)
+    modes = {op: launch_mode(batch, events.get(op, {}).get("attempt")) for op in profiled}
+    ok_ops = {op: f for op, f in profiled.items() if f.get("status") == "ok"}
+    chosen = {op: f for op, f in ok_ops.items() if modes[op] == "prestarted"} or ok_ops
+    left_out = {op: (f"status {f.get('status') or 'none'}" if op not in ok_ops else f"{modes[op]} start")
+                for op, f in profiled.items() if op not in chosen}
+    outside = outside_pytest(batch, chosen)
     result = {
         "ops": args.ops.split(","),
         "plain": plain,
         "plain_median_s": medians["plain"],
         "profiled_median_s": medians["profiled"],
+        "launch": modes,
+        "profiles_leave_out": left_out,
         "outside_pytest": outside,
         "outside_pytest_median_s": {k: round(statistics.median(o[k] for o in outside.values()), 3)
                                     for k in ("before_s", "after_s")} if outside else {},
-        "phases": phase_profiles(args.out / "profiled", profiled, roots, args.top),
+        "phases": phase_profiles(batch, chosen, roots, args.top),
     }
     print(f"\n{'operator':28s} {'status':>7} {'start':>6} {'collect':>7} {'first':>6} {'measure':>7} {'after':>6}")
     for op, f in plain.items():
@@ -226,6 +277,8 @@ def report(args) -> dict:
         print(f"{op:28s} {f.get('status') or '-':>7} {cells}")
     print(f"median (plain):    {medians['plain']}")
     print(f"median (profiled): {medians['profiled']}")
+    if left_out:
+        print(f"left out of the profiles below: {left_out}")
     print(f"outside pytest (profiled pass, median): {result['outside_pytest_median_s']}: before = the attempt's "
           f"start to pytest's conftests, after = pytest's unconfigure to the attempt's result")
     for phase, entry in result["phases"].items():

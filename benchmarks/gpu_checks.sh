@@ -27,10 +27,12 @@ py=${PYTHON:-python3}
 # writes it at its first import). In a tree where nothing wrote it, every process a batch
 # forks would compile the zlbench modules it imports from source, in every operator's
 # fixed cost (0.05-0.08 s an operator over the bundled sample on a 2-core CPU host):
-# compile them once, into the tree or, where that is read-only, into a prefix.
-if ! $py -m compileall -q zlbench >/dev/null 2>&1; then
-    export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/zlbench-pycache}
-    $py -m compileall -q zlbench >/dev/null 2>&1 || echo "zlbench not byte-compiled: start-ups compile it" >&2
+# compile them once. Not into a PYTHONPYCACHEPREFIX where the tree is read-only: Python
+# would then read every package's bytecode from there alone (torch's import 1.6 -> 4.2 s).
+if [ -w zlbench ]; then
+    $py -m compileall -q zlbench >/dev/null || echo "zlbench not fully byte-compiled (above)" >&2
+else
+    echo "zlbench is read-only here and not byte-compiled: every operator's start-up compiles it" >&2
 fi
 
 case "$stage" in
@@ -82,11 +84,13 @@ screen)
         --json "$out/screen.json" 2>&1 | tee -a "$out/screen.log"
     ;;
 fixed)
-    # benchmarks/fixed_cost.py: the same cheap operators as plain and profiled batches
-    # (PASSES=warm,plain,profiled,report on cold caches), each benchmark process profiled
-    # phase by phase; where start-up, collection, first call, teardown and exit go.
+    # benchmarks/fixed_cost.py: the same cheap operators as a warm-up batch, then plain and
+    # profiled batches on the caches it filled (FIXED_PASSES=plain,profiled,report where a
+    # screen has just filled them), each benchmark process profiled phase by phase: where
+    # start-up, collection, first call, teardown and exit go.
+    # shellcheck disable=SC2086
     $py benchmarks/fixed_cost.py --flaggems-dir "$FLAGGEMS_DIR" --backend cuda --out "$out/fixed" \
-        --passes "${PASSES:-plain,profiled,report}" ${FIXED_ARGS:-} 2>&1 | tee -a "$out/fixed.log"
+        --passes "${FIXED_PASSES:-warm,plain,profiled,report}" ${FIXED_ARGS:-} 2>&1 | tee -a "$out/fixed.log"
     ;;
 *)
     echo "unknown stage $stage: plugins, noise, ab, isolated, screen or fixed" >&2

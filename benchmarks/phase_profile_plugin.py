@@ -13,7 +13,8 @@ against the batch's attempt start and result, outside this process' profile:
               configure hook
   collect     session start to the end of collection
   first_call  end of collection to the first row timed on the library's side (the
-              phases plugin's ``first_row``, through zlbench's row listeners)
+              phases plugin's ``first_row``, through zlbench's row listeners); where no
+              such row comes, to the session's end (no ``measure`` then)
   measure     from there to the session's end; profiled only with PHASE_PROFILE_MEASURE=1
               (the profiler's cost per call slows the timers' loops), else timed alone
   teardown    the session's end to pytest's unconfigure, the last hook before the
@@ -85,6 +86,18 @@ class PhaseProfile:
 
 
 _profile: Optional[PhaseProfile] = None
+
+
+def _stop_in_child() -> None:
+    """A process the benchmark forks (the compile pool's children) is not profiled: the
+    profiler it inherits would slow its work, and its profile would never be written."""
+    global _profile
+    if _profile is not None and _profile.profiler is not None:
+        _profile.profiler.disable()
+    _profile = None
+
+
+os.register_at_fork(after_in_child=_stop_in_child)
 
 
 @pytest.hookimpl(tryfirst=True)
