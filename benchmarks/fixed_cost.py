@@ -118,16 +118,12 @@ def batch_phases(batch: Path) -> Dict[str, dict]:
 
 def journal_events(batch: Path) -> Dict[str, Dict[str, dict]]:
     """Per operator, its last "attempt" and "result" events in the batch's journal."""
+    from zlbench.rundir import read_journal
+
     out: Dict[str, Dict[str, dict]] = {}
-    journal = batch / "attempts.jsonl"
-    if journal.is_file():
-        for line in journal.read_text().splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") in ("attempt", "result") and event.get("op"):
-                out.setdefault(event["op"], {})[event["event"]] = event
+    for event in read_journal(batch):
+        if event.get("event") in ("attempt", "result") and event.get("op"):
+            out.setdefault(event["op"], {})[event["event"]] = event
     return out
 
 
@@ -279,6 +275,9 @@ def report(args) -> dict:
     print(f"median (profiled): {medians['profiled']}")
     if left_out:
         print(f"left out of the profiles below: {left_out}")
+    if ok_ops and not any(modes[op] == "prestarted" for op in ok_ops):
+        print("no operator had a prestarted benchmark process: every configure phase below "
+              "includes the library's import")
     print(f"outside pytest (profiled pass, median): {result['outside_pytest_median_s']}: before = the attempt's "
           f"start to pytest's conftests, after = pytest's unconfigure to the attempt's result")
     for phase, entry in result["phases"].items():

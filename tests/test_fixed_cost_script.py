@@ -16,8 +16,9 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "fixed_cost.py"
 PROFILED_PHASES = ("configure", "collect", "first_call", "teardown")
 
 
-def _script(*args, timeout=300):
+def _script(*args, timeout=300, **extra_env):
     env = {k: v for k, v in os.environ.items() if k not in ("FLAGGEMS_DIR", "PYTEST_ADDOPTS")}
+    env.update(extra_env)
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -92,6 +93,17 @@ def test_a_pass_cut_short_is_resumed_and_one_of_other_operators_refused(tmp_path
     assert plain["sum"]["status"] == "ok" and plain["abs"]["status"] == "ok"
     other = _script("--ops", "abs,add", "--passes", "plain", "--out", out)
     assert other.returncode == 1 and "holds a batch of abs,sum, not of --ops abs,add" in other.stderr
+
+
+@pytest.mark.slow
+def test_without_a_prestarted_process_the_profiles_say_they_hold_the_import(tmp_path):
+    proc = _script("--ops", "abs,sum", "--passes", "profiled,report", "--out", tmp_path / "fc",
+                   ZL_WORKER_PRESTART="0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "fc" / "fixed_cost.json").read_text())
+    assert set(result["launch"].values()) == {"plain"} and result["profiles_leave_out"] == {}
+    assert result["phases"]["configure"]["operators"] == 2
+    assert "every configure phase below includes the library's import" in proc.stdout
 
 
 def test_package_of_tells_the_corpus_zlbench_and_installed_packages_apart():
