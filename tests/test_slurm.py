@@ -56,9 +56,10 @@ def screen(slurm, tmp_path_factory):
     assert submit.returncode == 0, submit.stdout + submit.stderr
     status = _wait_status(env, tmp / "screen", 150)
     # The shards' files can say finished a moment before Slurm lets the last task go:
-    # wait for the scheduler's word too.
+    # wait for the scheduler's word too, past its epilog (COMPLETING) to the final state.
     deadline = time.monotonic() + 60
-    while " RUNNING " in status.stdout and time.monotonic() < deadline:
+    while any(f" {state} " in status.stdout for state in ("RUNNING", "COMPLETING", "CONFIGURING")) \
+            and time.monotonic() < deadline:
         time.sleep(1)
         status = _wait_status(env, tmp / "screen", 60)
     output, _ = one_host.communicate(timeout=150)
