@@ -130,7 +130,13 @@ def test_ab_rechecks_its_slower_rows_in_fresh_processes_on_the_sample_corpus(tmp
     assert [Path(side["dir"]).name for side in shape_set["recheck"]] == ["A-recheck", "B-recheck"]
     doc = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.rindex("}") + 1])
     outcomes = {p["shape"]: p["recheck"] for p in doc["pairs"] if p["verdict"] == "SLOWER"}
-    assert outcomes, doc["pairs"]
+    # What each row was judged and re-checked as, and the slowdown each B process achieved:
+    # what a failure here needs to be told apart (a miscalibrated slowdown, a lost row).
+    achieved = {side: (out / side / "abs" / "slowdown.jsonl").read_text()
+                if (out / side / "abs" / "slowdown.jsonl").is_file() else None for side in ("B", "B-recheck")}
+    judged = [{k: p.get(k) for k in ("shape", "a_ms", "b_ms", "verdict", "change", "why", "recheck")}
+              for p in doc["pairs"]]
+    assert outcomes, (judged, achieved)
     # Each SLOWER row is read slower again, or the re-check measured it throttled (this
     # VM marks rows host_slow at random): never "not reproduced", which would make it SAME.
     assert all(o.startswith("reproduced (SLOWER") or (o.startswith("inconclusive (UNKNOWN")
