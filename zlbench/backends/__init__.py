@@ -88,7 +88,7 @@ def plugin_plan(backend: Backend, enable_cudagraph: bool = True) -> List[str]:
         "zlbench.plugins.phases",
         "zlbench.plugins.device_setup",
         "zlbench.plugins.gc_freeze",
-        "zlbench.plugins.libyaml",
+        "zlbench.plugins.overheads",
         "zlbench.plugins.graph_timer" if timer == "graph" else "zlbench.plugins.direct_timer",
         "zlbench.plugins.autotune",
         # Its configure hook is tryfirst: it can switch autotune to replaying the

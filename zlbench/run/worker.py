@@ -89,7 +89,7 @@ PREIMPORT = (
     "zlbench.plugins.phases",
     "zlbench.plugins.device_setup",
     "zlbench.plugins.gc_freeze",
-    "zlbench.plugins.libyaml",
+    "zlbench.plugins.overheads",
     "zlbench.plugins.direct_timer",
     "zlbench.plugins.graph_timer",
     "zlbench.plugins.autotune",
