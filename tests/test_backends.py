@@ -116,3 +116,36 @@ def test_keep_memory_is_applied_here_and_said_where_it_cannot_be(monkeypatch, ca
     monkeypatch.setattr(cpu, "keep_freed_memory", lambda: False)
     assert keep_host_memory() is False
     assert "ZL_CPU_KEEP_MEMORY=1 not applied" in capsys.readouterr().out
+
+
+def test_a_process_asks_the_vendor_tool_once_and_its_forks_inherit_the_answer(tmp_path, monkeypatch):
+    from zlbench.run.worker import PREWARM, prewarm
+
+    calls = tmp_path / "calls"
+    tool = _fake_tool(tmp_path, "nvidia-smi", f'echo x >> {calls}\nprintf "0, NVIDIA H200\\n"\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    cuda = backends.get_backend("cuda")
+    done, _ = prewarm(PREWARM)  # a worker's start
+    assert "zlbench.backends.probe_installed()" in done
+    assert calls.read_text().count("x") == 1
+    pid = os.fork()
+    if pid == 0:  # an attempt the worker forked
+        os._exit(0 if cuda.probe_devices() == [("0", "NVIDIA H200")] else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert cuda.devices({})[0].model == "NVIDIA H200"
+    assert calls.read_text().count("x") == 1
+    # Another tool binary (a driver update put a new one in place) is asked again.
+    tool.write_text(f'#!/bin/sh\necho x >> {calls}\nprintf "0, NVIDIA H100\\n"\n')
+    os.utime(tool, ns=(0, tool.stat().st_mtime_ns + 1_000_000_000))
+    assert cuda.probe_devices() == [("0", "NVIDIA H100")]
+    assert calls.read_text().count("x") == 2
+
+
+def test_a_failed_listing_is_not_kept(tmp_path, monkeypatch):
+    calls = tmp_path / "calls"
+    _fake_tool(tmp_path, "nvidia-smi", f"echo x >> {calls}\nexit 9\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    cuda = backends.get_backend("cuda")
+    assert cuda.probe_devices() == [] and cuda.probe_devices() == []
+    assert calls.read_text().count("x") == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,9 @@ GEMS_VENDORS = frozenset(
 )
 # Where benchmark code looks its timer up at call time, on any backend with triton.
 TRITON_TIMER = ("triton.testing", "do_bench")
+# What each vendor tool listed in this process: (its path, its mtime, its arguments) ->
+# [(physical index, model)] (``Backend.probe_devices``).
+_PROBED: Dict[Tuple[Any, ...], List[Tuple[str, str]]] = {}
 
 
 @dataclass(frozen=True)
@@ -178,16 +182,30 @@ class Backend:
 
     # -- enumeration -------------------------------------------------------
     def probe_devices(self) -> List[Tuple[str, str]]:
-        """(physical index, model) from the vendor tool; [] when it is missing or fails."""
-        if not self.tool_available() or self.parse_tool_output is None:
+        """(physical index, model) from the vendor tool; [] when it is missing or fails.
+
+        A process asks the tool once (what it listed is kept, per tool binary): a warm
+        worker asks before it forks, and the attempts it forks inherit the answer instead
+        of each starting the tool before its benchmark could begin."""
+        tool = shutil.which(self.list_tool[0]) if self.list_tool else None
+        if tool is None or self.parse_tool_output is None:
             return []
+        try:
+            key = (tool, os.stat(tool).st_mtime_ns, *self.list_tool[1:])
+        except OSError:
+            return []
+        if key in _PROBED:
+            return list(_PROBED[key])
         try:
             out = subprocess.run(list(self.list_tool), capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired):
             return []
         if out.returncode != 0:
             return []
-        return self.parse_tool_output(out.stdout)
+        found = self.parse_tool_output(out.stdout)
+        if found:
+            _PROBED[key] = list(found)
+        return found
 
     def devices(
         self,

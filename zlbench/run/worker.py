@@ -105,6 +105,10 @@ PREIMPORT = (
 PREWARM = (
     ("triton.runtime.cache", "triton_key"),  # triton >= 3.3
     ("triton.compiler.compiler", "triton_key"),  # earlier triton, flagtree
+    # Every attempt's `zlbench run` lists the devices through the vendor tool
+    # (nvidia-smi and friends) before its benchmark process may start: asked here once,
+    # the answer is inherited.
+    ("zlbench.backends", "probe_installed"),
 )
 # Vendor triton builds (flagtree and friends) install as "triton"; a vendor's torch
 # extension is imported by the backend's probe only. Never imported by a worker:
