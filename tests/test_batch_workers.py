@@ -498,3 +498,36 @@ def test_the_batch_gives_each_run_the_tracer_switch_as_a_switch():
     assert "--tracer-prestart" in on and "--no-tracer-prestart" in off and "--tracer-prestart" not in off
     # Other knobs keep their value after the flag.
     assert on[on.index("--compile-workers") + 1] == "0"
+
+
+def test_an_attempt_leaves_without_the_exit_handlers_it_inherited_and_runs_its_cleanup(tmp_path):
+    """The attempt child's exit handlers are the worker's (its imports registered them):
+    it leaves without them, after its own cleanup; a benchmark process keeps them."""
+    import atexit
+
+    from zlbench.run.attempt_child import run_attempt
+    from zlbench.run.fork import exit_with
+
+    inherited, cleaned, benchmark = tmp_path / "inherited", tmp_path / "cleaned", tmp_path / "benchmark"
+
+    def worker_import_handler():
+        inherited.write_text("ran")
+
+    atexit.register(worker_import_handler)
+    try:
+        pid = os.fork()
+        if pid == 0:  # an attempt whose zlbench run refuses its flags at once
+            msg = {"log": str(tmp_path / "attempt.log"), "env": dict(os.environ), "cwd": str(tmp_path),
+                   "argv": ["--no-such-flag"]}
+            run_attempt(msg, start=None, cleanup=lambda: cleaned.write_text("ran"))
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) != 0
+        assert cleaned.read_text() == "ran" and not inherited.exists()
+        pid = os.fork()
+        if pid == 0:  # a benchmark process leaves as an interpreter would
+            exit_with(lambda: benchmark.write_text("ran") and 0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert benchmark.read_text() == "ran" and inherited.read_text() == "ran"
+    finally:
+        atexit.unregister(worker_import_handler)

@@ -44,9 +44,10 @@ def fork_child(child: Callable[[], None]) -> int:
     return pid
 
 
-def exit_with(body: Callable[[], int]) -> None:
+def exit_with(body: Callable[[], int], handlers: bool = True) -> None:
     """Run ``body`` in this forked process and leave with its code, like an interpreter
-    would (an uncaught exception: its traceback and 1); never returns."""
+    would (an uncaught exception: its traceback and 1); never returns. ``handlers``:
+    whether the exit handlers run (``exit_now``)."""
     code = 1
     try:
         code = body()
@@ -56,14 +57,16 @@ def exit_with(body: Callable[[], int]) -> None:
         traceback.print_exc()
         code = 1
     finally:
-        exit_now(code)
+        exit_now(code, handlers)
 
 
-def exit_now(code: int) -> None:
-    """Leave like an interpreter that finished: flush, run exit handlers, no unwinding
-    into the worker's loop."""
+def exit_now(code: int, handlers: bool = True) -> None:
+    """Leave like an interpreter that finished: run the exit handlers (unless
+    ``handlers`` is False: a process whose handlers are all its parent's, registered by
+    imports it never used), flush, no unwinding into the worker's loop."""
     try:
-        atexit._run_exitfuncs()
+        if handlers:
+            atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
     finally:

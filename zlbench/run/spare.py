@@ -4,7 +4,6 @@ comes, discarded otherwise."""
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import signal
@@ -117,5 +116,4 @@ def spare_child(
         run_attempt(msg, fork_pytest, f"zlbench worker: no prestarted benchmark process: {why_not}")
     else:
         # A run that never starts its benchmark (preflight failed) leaves no process behind.
-        atexit.register(benchmark.drop)
-        run_attempt(msg, benchmark.start)
+        run_attempt(msg, benchmark.start, cleanup=benchmark.drop)
