@@ -119,14 +119,16 @@ def test_keep_memory_is_applied_here_and_said_where_it_cannot_be(monkeypatch, ca
 
 
 def test_a_process_asks_the_vendor_tool_once_and_its_forks_inherit_the_answer(tmp_path, monkeypatch):
-    from zlbench.run.worker import PREWARM, prewarm
+    from zlbench.run.worker import list_devices
 
     calls = tmp_path / "calls"
     tool = _fake_tool(tmp_path, "nvidia-smi", f'echo x >> {calls}\nprintf "0, NVIDIA H200\\n"\n')
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     cuda = backends.get_backend("cuda")
-    done, _ = prewarm(PREWARM)  # a worker's start
-    assert "zlbench.backends.probe_installed()" in done
+    # A worker of a batch on another backend, or on none, asks nothing.
+    assert list_devices("cpu") is None and list_devices(None) is None and list_devices("nope") is None
+    assert not calls.exists()
+    assert list_devices("nvidia") == "cuda devices listed: 1"  # a worker's start
     assert calls.read_text().count("x") == 1
     pid = os.fork()
     if pid == 0:  # an attempt the worker forked

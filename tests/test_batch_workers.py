@@ -423,7 +423,7 @@ def test_prewarm_calls_the_first_function_of_a_name_that_works_and_skips_missing
     # One that raised is reported (the worker's ready event lists it with failed imports).
     assert failed == {"zl_fake_broken.fingerprint()": "RuntimeError: no libtriton here"}
     # What the worker computes ahead names triton's key, and sympy is imported ahead.
-    assert {f for _, f in PREWARM} == {"triton_key", "probe_installed"} and "sympy" in PREIMPORT
+    assert {f for _, f in PREWARM} == {"triton_key"} and "sympy" in PREIMPORT
 
 
 def test_a_forked_benchmark_process_imports_nothing_of_torchs_at_its_first_profiler_session():
@@ -531,3 +531,11 @@ def test_an_attempt_leaves_without_the_exit_handlers_it_inherited_and_runs_its_c
         assert benchmark.read_text() == "ran" and inherited.read_text() == "ran"
     finally:
         atexit.unregister(worker_import_handler)
+
+
+def test_the_worker_is_told_the_batchs_backend():
+    from zlbench.batch.workers import worker_command
+
+    cmd = worker_command("/corpus", True, "cuda")
+    assert cmd[cmd.index("--backend") + 1] == "cuda" and "--prestart" in cmd
+    assert "--backend" not in worker_command("/corpus")

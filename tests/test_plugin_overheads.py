@@ -100,6 +100,32 @@ def test_a_document_the_c_parser_refuses_is_read_by_the_pure_python_one():
     assert str(refused.value) == str(pure.value)
 
 
+@pytest.mark.skipif(not HAS_LIBYAML, reason="this PyYAML was built without libyaml")
+def test_what_a_parser_refuses_from_a_file_is_cited_by_the_files_name(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1, 2\n")
+    load = overheads.SafeLoad(yaml, yaml.CSafeLoader)
+    with open(bad) as f, pytest.raises(yaml.YAMLError) as ours:
+        load(f)
+    with open(bad) as f, pytest.raises(yaml.YAMLError) as pure:
+        yaml.load(f, Loader=yaml.SafeLoader)
+    assert str(ours.value) == str(pure.value) and str(bad) in str(ours.value)
+    with open(bad, "rb") as f, pytest.raises(yaml.YAMLError) as from_bytes:
+        load(f)
+    assert str(bad) in str(from_bytes.value)
+    # What is neither text nor a stream goes to the original as it is, to fail as it would.
+    with pytest.raises(AttributeError):
+        load(bad)
+    assert load.__name__ == "safe_load" and load.__wrapped__ is yaml.safe_load
+
+
+def test_pytest_7_is_not_narrowed(monkeypatch):
+    monkeypatch.setattr(pytest, "__version__", "7.4.4")
+    assert overheads.narrows_collection() is False
+    monkeypatch.setattr(pytest, "__version__", "8.0.2")
+    assert overheads.narrows_collection() is True
+
+
 def test_a_pyyaml_without_libyaml_is_not_touched():
     def safe_load(stream):
         return "pure"

@@ -56,12 +56,6 @@ def detect_backend() -> Backend:
     return BACKENDS["cpu"]
 
 
-def probe_installed() -> Dict[str, int]:
-    """Ask every installed vendor tool for its devices, once for this process and the
-    processes it forks (``Backend.probe_devices``): {backend: devices listed}."""
-    return {name: len(b.probe_devices()) for name, b in BACKENDS.items() if b.tool_available()}
-
-
 # Libraries under test that initialise a device when imported (FlagGems does, at HEAD).
 DEVICE_AT_IMPORT = ("flag_gems",)
 

@@ -929,6 +929,7 @@ def _worker_slots(
             config.kill_grace_s,
             stopper.read_fd,
             config.worker_prestart,
+            prep.backend_name,
         )
         for d in devices
     }

@@ -161,10 +161,14 @@ class Refused(Exception):
         self.detail = reply.get("detail") or ""
 
 
-def worker_command(corpus_root: Optional[str], prestart: bool = False) -> List[str]:
+def worker_command(
+    corpus_root: Optional[str], prestart: bool = False, backend: Optional[str] = None
+) -> List[str]:
     cmd = proc.python_module(WORKER_MODULE)
     if corpus_root:
         cmd += ["--corpus-root", corpus_root]
+    if backend:
+        cmd += ["--backend", backend]
     if prestart:
         cmd.append("--prestart")
     return cmd
@@ -184,8 +188,10 @@ class WorkerSlot:
         grace_s: float,
         wake_fd: Optional[int] = None,
         prestart: bool = False,
+        backend: Optional[str] = None,
     ):
         self.device = device
+        self.backend = backend
         self.env = dict(env)
         self.log_dir = log_dir
         self.log = log
@@ -214,7 +220,9 @@ class WorkerSlot:
         self.started += 1
         log_path = self.log_dir / f"worker-{self.device}-{self.started}.log"
         self.worker = Worker(
-            worker_command(self.corpus_root, self.prestart), {**self.env, "PYTHONUNBUFFERED": "1"}, log_path
+            worker_command(self.corpus_root, self.prestart, self.backend),
+            {**self.env, "PYTHONUNBUFFERED": "1"},
+            log_path,
         )
 
     def ready(self) -> bool:

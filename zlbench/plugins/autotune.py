@@ -110,10 +110,10 @@ def find_tuner_classes(modules: Mapping[str, Any]) -> List[type]:
     """Classes named LibTuner/Autotuner defined or re-exported by these modules, and all
     their subclasses (policy classes FlagGems makes on the fly are not module globals).
 
-    A class statement binds the class under its own name, and FlagGems and triton
-    re-export them under it: a lookup by name per module finds them. Walking every
-    global of every module instead (torch, triton and the library hold hundreds of
-    thousands) cost 0.06 s an operator on a CPU host, in its collection."""
+    A class statement binds the class under its own name in its module, and FlagGems
+    and triton re-export them under it: a lookup by name per module finds them, where a
+    walk over every global of every module (torch, triton and the library hold hundreds
+    of thousands) is a noticeable part of each operator's collection."""
     roots: Set[type] = set()
     for module in list(modules.values()):
         try:

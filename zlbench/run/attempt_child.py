@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
@@ -45,7 +46,10 @@ def run_attempt(msg: dict, start, note: str = "", cleanup: Optional[Callable[[],
             return run_from_flags(flags, run_dir=run_dir, start=start)
         finally:
             if cleanup is not None:
-                cleanup()
+                try:
+                    cleanup()
+                except Exception:  # noqa: BLE001 - the run's own exit code stands
+                    traceback.print_exc()
 
     exit_with(body, handlers=False)
 

@@ -105,10 +105,6 @@ PREIMPORT = (
 PREWARM = (
     ("triton.runtime.cache", "triton_key"),  # triton >= 3.3
     ("triton.compiler.compiler", "triton_key"),  # earlier triton, flagtree
-    # Every attempt's `zlbench run` lists the devices through the vendor tool
-    # (nvidia-smi and friends) before its benchmark process may start: asked here once,
-    # the answer is inherited.
-    ("zlbench.backends", "probe_installed"),
 )
 # Vendor triton builds (flagtree and friends) install as "triton"; a vendor's torch
 # extension is imported by the backend's probe only. Never imported by a worker:
@@ -162,9 +158,30 @@ def prewarm(calls) -> Tuple[List[str], Dict[str, str]]:
     return done, failed
 
 
+def list_devices(backend_name: Optional[str]) -> Optional[str]:
+    """Ask the batch's backend's vendor tool for its devices, once: every attempt's
+    ``zlbench run`` lists them before its benchmark process may start, and the attempts
+    forked from here inherit this answer (``Backend.probe_devices``). What was done, for
+    the worker's log; None where there is nothing to ask."""
+    from .. import backends
+
+    if not backend_name:
+        return None
+    try:
+        backend = backends.get_backend(backend_name)
+    except backends.UnknownBackend:
+        return None
+    if backend.slots_only or not backend.tool_available():
+        return None
+    return f"{backend.name} devices listed: {len(backend.probe_devices())}"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zlbench.run.worker")
     parser.add_argument("--corpus-root", default=None)
+    parser.add_argument(
+        "--backend", default=None, help="the batch's backend: its devices are listed once, here"
+    )
     parser.add_argument(
         "--prestart", action="store_true", help="fork each next attempt's child ahead, its library imported"
     )
@@ -183,7 +200,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         names += [n for n in conftest_imports(corpus_root) if n not in names]
     imported, failed = preimport(names)
     warmed, warm_failed = prewarm(PREWARM)
-    imported += warmed
+    listed = list_devices(args.backend)
+    imported += warmed + ([listed] if listed else [])
     failed.update(warm_failed)
     import_s = time.monotonic() - started
     print(
