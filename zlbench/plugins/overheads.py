@@ -4,8 +4,9 @@ Two costs every operator paid before its first timing (H200 host, FlagGems HEAD)
 
 - Collection walked the whole benchmark package. pytest (8 and later) collects the
   directory of a file it is given, making a node for every module in it (1,060 in
-  FlagGems' benchmark/), and only then keeps the one asked for: 0.25-0.3 s of each
-  operator's 0.29 s median collection. ``pytest_ignore_collect`` here turns away, before
+  FlagGems' benchmark/), and only then keeps the one asked for: 0.73 s of the
+  collection phase's 0.84 s under the profiler (which slows this Python code; the phase's
+  median is 0.29 s without it). ``pytest_ignore_collect`` here turns away, before
   pytest makes its node, every path that lies outside the paths the run names (its
   command line's files or directories); what those hold is collected as before, and
   ``__init__.py`` and ``conftest.py`` files are left to pytest. Not on pytest 7, whose
