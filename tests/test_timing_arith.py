@@ -313,6 +313,26 @@ def test_later_rounds_spend_the_budget_at_most_and_stop_when_a_round_cannot_be_c
     assert times == wide and rounds == 1 and not spent
 
 
+def test_later_rounds_end_once_the_power_cap_is_seen():
+    """A cap seen while replays run sets them aside for a cap window: no round after it,
+    whether it came in the first round or in a later one."""
+    rule = timing.ReplayRule(0.005)
+    wide = [1.0, 1.5, 0.5] * 8  # never pinned: without the cap the rounds go on to the budget
+    asked = []
+
+    def replay(more):
+        asked.append(more)
+        return ([1.0, 1.5, 0.5] * more * 8)[: more * 8]
+
+    times = list(wide)
+    rounds, spent = rule.later_rounds(100, 8, 3, times, replay, halt=lambda: True)
+    assert (rounds, spent, asked, times) == (1, False, [], wide)
+    seen = []  # the cap read during the second round's replays
+    rounds, spent = rule.later_rounds(100, 8, 3, list(wide), lambda more: seen.append(1) or replay(more),
+                                      halt=lambda: bool(seen))
+    assert rounds == 2 and len(asked) == 1
+
+
 def test_interleaved_placements_are_shared_out_over_the_graphs():
     from zlbench.plugins.graph_timer import interleaved_sets
 

@@ -859,15 +859,20 @@ class ReplayRule(NamedTuple):
         times: List[float],
         replay: Callable[[int], Optional[List[float]]],
         placement_groups: Optional[Callable[[], Sequence[Sequence[float]]]] = None,
+        halt: Optional[Callable[[], bool]] = None,
     ) -> Tuple[int, bool]:
         """The rounds after the first: while ``next_round`` asks for more, ``replay(n)``
         makes n more replays of every graph and returns their per-call times, pooled into
         ``times`` as one round, or None when the round could not be completed (what was
         pooled before stands); none once ``placement_groups()`` (each graph's per-call
         times, separate graphs) say the placements keep the row from being pinned
-        (``placements_dominate``). Returns (rounds in all, whether the budget was spent)."""
+        (``placements_dominate``), nor once ``halt()`` says the samples will be set aside
+        (the power cap was seen: a cap window replaces them). Returns (rounds in all,
+        whether the budget was spent)."""
         rounds = 1
         while True:
+            if halt is not None and halt():
+                break
             ordered = sorted(times)
             more = self.next_round(budget_replays, graphs, done_per_graph, ordered, rounds)
             if not more:

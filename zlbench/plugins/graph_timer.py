@@ -23,7 +23,8 @@ times in kernel mode. For one timing call:
 5. power cap: where the device, read while the warm-up's and replays' work ran, was held
    down by its power cap, the samples are replaced by a cap window: one placement's
    graph replayed for ``timing.CAP_WINDOW_MS`` (the cap's own period), stop
-   "power_cap", and a ``POWER_CAP_WINDOW`` marker instead of ``DEVICE_THROTTLED``.
+   "power_cap", and a ``POWER_CAP_WINDOW`` marker instead of ``DEVICE_THROTTLED``; the
+   replays end where the cap is first seen (no further placement or round).
 
 If any phase fails with an error that leaves the context alive (host synchronisation,
 RNG seeding, capture-illegal stream work), the capture is ended, the context checked,
@@ -336,6 +337,12 @@ def _look() -> None:
         _watch.look()
 
 
+def _cap_seen() -> bool:
+    """Has the timing's watch seen the power cap? Its replays are then set aside for a
+    cap window (``cap_window``): no more placements or rounds are worth timing."""
+    return _watch is not None and _watch.seen
+
+
 def queue_replays(torch, graph, replays: int) -> Callable[[], List[float]]:
     """Queue ``replays`` replays of ``graph``, each between two events, on the current
     stream; returns what waits for them and gives their times (ms)."""
@@ -612,7 +619,13 @@ def graph_bench(
                 return [groups[i] for i in range(count)]
 
             rounds, spent = rule.later_rounds(
-                plan.replays, count, per_placement, times, again, by_placement if count > 1 else None
+                plan.replays,
+                count,
+                per_placement,
+                times,
+                again,
+                by_placement if count > 1 else None,
+                _cap_seen,
             )
             cost.notes.update(interleaved=False, graphs_kept=kept.holds(count))
             if count > 1:
@@ -624,7 +637,7 @@ def graph_bench(
             stop = "placements"  # more replays at the same placements would not narrow it
         if watch is not None and watch.seen:
             # The record then describes the window; what it replaced is kept apart.
-            set_aside = {"replays": len(times), "rounds": rounds}
+            set_aside = {"replays": len(times), "rounds": rounds, "placements": timed_placements}
             placement_medians = []  # the window is one placement's
             for key in (
                 "interleaved",
@@ -801,7 +814,13 @@ def replay_interleaved(
         return [t for samples in got for t in samples]
 
     rounds, spent = rule.later_rounds(
-        plan.replays, len(graphs), first, times, again, (lambda: groups) if len(graphs) > 1 else None
+        plan.replays,
+        len(graphs),
+        first,
+        times,
+        again,
+        (lambda: groups) if len(graphs) > 1 else None,
+        _cap_seen,
     )
     cost.lap("replay")
     cost.notes["interleaved"] = True
@@ -826,10 +845,13 @@ def replay_round(
     """Replays at each placement of ``indices`` in turn, appended to ``times`` (and under
     the placement's index in ``groups``); returns the placements timed so far (1 + the
     last index that worked). A placement that fails ends the round and keeps what was
-    timed (an extra placement costs only itself). ``kept`` keeps each placement's graph
-    for a later round."""
+    timed (an extra placement costs only itself); so does the power cap seen
+    (``_cap_seen``: the window replaces the samples). ``kept`` keeps each placement's
+    graph for a later round."""
     timed = indices.start
     for index in indices:
+        if _cap_seen():
+            break
         try:
             got = replay_elsewhere(
                 torch, fn, placements, index, calls, replays, stream, grad_to_none, cost, kept, tiles
