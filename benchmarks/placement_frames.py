@@ -1,10 +1,10 @@
 """Do a small row's per-process shifts come from where its inputs sit in physical memory?
 
-In an A/A of the 24-operator sample (H100, main f2957eb, defaults), rows of a few
-microseconds moved between the two batches' processes by a median 0.55%, rows of 20 us
-and more by 0.06%; the torch and FlagGems rows of one shape moved together (median's 45
-rows +0.65% and +0.53%), and one operator's float32 rows moved while its float16 rows
-did not. Both sides of a row read the same input tensors, so a shift shared by both
+In an A/A of the 24-operator sample (H100, main f2957eb, defaults), the rows compared
+moved between the two batches' processes by a median 0.36% under 10 us, 0.15-0.16% from
+10 us to 1 ms and 0.03% from 1 ms up (screen_throughput.py's ``by_latency``); the torch
+and FlagGems rows of one shape moved together (median's rows: gems +0.65%, torch
++0.53%), and one operator's float32 rows moved while its float16 rows did not. Both sides of a row read the same input tensors, so a shift shared by both
 points at the inputs' addresses. The graph timer already times a row over 8 placements
 (``zlbench.plugins.placement``), but its copies of a small input come from torch's small
 pool: 2 MiB segments carved in 512 B blocks, so the copies most likely share the

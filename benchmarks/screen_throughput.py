@@ -34,7 +34,8 @@ from gap_ms); the projected wall of the whole corpus on one device
 mean; a session's first operator at the others' start-up, the library import it paid
 alone counted once, ``once_per_session``; the mean of passes a and b, each pass's too);
 the A/A of a and b (median |gain|, rows SAME, the others and their markers, before and
-after a re-check; ``operator_shifts``: how much of it moves whole operators, that is whole
+after a re-check; ``by_latency``: the rows' median |gain| by their latency class;
+``operator_shifts``: how much of it moves whole operators, that is whole
 processes; ``graph_lengths``: the rows built to another graph length in B); the ratio of FlagGems' kernel-mode wall to zlbench's per operator, zlbench's
 with the library's import once a session as a night pays it (the raw walls' ratio beside);
 and the host (CPU model, cores, ``host_speed``), since about half of a night's wall is
@@ -464,6 +465,25 @@ def compared_by_operator(pairs) -> Dict[str, List[float]]:
     return by_op
 
 
+# Row latency classes (A's gems latency, upper bounds in ms) for ``by_latency``.
+LATENCY_CLASSES = ((0.01, "<10us"), (0.1, "10-100us"), (1.0, "0.1-1ms"), (float("inf"), ">=1ms"))
+
+
+def by_latency(pairs) -> Dict[str, dict]:
+    """The rows compared on device time by their latency: rows and median |gain| (%) per
+    class. Rows of a few microseconds move most between processes (an H100 A/A: under
+    10 us 0.36%, 10 us-1 ms 0.15-0.16%, 1 ms and more 0.03%; benchmarks/placement_frames.py
+    asks why)."""
+    groups: Dict[str, List[float]] = {name: [] for _, name in LATENCY_CLASSES}
+    for p in pairs:
+        if p.gain is None or p.verdict.threshold is None or not p.a.gems_ms:
+            continue
+        name = next(n for bound, n in LATENCY_CLASSES if p.a.gems_ms < bound)
+        groups[name].append(abs(p.gain))
+    return {name: {"rows": len(g), "median_abs_gain_pct": round(100 * statistics.median(g), 4) if g else None}
+            for name, g in groups.items()}
+
+
 def operator_shifts(pairs, top: int = 5) -> dict:
     """How much of the A/A moves whole operators. Each operator runs in its own process
     per batch, so a shift every row of it shares (its rows' median signed gain) lies
@@ -648,6 +668,7 @@ def aa(a: Path, b: Path, recheck: Optional[Tuple[Path, Path]] = None) -> dict:
             "layout": layout(result.pairs, cache),
             "graph_lengths": graph_lengths(result.pairs, cache),
             "operator_shifts": operator_shifts(result.pairs),
+            "by_latency": by_latency(result.pairs),
             "not_same": others}
 
 

@@ -141,6 +141,24 @@ def test_the_operator_shifts_split_the_aa_into_whole_processes_and_what_is_left_
                                           "median_abs_gain_pct_within": None, "largest": [], "by_operator": {}}
 
 
+def test_the_aa_by_latency_puts_each_compared_row_in_its_class():
+    from types import SimpleNamespace
+
+    st = load_script("screen_throughput")
+
+    def pair(ms, gain, threshold=0.01):
+        return SimpleNamespace(gain=gain, a=SimpleNamespace(gems_ms=ms), verdict=SimpleNamespace(threshold=threshold))
+
+    pairs = [pair(0.002, 0.005), pair(0.004, -0.007), pair(0.0099, 0.006),  # microseconds: moved most
+             pair(0.01, 0.001), pair(2.5, -0.0002), pair(1.0, 0.0004),
+             pair(0.003, 0.5, threshold=None), pair(0.003, None), pair(None, 0.2)]  # not compared
+    got = st.by_latency(pairs)
+    assert got == {"<10us": {"rows": 3, "median_abs_gain_pct": 0.6},
+                   "10-100us": {"rows": 1, "median_abs_gain_pct": 0.1},
+                   "0.1-1ms": {"rows": 0, "median_abs_gain_pct": None},
+                   ">=1ms": {"rows": 2, "median_abs_gain_pct": 0.03}}
+
+
 def test_the_aa_medians_interval_resamples_whole_operators():
     st = load_script("screen_throughput")
     # Every operator's rows alike: the interval is the median itself.
