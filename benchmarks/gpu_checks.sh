@@ -9,6 +9,7 @@
 #   bash benchmarks/gpu_checks.sh isolated OUT   # isolated vs shared tuner cache counts
 #   bash benchmarks/gpu_checks.sh screen   OUT   # the 24-operator sample: warm, A/A, re-check, kernel mode
 #   bash benchmarks/gpu_checks.sh fixed    OUT   # where an operator's fixed cost goes, phase by phase
+#   bash benchmarks/gpu_checks.sh frames   OUT   # small rows across processes: placements' copies in pages of their own
 # noise and screen resume: after a call's time limit cut one, run the same command again
 # (screen stops a pass after PASS_LIMIT seconds, 250 by default, with exit 3). Another timing
 # rule over the same warm caches: PASSES=a,b,recheck,report ZL_GRAPH_REPLAY_MS=0.5 (any ZL_
@@ -16,7 +17,7 @@
 # shifts: PASSES=warm,a,b,repeat,report (--repeats 4 more batches of the same build).
 # Several GPUs: benchmarks/multi_gpu.py (batch makespans per device set, warmup sweep).
 set -uo pipefail
-stage=${1:?stage: plugins, noise, ab, isolated, screen or fixed}
+stage=${1:?stage: plugins, noise, ab, isolated, screen, fixed or frames}
 out=${2:?output dir}
 : "${FLAGGEMS_DIR:?set FLAGGEMS_DIR to a FlagGems checkout}"
 export GEMS_VENDOR=${GEMS_VENDOR:-nvidia} PYTHONUNBUFFERED=1
@@ -92,8 +93,14 @@ fixed)
     $py benchmarks/fixed_cost.py --flaggems-dir "$FLAGGEMS_DIR" --backend cuda --out "$out/fixed" \
         --passes "${FIXED_PASSES:-warm,plain,profiled,report}" ${FIXED_ARGS:-} 2>&1 | tee -a "$out/fixed.log"
     ;;
+frames)
+    # benchmarks/placement_frames.py: torch rows of a few microseconds in fresh processes,
+    # the placements' copies as now and each in a 2 MiB page of its own (FlagGems not used).
+    $py benchmarks/placement_frames.py --processes "${FRAMES_PROCESSES:-6}" \
+        --json "$out/placement_frames.json" 2>&1 | tee -a "$out/frames.log"
+    ;;
 *)
-    echo "unknown stage $stage: plugins, noise, ab, isolated, screen or fixed" >&2
+    echo "unknown stage $stage: plugins, noise, ab, isolated, screen, fixed or frames" >&2
     exit 2
     ;;
 esac
