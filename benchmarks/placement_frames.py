@@ -8,8 +8,8 @@ and FlagGems rows of one shape moved together (median's rows: gems +0.65%, torch
 points at the inputs' addresses. The graph timer already times a row over 8 placements
 (``zlbench.plugins.placement``), but its copies of a small input come from torch's small
 pool: 2 MiB segments carved in 512 B blocks, so the copies most likely share the
-original's physical 2 MiB page, and the placements of one process agree within
-0.005-0.05% while processes do not.
+original's physical 2 MiB page; the placements' spread (a 95% half-width) was a median
+0.075% over median's rows, whose process moved 0.61%.
 
 This times a few such rows by the graph timer (``graph_bench``, 8 placements, FlagGems'
 100 ms rep) in --processes fresh processes per variant, taken in turn:
