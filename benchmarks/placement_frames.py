@@ -37,7 +37,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-FRAME = 2 << 20  # a GPU page of the large pool (torch's kLargeBuffer splits 20 MiB segments into such blocks)
+# A 2 MiB request goes to torch's large pool, whose 20 MiB segments it splits: each copy a
+# block of a page of its own.
+FRAME = 2 << 20
 OFFSET_STEP = 4096 + 512  # consecutive copies start at different offsets within their pages
 VARIANTS = ("default", "frames")
 
@@ -99,9 +101,12 @@ def child(variant: str) -> Dict[str, dict]:
         placement.native_clone = frame_clone  # Placements.plan asks the module for it
     out = {}
     for name, fn in rows(torch):
-        m = graph_timer.graph_bench(fn, 1000.0, 100.0, None, None, "median", places=8)
-        cost = m.cost or {}
-        spread = cost.get("placement_spread")
+        try:
+            m = graph_timer.graph_bench(fn, 1000.0, 100.0, None, None, "median", places=8)
+        except Exception as exc:  # noqa: BLE001 - one row's failure is its own, said in the output
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        spread = (m.cost or {}).get("placement_spread")
         out[name] = {"median_ms": m.median_ms, "placements": m.placements, "placement_spread": spread}
     return out
 
@@ -113,15 +118,19 @@ def between(medians: List[float]) -> float:
 
 
 def summarise(runs: Dict[str, List[Dict[str, dict]]]) -> Dict[str, Dict[str, dict]]:
-    """Per row and variant: processes, between-process median |difference| (%), and the
-    placements' own spread (median over processes, %)."""
+    """Per row and variant: processes timed, processes where the row failed, the
+    between-process median |difference| (%), and the placements' own spread (median
+    over processes, %)."""
     table: Dict[str, Dict[str, dict]] = {}
     for variant, processes in runs.items():
         for name in processes[0] if processes else []:
             medians = [p[name]["median_ms"] for p in processes if p.get(name, {}).get("median_ms")]
-            spreads = [p[name]["placement_spread"] for p in processes if p.get(name, {}).get("placement_spread")]
+            spreads = [
+                p[name]["placement_spread"] for p in processes if p.get(name, {}).get("placement_spread")
+            ]
             table.setdefault(name, {})[variant] = {
                 "processes": len(medians),
+                "failed": sum(1 for p in processes if "error" in p.get(name, {})),
                 "between_pct": round(100 * between(medians), 4),
                 "within_pct": round(100 * statistics.median(spreads), 4) if spreads else None,
             }
@@ -151,7 +160,9 @@ def main() -> int:
     runs: Dict[str, List[Dict[str, dict]]] = {v: [] for v in variants}
     for i in range(args.processes):
         for variant in variants:  # in turn, so that a drift of the device falls on both
-            proc = subprocess.run([sys.executable, __file__, "--child", variant], capture_output=True, text=True)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child", variant], capture_output=True, text=True
+            )
             if proc.returncode != 0:
                 print(proc.stdout + proc.stderr, file=sys.stderr)
                 return 1
@@ -159,7 +170,11 @@ def main() -> int:
             print(f"process {i + 1}/{args.processes} {variant}", flush=True)
     table = summarise(runs)
     for name, by_variant in table.items():
-        cells = "  ".join(f"{v}: between {c['between_pct']}% within {c['within_pct']}%" for v, c in by_variant.items())
+        cells = "  ".join(
+            f"{v}: between {c['between_pct']}% within {c['within_pct']}%"
+            + (f" ({c['failed']} failed)" if c["failed"] else "")
+            for v, c in by_variant.items()
+        )
         print(f"{name:26} {cells}")
     if args.json:
         args.json.write_text(json.dumps({"rows": table, "runs": runs}, indent=1) + "\n")

@@ -51,8 +51,10 @@ def test_offsets_stay_inside_the_page_for_any_size(script):
 
 def test_between_process_figure_is_the_median_pairwise_difference(script):
     runs = {"default": [{"r": {"median_ms": m, "placement_spread": 0.001}} for m in (1.0, 1.01, 1.0)],
-            "frames": [{"r": {"median_ms": m, "placement_spread": 0.004}} for m in (1.0, 1.0, 1.0)]}
+            "frames": [{"r": {"median_ms": m, "placement_spread": 0.004}} for m in (1.0, 1.0, 1.0)]
+            + [{"r": {"error": "CaptureFailed: capture"}}]}
     table = script.summarise(runs)
     # pairs: 1.01/1.0 (1%), 1.0/1.0 (0), 1.01/1.0 (1%): median 1%
-    assert table["r"]["default"] == {"processes": 3, "between_pct": 1.0, "within_pct": 0.1}
-    assert table["r"]["frames"] == {"processes": 3, "between_pct": 0.0, "within_pct": 0.4}
+    assert table["r"]["default"] == {"processes": 3, "failed": 0, "between_pct": 1.0, "within_pct": 0.1}
+    # A process where the row failed is counted apart, not as a median.
+    assert table["r"]["frames"] == {"processes": 3, "failed": 1, "between_pct": 0.0, "within_pct": 0.4}
