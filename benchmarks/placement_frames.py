@@ -4,12 +4,14 @@ In an A/A of the 24-operator sample (H100, main f2957eb, defaults), the rows com
 moved between the two batches' processes by a median 0.36% under 10 us, 0.15-0.16% from
 10 us to 1 ms and 0.03% from 1 ms up (screen_throughput.py's ``by_latency``); the torch
 and FlagGems rows of one shape moved together (median's rows: gems +0.65%, torch
-+0.53%), and one operator's float32 rows moved while its float16 rows did not. Both sides of a row read the same input tensors, so a shift shared by both
-points at the inputs' addresses. The graph timer already times a row over 8 placements
++0.53%), and one operator's float32 rows moved while its float16 rows did not. Both sides
+of a row read the same input tensors, so a shift shared by both points at the inputs'
+addresses. The graph timer already times a row over 8 placements
 (``zlbench.plugins.placement``), but its copies of a small input come from torch's small
-pool: 2 MiB segments carved in 512 B blocks, so the copies most likely share the
-original's physical 2 MiB page; the placements' spread (a 95% half-width) was a median
-0.075% over median's rows, whose process moved 0.61%.
+pool (requests up to 1 MiB): 2 MiB segments carved in 512 B blocks, so a row's copies
+share one page or a few, each copy's offset in it the only difference. The placements'
+spread (a 95% half-width) was a median 0.075% over median's rows, whose process moved
+0.61%.
 
 This times a few such rows by the graph timer (``graph_bench``, 8 placements, FlagGems'
 100 ms rep) in --processes fresh processes per variant, taken in turn:
