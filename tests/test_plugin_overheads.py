@@ -84,7 +84,7 @@ def test_without_a_run_dir_yaml_is_left_alone(tmp_path):
 
 
 @pytest.mark.skipif(not HAS_LIBYAML, reason="this PyYAML was built without libyaml")
-def test_a_document_the_c_parser_refuses_is_read_by_the_pure_python_one():
+def test_a_document_the_c_parser_refuses_is_read_by_the_pure_python_one(capsys):
     class Refusing(yaml.CSafeLoader):
         def get_single_data(self):
             raise yaml.YAMLError("refused")
@@ -92,6 +92,12 @@ def test_a_document_the_c_parser_refuses_is_read_by_the_pure_python_one():
     load = overheads.SafeLoad(yaml, Refusing)
     assert load(SHAPES) == yaml.load(SHAPES, Loader=yaml.SafeLoader)
     assert load.counts == {"parsed": 0, "fallback": 1}
+    # Said in the output, once a process: the second refusal is counted only.
+    assert load(SHAPES) == yaml.load(SHAPES, Loader=yaml.SafeLoader)
+    said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("zlbench[overheads]")]
+    assert said == ["zlbench[overheads] PyYAML's C parser refused a document (refused); "
+                    "the pure-Python parser reads it"]
+    assert load.counts == {"parsed": 0, "fallback": 2}
     # A document neither parser reads raises the pure-Python parser's error.
     with pytest.raises(yaml.YAMLError) as refused:
         overheads.SafeLoad(yaml, yaml.CSafeLoader)("a: [1, 2")

@@ -17,7 +17,8 @@ Two costs every operator paid before its first timing (H200 host, FlagGems HEAD)
   libyaml, as its wheels are) feeds the same constructor and resolver and takes 10 ms.
   For the benchmark process ``yaml.safe_load`` goes to it; a document the C parser
   refuses is parsed again by the pure-Python one (from the same text, under the stream's
-  own name), so the result, or the error, is the one the benchmark would have had.
+  own name), so the result, or the error, is the one the benchmark would have had; the
+  first such document of a process is named in its output.
 
 Nothing timed changes: not caliber, and no knob. What was done is recorded in
 ``$ZL_RUN_DIR/plugins/overheads.json``: ``collect_ignored`` (paths turned away),
@@ -37,7 +38,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from zlbench.plugins import run_dir, write_plugin_json
+from zlbench.plugins import print_line, run_dir, write_plugin_json
 
 PLUGIN = "overheads"
 # Files pytest reads for what they configure, not as benchmark modules.
@@ -115,8 +116,14 @@ class SafeLoad:
 
         try:
             data = self.yaml.load(source(), Loader=self.loader)
-        except self.yaml.YAMLError:
+        except self.yaml.YAMLError as e:
             self.counts["fallback"] += 1
+            if self.counts["fallback"] == 1:  # said once a process; overheads.json counts them
+                problem = str(e).splitlines()[0] if str(e) else type(e).__name__
+                print_line(
+                    f"zlbench[{PLUGIN}] PyYAML's C parser refused {name or 'a document'} ({problem}); "
+                    "the pure-Python parser reads it"
+                )
             return self.original(source())
         self.counts["parsed"] += 1
         return data
