@@ -168,8 +168,12 @@ class Backend:
         return "graph" if self.can_graph_capture else "direct"
 
     # -- detection ---------------------------------------------------------
+    def tool_path(self) -> Optional[str]:
+        """Where the vendor listing tool is on PATH, or None."""
+        return shutil.which(self.list_tool[0]) if self.list_tool else None
+
     def tool_available(self) -> bool:
-        return bool(self.list_tool) and shutil.which(self.list_tool[0]) is not None
+        return self.tool_path() is not None
 
     def extension_installed(self) -> bool:
         return any(importlib.util.find_spec(name) is not None for name in self.torch_extensions)
@@ -187,7 +191,7 @@ class Backend:
         A process asks the tool once (what it listed is kept, per tool binary): a warm
         worker asks before it forks, and the attempts it forks inherit the answer instead
         of each starting the tool before its benchmark could begin."""
-        tool = shutil.which(self.list_tool[0]) if self.list_tool else None
+        tool = self.tool_path()
         if tool is None or self.parse_tool_output is None:
             return []
         try:
